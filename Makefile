@@ -1,0 +1,34 @@
+# Every target sets itself up: a missing .venv is created and filled from requirements.lock.
+PYTHON ?= python3.11
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+CORES ?= 8
+
+.PHONY: setup run test lint bench clean
+
+$(STAMP): pyproject.toml requirements.lock
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade "pip==26.3"
+	$(BIN)/python -m pip install --quiet -c requirements.lock -r requirements.lock
+	$(BIN)/python -m pip install --quiet --no-deps --no-build-isolation -e .
+	touch $(STAMP)
+
+setup: $(STAMP)
+
+run: $(STAMP)
+	$(BIN)/snakemake --cores $(CORES) --configfile config/config.yaml
+
+test: $(STAMP)
+	$(BIN)/python -m pytest
+
+lint: $(STAMP)
+	$(BIN)/ruff check src tests benchmarks workflow/scripts
+	$(BIN)/snakemake --lint
+	$(BIN)/snakefmt --check Snakefile workflow/rules
+
+bench: $(STAMP)
+	$(BIN)/python -m benchmarks.run_all
+
+clean:
+	rm -rf .snakemake results
