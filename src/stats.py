@@ -1,0 +1,70 @@
+"""Binomial confidence bounds shared by the shield and the final-policy evaluation.
+
+All functions are vectorised over NumPy arrays (scalars work too) and keyword-only, so the
+shield can bound every candidate of every agent of every env copy in one call.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numpy.typing import ArrayLike
+from scipy.special import betaincinv
+
+__all__ = ["beta_posterior_upper", "clopper_pearson_interval", "clopper_pearson_upper"]
+
+
+def _check_counts(k: np.ndarray, n: np.ndarray) -> None:
+    if np.any(n < 1):
+        raise ValueError(f"n must be >= 1, got {n.min()}")
+    if np.any(k < 0) or np.any(k > n):
+        raise ValueError("k must satisfy 0 <= k <= n for every entry")
+
+
+def _check_probability(name: str, value: np.ndarray) -> None:
+    if np.any(~np.isfinite(value)) or np.any(value <= 0.0) or np.any(value >= 1.0):
+        raise ValueError(f"{name} must lie in (0, 1), got {value}")
+
+
+def clopper_pearson_interval(
+    *, k: ArrayLike, n: ArrayLike, confidence: float
+) -> tuple[np.ndarray, np.ndarray]:
+    """Two-sided Clopper-Pearson interval for k successes in n trials.
+
+    >>> low, high = clopper_pearson_interval(k=0, n=100, confidence=0.95)
+    >>> float(low), round(float(high), 4)
+    (0.0, 0.0362)
+    """
+    k_arr = np.asarray(k, dtype=np.float64)
+    n_arr = np.asarray(n, dtype=np.float64)
+    _check_counts(k_arr, n_arr)
+    _check_probability("confidence", np.asarray(confidence, dtype=np.float64))
+    alpha = 1.0 - confidence
+    # Beta(k, n-k+1) and Beta(k+1, n-k) quantiles; the endpoints are exactly 0 and 1 at k=0, k=n.
+    with np.errstate(invalid="ignore", divide="ignore"):
+        low = np.where(k_arr > 0, betaincinv(k_arr, n_arr - k_arr + 1.0, alpha / 2.0), 0.0)
+        high = np.where(k_arr < n_arr, betaincinv(k_arr + 1.0, n_arr - k_arr, 1.0 - alpha / 2.0), 1.0)
+    return low, high
+
+
+def clopper_pearson_upper(*, k: ArrayLike, n: ArrayLike, delta: ArrayLike) -> np.ndarray:
+    """One-sided (1 - delta) Clopper-Pearson upper bound on a binomial probability."""
+    k_arr = np.asarray(k, dtype=np.float64)
+    n_arr = np.asarray(n, dtype=np.float64)
+    delta_arr = np.asarray(delta, dtype=np.float64)
+    _check_counts(k_arr, n_arr)
+    _check_probability("delta", delta_arr)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(k_arr < n_arr, betaincinv(k_arr + 1.0, n_arr - k_arr, 1.0 - delta_arr), 1.0)
+
+
+def beta_posterior_upper(*, k: ArrayLike, n: ArrayLike, delta: ArrayLike) -> np.ndarray:
+    """Upper (1 - delta) quantile of the Beta(1 + k, 1 + n - k) posterior (uniform prior).
+
+    With k = 0 the bound is 1 - delta ** (1 / (n + 1)), about ln(1/delta) / n.
+    """
+    k_arr = np.asarray(k, dtype=np.float64)
+    n_arr = np.asarray(n, dtype=np.float64)
+    delta_arr = np.asarray(delta, dtype=np.float64)
+    _check_counts(k_arr, n_arr)
+    _check_probability("delta", delta_arr)
+    return betaincinv(1.0 + k_arr, 1.0 + n_arr - k_arr, 1.0 - delta_arr)
