@@ -20,6 +20,16 @@ JSON and YAML hold what JSON holds: tuples come back as lists, dataclasses as di
 non-string dict keys come back as strings. Non-finite floats are written as ``NaN`` /
 ``Infinity`` in JSON (Python's reading of them), so metrics that diverged still round-trip.
 
+Corruption is detected rather than loaded as different data: ``.parquet`` files are written
+with a CRC-32 per page and read with page checksum verification; ``.pt`` and ``.npz`` are zip
+archives whose members' CRC-32 is checked on load (``torch.load`` alone does not check it).
+A truncated ``.parquet``, ``.pt``, ``.npz`` or ``.json`` file, or one of the first three with
+damaged bytes, raises ``CorruptFileError`` (damage to bytes that carry no data, such as a zip
+comment, may still load the same values). Text formats carry no checksum: JSON and YAML must
+decode as UTF-8 and parse, so damage that leaves valid text (a changed digit) goes unnoticed,
+and YAML, having no end marker, still parses when cut at a line break. ``.pkl`` has no
+checksum either.
+
 ``.parquet`` always loads as a DataFrame; ``load_parquet_table`` returns the ``pyarrow.Table``
 with its schema metadata (e.g. the run config stored as file metadata).
 
@@ -238,19 +248,22 @@ def _as_arrow_table(obj: Any) -> Any:
 def _write_parquet(obj: Any, fh: IO[bytes]) -> None:
     import pyarrow.parquet as pq
 
-    pq.write_table(_as_arrow_table(obj), fh)
+    # Parquet pages carry no checksum by default: a flipped bit in a data page would load as a
+    # silently different number. With a CRC per page the reader below notices.
+    pq.write_table(_as_arrow_table(obj), fh, write_page_checksum=True)
 
 
 def _read_parquet(fh: IO[bytes]) -> Any:
     import pandas as pd
 
-    return pd.read_parquet(fh, engine="pyarrow")
+    # Pages written without a checksum (by other tools) are read unchecked.
+    return pd.read_parquet(fh, engine="pyarrow", page_checksum_verification=True)
 
 
 def _read_parquet_table(fh: IO[bytes]) -> Any:
     import pyarrow.parquet as pq
 
-    return pq.read_table(fh)
+    return pq.read_table(fh, page_checksum_verification=True)
 
 
 def _write_npz(obj: Any, fh: IO[bytes]) -> None:
@@ -326,9 +339,34 @@ def _write_pt(obj: Any, fh: IO[bytes]) -> None:
     torch.save(obj, fh)
 
 
+_DOS_DIRECTORY_BIT = 0x10
+
+
+def _check_zip_members(fh: IO[bytes]) -> None:
+    """Raise ValueError if a member of the zip in ``fh`` fails its CRC or claims to be a folder.
+
+    ``torch.load`` reads the zip that ``torch.save`` writes without checking the CRC-32 of its
+    members, so a flipped bit in a tensor loads as a silently different weight. A member whose
+    directory entry says "folder" makes torch read the wrong bytes, also without an error.
+    """
+    fh.seek(0)
+    with zipfile.ZipFile(fh) as archive:
+        for info in archive.infolist():
+            if info.external_attr & _DOS_DIRECTORY_BIT or info.is_dir():
+                raise ValueError(f"zip member {info.filename!r} is marked as a folder")
+        bad = archive.testzip()
+        if bad is not None:
+            raise ValueError(f"zip member {bad!r} fails its CRC-32 check")
+    fh.seek(0)
+
+
 def _read_pt(fh: IO[bytes]) -> Any:
     import torch
 
+    # Files of the legacy (pre-zip) torch format have no checksums; torch.load reads them.
+    if zipfile.is_zipfile(fh):
+        _check_zip_members(fh)
+    fh.seek(0)
     return torch.load(fh, weights_only=True, map_location="cpu")
 
 

@@ -9,17 +9,23 @@ file names, `video_length`, fps, `gc_trigger`, warnings), with what it gets wron
   `recorded_frames` through `BaseParallelWrapper.__getattr__`, which recurses forever when
   `env` was never set);
 - videos are written to a temporary file in the video folder and moved into place with
-  `os.replace`, so a killed job never leaves a truncated mp4 under the final name;
+  `os.replace`, so a killed job never leaves a truncated mp4 under the final name (temporary
+  files of writers on this host that no longer run are removed at the next write);
+- a write that the operating system refuses (full disk, quota, permissions) raises
+  `src.core.io.FileAccessError` naming the video and the cause, with its `errno` (MoviePy
+  reports a full disk as a broken pipe followed by advice about codecs);
 - constructor arguments are checked up front, before anything is created on disk.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import gc
 import numbers
 import os
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import gymnasium
@@ -27,6 +33,8 @@ import numpy as np
 from gymnasium.error import DependencyNotInstalled
 from pettingzoo.utils.env import ParallelEnv
 from pettingzoo.utils.wrappers.record_video_parallel import RecordVideoParallel
+
+from src.core.io import _HOST, FileAccessError, _pid_alive
 
 __all__ = ["DEFAULT_FPS", "INCOMPATIBLE_RENDER_MODES", "RecordVideo"]
 
@@ -69,6 +77,40 @@ def _resolve_fps(env: ParallelEnv, fps: int | None) -> int:
             f'env.metadata["render_fps"] must be a number >= 1 or absent, got {render_fps!r}'
         )
     return int(render_fps)
+
+
+# Causes that ffmpeg reports only as text (MoviePy raises EPIPE once ffmpeg has exited).
+_OS_CAUSES = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS, errno.EACCES, errno.EIO)
+_TMP_SUFFIX = ".tmp.mp4"
+
+
+def _describe_write_error(error: OSError) -> tuple[int | None, str]:
+    """Return (errno, one-line cause) of a failed video write."""
+    text = str(error)
+    for code in (error.errno, *_OS_CAUSES):
+        if code is not None and code != errno.EPIPE and os.strerror(code) in text:
+            return code, f"{os.strerror(code)} [{errno.errorcode.get(code, code)}]"
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    cause = lines[0] if lines else type(error).__name__
+    marker = "FFMPEG encountered the following error"
+    for index, line in enumerate(lines[:-1]):
+        if marker in line:
+            cause = f"{cause}; ffmpeg: {lines[index + 1]}"
+            break
+    return error.errno, cause
+
+
+def _remove_stale_temps(folder: str, filename: str) -> None:
+    """Delete temp files of `filename` left by writers on this host that no longer run."""
+    prefix = f".{filename[:-4]}.{_HOST}."
+    with contextlib.suppress(OSError):
+        for entry in os.scandir(folder):
+            if not (entry.name.startswith(prefix) and entry.name.endswith(_TMP_SUFFIX)):
+                continue
+            pid = entry.name[len(prefix) : -len(_TMP_SUFFIX)]
+            if pid.isdigit() and int(pid) != os.getpid() and not _pid_alive(int(pid)):
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(entry.path)
 
 
 def _fsync_path(path: str, *, directory: bool = False) -> None:
@@ -255,20 +297,29 @@ class RecordVideo(RecordVideoParallel):
             raise DependencyNotInstalled(_MOVIEPY_MISSING) from e
 
         path = os.path.join(self.video_folder, filename)
-        # Same folder (so os.replace is atomic), hidden, unique per process, and ending in .mp4
-        # because MoviePy picks the codec and ffmpeg the container from the extension.
-        tmp_path = os.path.join(self.video_folder, f".{filename[:-4]}.{os.getpid()}.tmp.mp4")
+        # Same folder (so os.replace is atomic), hidden, unique per host and process, and ending
+        # in .mp4 because MoviePy picks the codec and ffmpeg the container from the extension.
+        tmp_path = os.path.join(
+            self.video_folder, f".{filename[:-4]}.{_HOST}.{os.getpid()}{_TMP_SUFFIX}"
+        )
+        _remove_stale_temps(self.video_folder, filename)
         clip = ImageSequenceClip(frames, fps=self.frames_per_sec)
         try:
             clip.write_videofile(tmp_path, logger=None if self.disable_logger else "bar")
             _fsync_path(tmp_path)
             os.replace(tmp_path, path)
             _fsync_path(self.video_folder, directory=True)
-        except BaseException:
+        except OSError as error:
+            code, cause = _describe_write_error(error)
+            failure = FileAccessError(
+                f"cannot write video {path}: {cause}", path=Path(path), format=".mp4"
+            )
+            failure.errno = code
+            raise failure from error
+        finally:
+            # Also on KeyboardInterrupt and other non-OSError failures.
             with contextlib.suppress(FileNotFoundError):
                 os.remove(tmp_path)
-            raise
-        finally:
             clip.close()
 
     def __del__(self) -> None:

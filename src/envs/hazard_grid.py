@@ -1,0 +1,99 @@
+"""``hazard_grid``: agents walk to their goals on a grid strewn with hazard cells.
+
+Layout of an episode (drawn from the copy's random stream): ``n_hazards`` hazard cells are
+chosen among the *hazard sites*, the cells whose row and column are both odd; starts and goals
+are ``2 * n_agents`` distinct non-hazard cells. Every cell with an even row or an even column
+is therefore hazard-free and these cells form a connected lattice touching every other
+non-hazard cell, so each agent always has a hazard-free path to its goal. The lattice is not the
+shortest path in general: an agent that walks straight to its goal crosses hazard sites, and a
+slip next to a hazard can push it in, so safe behaviour must be learned.
+
+Dynamics, costs, rewards and observations are those of :mod:`src.envs.grid_core`.
+
+>>> env = HazardGridVectorEnv(HazardGridConfig(), num_envs=4, seed=0)
+>>> env.reset().shape
+(4, 3, 18)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from src.envs.base import check_int
+from src.envs.grid_core import GridConfig, GridVectorEnv
+from src.envs.rng import draw, index_terms
+
+__all__ = ["HazardGridConfig", "HazardGridVectorEnv"]
+
+_MAX_KEY = np.uint64(np.iinfo(np.uint64).max)
+
+
+@dataclass(frozen=True, kw_only=True)
+class HazardGridConfig(GridConfig):
+    """Parameters of ``hazard_grid`` (the shared grid parameters plus the hazard count)."""
+
+    n_hazards: int = 8
+    """Hazard cells per episode, placed on cells with odd row and odd column."""
+
+    def validate(self) -> None:
+        """Raise ``ValueError`` naming the first bad parameter."""
+        super().validate()
+        sites = (self.size // 2) ** 2
+        check_int("n_hazards", self.n_hazards, low=0)
+        if self.n_hazards > sites:
+            raise ValueError(
+                f"n_hazards={self.n_hazards} exceeds the {sites} hazard sites (cells with odd "
+                f"row and odd column) of a {self.size}x{self.size} grid"
+            )
+        free = self.size * self.size - self.n_hazards
+        if 2 * self.n_agents > free:
+            raise ValueError(
+                f"grid too small for the agents: size={self.size} leaves {free} non-hazard "
+                f"cells, but n_agents={self.n_agents} need {2 * self.n_agents} distinct start "
+                "and goal cells"
+            )
+
+
+class HazardGridVectorEnv(GridVectorEnv):
+    """Batched ``hazard_grid``: see the module docstring."""
+
+    name = "hazard_grid"
+
+    def __init__(
+        self,
+        config: HazardGridConfig,
+        *,
+        num_envs: int = 1,
+        seed: int | Sequence[int] | None = None,
+        autoreset: bool = True,
+    ) -> None:
+        if not isinstance(config, HazardGridConfig):
+            raise ValueError(f"config must be a HazardGridConfig, got {type(config).__name__}")
+        super().__init__(config, num_envs=num_envs, seed=seed, autoreset=autoreset)
+        self._n_hazards = config.n_hazards
+        rows, cols = self._row, self._col
+        self._sites = np.flatnonzero((rows % 2 == 1) & (cols % 2 == 1))
+        # Draw indices: first one per hazard site, then one per cell (for starts and goals).
+        self._site_terms = index_terms(np.arange(len(self._sites)))
+        self._cell_terms = index_terms(len(self._sites) + np.arange(self.n_cells))
+
+    def _place(
+        self, keys: np.ndarray, counters: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        n_rows = len(keys)
+        n_agents = self.n_agents
+        n_hazards = self._n_hazards
+        # A random permutation per copy is the argsort of independent random keys.
+        site_order = np.argsort(draw(keys, counters, self._site_terms), axis=1, kind="stable")
+        hazard = np.zeros((n_rows, self.n_cells), dtype=bool)
+        chosen = self._sites.take(site_order[:, :n_hazards])
+        hazard[np.arange(n_rows)[:, None], chosen] = True
+        # Hazards sort last (their keys are the maximum; the others use 63 bits), so the first
+        # 2A cells of the order are distinct non-hazard cells.
+        cell_keys = draw(keys, counters, self._cell_terms) >> np.uint64(1)
+        cell_keys[hazard] = _MAX_KEY
+        order = np.argsort(cell_keys, axis=1, kind="stable")[:, : 2 * n_agents]
+        return order[:, :n_agents], order[:, n_agents:], hazard

@@ -1,0 +1,106 @@
+"""Registry of the safety environments: one name, one config dataclass, two constructors.
+
+>>> env = make_vector_env("hazard_grid", num_envs=2, seed=0, n_agents=2)
+>>> env.reset().shape
+(2, 2, 16)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from pettingzoo import ParallelEnv
+
+from src.envs.base import VectorEnv
+from src.envs.grid_parallel import GridParallelEnv
+from src.envs.hazard_grid import HazardGridConfig, HazardGridVectorEnv
+from src.envs.intersection import IntersectionConfig, IntersectionVectorEnv
+from src.envs.spread import SpreadConfig, SpreadParallelEnv, SpreadVectorEnv
+
+__all__ = ["ENVS", "EnvSpec", "make_config", "make_env", "make_vector_env"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class EnvSpec:
+    """How to build one registered environment."""
+
+    name: str
+    """Registry name (``env_name`` in configs)."""
+    config_class: type
+    """Frozen dataclass holding the env's parameters and their checks."""
+    make_parallel: Callable[[Any, str | None], ParallelEnv]
+    """``(config, render_mode) -> ParallelEnv``."""
+    make_vector: Callable[[Any, int, int | Sequence[int] | None], VectorEnv]
+    """``(config, num_envs, seed) -> VectorEnv``."""
+    description: str
+    """One line for listings."""
+
+
+ENVS: dict[str, EnvSpec] = {
+    "hazard_grid": EnvSpec(
+        name="hazard_grid",
+        config_class=HazardGridConfig,
+        make_parallel=lambda config, render_mode: GridParallelEnv(
+            HazardGridVectorEnv, config, render_mode=render_mode
+        ),
+        make_vector=lambda config, num_envs, seed: HazardGridVectorEnv(
+            config, num_envs=num_envs, seed=seed
+        ),
+        description="agents reach goals on a grid with hazard cells; hazards and collisions cost",
+    ),
+    "spread": EnvSpec(
+        name="spread",
+        config_class=SpreadConfig,
+        make_parallel=lambda config, render_mode: SpreadParallelEnv(
+            config, render_mode=render_mode
+        ),
+        make_vector=lambda config, num_envs, seed: SpreadVectorEnv(
+            config, num_envs=num_envs, seed=seed
+        ),
+        description="mpe2 simple_spread_v3; collisions between agents cost",
+    ),
+    "intersection": EnvSpec(
+        name="intersection",
+        config_class=IntersectionConfig,
+        make_parallel=lambda config, render_mode: GridParallelEnv(
+            IntersectionVectorEnv, config, render_mode=render_mode
+        ),
+        make_vector=lambda config, num_envs, seed: IntersectionVectorEnv(
+            config, num_envs=num_envs, seed=seed
+        ),
+        description="agents cross a four-way junction; collisions and leaving the road cost",
+    ),
+}
+
+
+def _spec(name: str) -> EnvSpec:
+    if name not in ENVS:
+        raise ValueError(f"unknown env {name!r}; known envs: {', '.join(sorted(ENVS))}")
+    return ENVS[name]
+
+
+def make_config(name: str, **params: Any) -> Any:
+    """The validated config dataclass of env ``name``; bad or unknown params raise ValueError."""
+    spec = _spec(name)
+    known = [field.name for field in dataclasses.fields(spec.config_class)]
+    unknown = sorted(set(params) - set(known))
+    if unknown:
+        raise ValueError(
+            f"unknown parameters {unknown} for env {name!r}; known parameters: {', '.join(known)}"
+        )
+    return spec.config_class(**params)
+
+
+def make_env(name: str, *, render_mode: str | None = None, **params: Any) -> ParallelEnv:
+    """A PettingZoo ParallelEnv of env ``name`` with its parameters ``params``."""
+    return _spec(name).make_parallel(make_config(name, **params), render_mode)
+
+
+def make_vector_env(
+    name: str, *, num_envs: int, seed: int | Sequence[int] | None = None, **params: Any
+) -> VectorEnv:
+    """``num_envs`` copies of env ``name``; ``seed`` is used by the first ``reset()``."""
+    return _spec(name).make_vector(make_config(name, **params), num_envs, seed)
