@@ -1,0 +1,87 @@
+"""Concatenate the per-run tables of an experiment into `tables_dir/{eval,history,updates}`.
+
+Each table is written as Parquet (same explicit schema as the per-run files; the run configs
+as a JSON list under the metadata key `b"configs"`) and as CSV for spreadsheets.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+
+import pyarrow as pa
+
+from src.analysis.export import EVAL_SCHEMA, HISTORY_SCHEMA, UPDATES_SCHEMA, load_run_config
+from src.analysis.files import atomic_path, read_parquet, write_parquet
+
+__all__ = ["CONFIGS_METADATA_KEY", "RUN_TABLES", "aggregate", "load_table"]
+
+CONFIGS_METADATA_KEY = b"configs"
+
+# File name stem -> schema of every per-run table the aggregation concatenates.
+RUN_TABLES: dict[str, pa.Schema] = {
+    "eval": EVAL_SCHEMA,
+    "history": HISTORY_SCHEMA,
+    "updates": UPDATES_SCHEMA,
+}
+
+
+def load_table(tables_dir: str | Path, name: str) -> pa.Table:
+    """Read an aggregated table `tables_dir/{name}.parquet`, checking its schema."""
+    if name not in RUN_TABLES:
+        raise ValueError(f"unknown table {name!r}; known: {sorted(RUN_TABLES)}")
+    return read_parquet(Path(tables_dir) / f"{name}.parquet", RUN_TABLES[name])
+
+
+def _check_identity(table: pa.Table, path: Path, config: dict) -> None:
+    expected = {"env": config["env_name"], "algo": config["algo"], "run": int(config["run_idx"])}
+    for column, value in expected.items():
+        found = set(table.column(column).to_pylist())
+        if found - {value}:
+            raise ValueError(
+                f"{path} has {column} values {sorted(found - {value})}, config says {value!r}"
+            )
+
+
+def _write_csv(table: pa.Table, path: Path) -> None:
+    frame = table.to_pandas()
+    for field in table.schema:
+        if pa.types.is_list(field.type):
+            # One JSON list per cell, readable back with json.loads.
+            frame[field.name] = [json.dumps([float(x) for x in v]) for v in frame[field.name]]
+    with atomic_path(path) as tmp:
+        frame.to_csv(tmp, index=False)
+
+
+def aggregate(run_dirs: Sequence[str | Path], tables_dir: str | Path) -> None:
+    """Concatenate `eval`, `history` and `updates` of all runs into `tables_dir` (Parquet + CSV).
+
+    Every run dir must hold `config.json`, `eval.parquet`, `history.parquet` and
+    `updates.parquet` with the schemas of `src.analysis.export`. Runs must be distinct
+    (env, algo, run) triples. All inputs are read and checked before anything is written.
+    """
+    if isinstance(run_dirs, str | Path) or len(run_dirs) == 0:
+        raise ValueError(f"run_dirs must be a non-empty list of run folders, got {run_dirs!r}")
+    configs = []
+    parts: dict[str, list[pa.Table]] = {name: [] for name in RUN_TABLES}
+    seen: dict[tuple[str, str, int], Path] = {}
+    for run_dir in run_dirs:
+        run_path = Path(run_dir)
+        config = load_run_config(run_path)
+        identity = (config["env_name"], config["algo"], int(config["run_idx"]))
+        if identity in seen:
+            raise ValueError(f"run {identity} appears twice: {seen[identity]} and {run_path}")
+        seen[identity] = run_path
+        configs.append(config)
+        for name, schema in RUN_TABLES.items():
+            path = run_path / f"{name}.parquet"
+            table = read_parquet(path, schema)
+            _check_identity(table, path, config)
+            parts[name].append(table.replace_schema_metadata(None))
+    metadata = {CONFIGS_METADATA_KEY: json.dumps(configs, sort_keys=True, default=str)}
+    out = Path(tables_dir)
+    for name, schema in RUN_TABLES.items():
+        table = pa.concat_tables(parts[name]).cast(schema.with_metadata(metadata))
+        write_parquet(table, out / f"{name}.parquet")
+        _write_csv(table, out / f"{name}.csv")

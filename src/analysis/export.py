@@ -1,0 +1,232 @@
+"""Parquet export of a run: explicit schemas for history, updates and evaluation tables.
+
+Each table has a fixed pyarrow schema (column names and dtypes documented in
+`docs/schemas.md`, section "Output schemas") and carries the run's resolved config as a JSON
+string under the schema metadata key `b"config"`, so a Parquet file found on its own still
+says which experiment produced it.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pyarrow as pa
+
+from src.algos import metrics
+from src.analysis.files import CONFIG_METADATA_KEY, read_json, write_parquet
+
+__all__ = [
+    "EVAL_SCHEMA",
+    "HISTORY_SCHEMA",
+    "UPDATES_SCHEMA",
+    "UPDATE_METRIC_KEYS",
+    "VERSION_KEYS",
+    "config_from_metadata",
+    "export_run",
+    "history_table",
+    "load_run_config",
+    "table_with_config",
+    "updates_table",
+]
+
+# Config keys that select implementation variants; every eval row carries them.
+VERSION_KEYS: tuple[str, ...] = (
+    "ippo_version",
+    "lag_version",
+    "shield_version",
+    "wm_version",
+    "om_version",
+)
+
+HISTORY_SCHEMA = pa.schema(
+    [
+        pa.field("env", pa.string(), nullable=False),
+        pa.field("algo", pa.string(), nullable=False),
+        pa.field("run", pa.int32(), nullable=False),
+        pa.field("episode", pa.int64(), nullable=False),
+        pa.field("env_copy", pa.int32(), nullable=False),
+        pa.field("t_start", pa.int64(), nullable=False),
+        pa.field("t_end", pa.int64(), nullable=False),
+        pa.field("length", pa.int32(), nullable=False),
+        pa.field("team_return", pa.float64(), nullable=False),
+        pa.field("agent_returns", pa.list_(pa.float64()), nullable=False),
+        pa.field("cost", pa.float64(), nullable=False),
+        pa.field("violated", pa.bool_(), nullable=False),
+        pa.field("first_violation_step", pa.int32(), nullable=False),
+        pa.field("truncated_by_cap", pa.bool_(), nullable=False),
+        pa.field("shield_interventions", pa.int64(), nullable=False),
+    ]
+)
+
+# Every metric constant of src.algos.metrics, in definition order: the update columns are the
+# same for every algorithm (absent metrics are null), so tables of all runs concatenate.
+UPDATE_METRIC_KEYS: tuple[str, ...] = tuple(
+    value
+    for name, value in vars(metrics).items()
+    if name.isupper() and isinstance(value, str) and "/" in value
+)
+
+UPDATES_SCHEMA = pa.schema(
+    [
+        pa.field("env", pa.string(), nullable=False),
+        pa.field("algo", pa.string(), nullable=False),
+        pa.field("run", pa.int32(), nullable=False),
+        pa.field("update", pa.int64(), nullable=False),
+        pa.field("global_step", pa.int64(), nullable=False),
+        pa.field("wall_time", pa.float64(), nullable=False),
+        *(pa.field(key, pa.float64(), nullable=True) for key in UPDATE_METRIC_KEYS),
+    ]
+)
+
+EVAL_SCHEMA = pa.schema(
+    [
+        pa.field("env", pa.string(), nullable=False),
+        pa.field("algo", pa.string(), nullable=False),
+        pa.field("run", pa.int32(), nullable=False),
+        pa.field("horizon", pa.int32(), nullable=False),
+        pa.field("shielded", pa.bool_(), nullable=False),
+        pa.field("n", pa.int64(), nullable=False),
+        pa.field("violations", pa.int64(), nullable=False),
+        pa.field("p_violation", pa.float64(), nullable=False),
+        pa.field("ci_low", pa.float64(), nullable=False),
+        pa.field("ci_high", pa.float64(), nullable=False),
+        pa.field("confidence", pa.float64(), nullable=False),
+        pa.field("mean_return", pa.float64(), nullable=False),
+        pa.field("mean_cost", pa.float64(), nullable=False),
+        *(pa.field(key, pa.string(), nullable=False) for key in VERSION_KEYS),
+    ]
+)
+
+_UPDATE_FIXED = ("update", "global_step", "wall_time")
+
+
+def load_run_config(run_dir: str | Path) -> dict[str, Any]:
+    """Read `run_dir/config.json` and check the identity keys every export needs."""
+    config = read_json(Path(run_dir) / "config.json")
+    if not isinstance(config, dict):
+        raise ValueError(f"{Path(run_dir) / 'config.json'} must hold a JSON object")
+    missing = [key for key in ("env_name", "algo", "run_idx") if key not in config]
+    if missing:
+        raise ValueError(f"{Path(run_dir) / 'config.json'} lacks required keys: {missing}")
+    return config
+
+
+def table_with_config(
+    data: pd.DataFrame | Sequence[Mapping[str, Any]],
+    schema: pa.Schema,
+    config: Mapping[str, Any],
+) -> pa.Table:
+    """Build a table with exactly `schema` (column order and dtypes) and the config as metadata.
+
+    Raises `ValueError` naming missing or unexpected columns, or the column that cannot be
+    converted to its dtype.
+    """
+    frame = pd.DataFrame(list(data)) if not isinstance(data, pd.DataFrame) else data
+    names = list(schema.names)
+    missing = [name for name in names if name not in frame.columns]
+    extra = [name for name in frame.columns if name not in names]
+    if (missing or extra) and len(frame) > 0:
+        raise ValueError(f"columns do not match the schema: missing {missing}, unexpected {extra}")
+    arrays = []
+    for field in schema:
+        values = frame[field.name].tolist() if field.name in frame.columns else []
+        if pa.types.is_floating(field.type):
+            # NaN and None both mean "not measured"; store them as null in nullable columns.
+            values = [
+                None
+                if field.nullable and (v is None or (isinstance(v, float) and math.isnan(v)))
+                else v
+                for v in values
+            ]
+        try:
+            arrays.append(pa.array(values, type=field.type))
+        except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, OverflowError) as error:
+            raise ValueError(
+                f"column {field.name!r} cannot be stored as {field.type}: {error}"
+            ) from error
+        if not field.nullable and arrays[-1].null_count > 0:
+            raise ValueError(f"column {field.name!r} has missing values but is not nullable")
+    metadata = {CONFIG_METADATA_KEY: json.dumps(dict(config), sort_keys=True, default=str)}
+    return pa.Table.from_arrays(arrays, schema=schema.with_metadata(metadata))
+
+
+def config_from_metadata(table: pa.Table) -> dict[str, Any]:
+    """Return the run config stored in a table's schema metadata by `table_with_config`."""
+    metadata = table.schema.metadata or {}
+    if CONFIG_METADATA_KEY not in metadata:
+        raise ValueError("table has no config in its schema metadata")
+    return json.loads(metadata[CONFIG_METADATA_KEY])
+
+
+def history_table(history: Sequence[Mapping[str, Any]], config: Mapping[str, Any]) -> pa.Table:
+    """One row per training episode, from `EpisodeLog` dicts as stored in `history.json`."""
+    if not isinstance(history, Sequence) or isinstance(history, str | bytes):
+        raise ValueError(f"history must be a list of episode records, got {type(history).__name__}")
+    rows = []
+    for index, record in enumerate(history):
+        if not isinstance(record, Mapping):
+            raise ValueError(f"history entry {index} is not a record: {record!r}")
+        missing = [name for name in HISTORY_SCHEMA.names if name not in record]
+        if missing:
+            raise ValueError(f"history entry {index} lacks fields {missing}")
+        rows.append({name: record[name] for name in HISTORY_SCHEMA.names})
+    return table_with_config(
+        pd.DataFrame(rows, columns=HISTORY_SCHEMA.names), HISTORY_SCHEMA, config
+    )
+
+
+def updates_table(updates: Sequence[Mapping[str, Any]], config: Mapping[str, Any]) -> pa.Table:
+    """One row per policy update, from the flat metric dicts stored in `updates.json`.
+
+    Keys must be `update`, `global_step`, `wall_time` or a constant of `src.algos.metrics`;
+    anything else is an error, so a renamed metric cannot silently vanish from the tables.
+    """
+    if not isinstance(updates, Sequence) or isinstance(updates, str | bytes):
+        raise ValueError(f"updates must be a list of metric dicts, got {type(updates).__name__}")
+    known = set(_UPDATE_FIXED) | set(UPDATE_METRIC_KEYS)
+    rows = []
+    for index, record in enumerate(updates):
+        if not isinstance(record, Mapping):
+            raise ValueError(f"updates entry {index} is not a dict: {record!r}")
+        missing = [key for key in _UPDATE_FIXED if key not in record]
+        unknown = sorted(set(record) - known)
+        if missing:
+            raise ValueError(f"updates entry {index} lacks keys {missing}")
+        if unknown:
+            raise ValueError(
+                f"updates entry {index} has keys that are not metric constants of "
+                f"src.algos.metrics: {unknown}"
+            )
+        row = {key: record.get(key) for key in (*_UPDATE_FIXED, *UPDATE_METRIC_KEYS)}
+        row.update(env=config["env_name"], algo=config["algo"], run=config["run_idx"])
+        rows.append(row)
+    return table_with_config(
+        pd.DataFrame(rows, columns=UPDATES_SCHEMA.names), UPDATES_SCHEMA, config
+    )
+
+
+def export_run(run_dir: str | Path, history_out: str | Path, updates_out: str | Path) -> None:
+    """Write a run's `history.json` and `updates.json` as Parquet with explicit schemas.
+
+    `history_out` gets one row per training episode (`HISTORY_SCHEMA`), `updates_out` one row
+    per policy update (`UPDATES_SCHEMA`); both carry the run's config as metadata. Both tables
+    are built before either file is written, so a bad input writes nothing.
+    """
+    run_path = Path(run_dir)
+    config = load_run_config(run_path)
+    history = history_table(read_json(run_path / "history.json"), config)
+    updates = updates_table(read_json(run_path / "updates.json"), config)
+    for column, table in (("env", history), ("algo", history)):
+        key = "env_name" if column == "env" else "algo"
+        stray = set(table.column(column).to_pylist()) - {config[key]}
+        if stray:
+            raise ValueError(
+                f"{run_path / 'history.json'} has {column} values {stray} not {config[key]!r}"
+            )
+    write_parquet(history, history_out)
+    write_parquet(updates, updates_out)

@@ -1,0 +1,225 @@
+"""Final-policy evaluation of a run (DESIGN.md section 7), written to `eval.parquet`.
+
+`final_policy_eval_episodes` episodes, episode i seeded `final_policy_eval_seed_offset + i` for
+every algorithm (paired comparisons), run in batches of env copies of one `VectorEnv`; the
+hidden training cap is lifted to the largest horizon. `shield` runs are evaluated twice: with
+the shield (deployed policy) and without it (base policy).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any, Protocol
+
+import numpy as np
+import pandas as pd
+
+from src.algos.policy import load_actor
+from src.analysis.export import EVAL_SCHEMA, VERSION_KEYS, load_run_config, table_with_config
+from src.analysis.files import write_parquet
+from src.envs.registry import make_vector_env
+from src.evaluation.episodes import EpisodeBatch, check_horizons, horizon_summary
+
+__all__ = [
+    "DEFAULT_EVAL_BATCH",
+    "collect_episodes",
+    "env_params_of",
+    "eval_settings",
+    "evaluate_run",
+]
+
+# Env copies per batch unless the config sets `final_policy_eval_num_envs`. The actor samples
+# all copies of a batch from one generator, so the numbers depend on this size: it is part of
+# the evaluation's definition, like the seeds.
+DEFAULT_EVAL_BATCH = 100
+
+SHIELD_ALGO = "shield"
+
+
+class StepResultLike(Protocol):
+    """The fields of `src.envs.base.StepResult` that the evaluation reads."""
+
+    obs: np.ndarray
+    reward: np.ndarray
+    cost: np.ndarray
+    terminated: np.ndarray
+    truncated: np.ndarray
+
+
+class VectorEnvLike(Protocol):
+    """The part of `src.envs.base.VectorEnv` that the evaluation uses."""
+
+    num_envs: int
+
+    def reset(self, seed: int | Sequence[int] | None = None) -> np.ndarray: ...
+
+    def step(self, actions: np.ndarray) -> StepResultLike: ...
+
+    def close(self) -> None: ...
+
+
+class ActorLike(Protocol):
+    """The part of `src.algos.policy.Actor` that the evaluation uses."""
+
+    def reset(self, num_envs: int, seed: int) -> None: ...
+
+    def act(self, obs: np.ndarray, episode_step: np.ndarray) -> np.ndarray: ...
+
+
+def collect_episodes(
+    *,
+    make_vec: Callable[[int], VectorEnvLike],
+    actor: ActorLike,
+    seeds: Sequence[int],
+    max_steps: int,
+    batch_size: int,
+    actor_seed: int,
+) -> EpisodeBatch:
+    """Run one episode per seed, `batch_size` env copies at a time, for at most `max_steps` steps.
+
+    `make_vec(E)` builds a vector env of E copies whose hidden cap is at least `max_steps`; it
+    is called once per distinct batch size. Batch b resets its copies with its slice of `seeds`
+    and the actor with `actor_seed + b * batch_size`. A copy's steps after its episode ended
+    (the env auto-resets it) are masked out; the batch stops when every copy has finished.
+    """
+    seeds = [int(s) for s in seeds]
+    if max_steps < 1:
+        raise ValueError(f"max_steps must be >= 1, got {max_steps}")
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+    n = len(seeds)
+    reward = np.zeros((n, max_steps), dtype=np.float64)  # [N, T]
+    cost = np.zeros((n, max_steps), dtype=np.float64)  # [N, T]
+    violation = np.zeros((n, max_steps), dtype=bool)  # [N, T]
+    length = np.zeros(n, dtype=np.int64)  # [N]
+    envs: dict[int, VectorEnvLike] = {}
+    try:
+        for start in range(0, n, batch_size):
+            stop = min(start + batch_size, n)
+            copies = stop - start
+            if copies not in envs:
+                envs[copies] = make_vec(copies)
+            vec = envs[copies]
+            if vec.num_envs != copies:
+                raise ValueError(f"make_vec({copies}) returned {vec.num_envs} copies")
+            obs = vec.reset(seed=seeds[start:stop])  # [E, A, D]
+            actor.reset(num_envs=copies, seed=actor_seed + start)
+            active = np.ones(copies, dtype=bool)  # [E]
+            # [E] 1-based index of the step the next actions take (the shield's schedule uses it)
+            step_in_episode = np.ones(copies, dtype=np.int64)
+            for t in range(max_steps):
+                actions = actor.act(obs, step_in_episode)  # [E, A]
+                result = vec.step(actions)
+                rows = slice(start, stop)
+                reward[rows, t] = np.where(active, result.reward.sum(axis=1), 0.0)
+                cost[rows, t] = np.where(active, result.cost.sum(axis=1), 0.0)
+                violation[rows, t] = active & (result.cost > 0).any(axis=1)
+                length[rows] += active
+                # Episodes end for all agents of a copy at once.
+                active &= ~(result.terminated.any(axis=1) | result.truncated.any(axis=1))
+                if not active.any():
+                    break
+                obs = result.obs
+                step_in_episode += 1
+    finally:
+        for vec in envs.values():
+            vec.close()
+    return EpisodeBatch(reward=reward, cost=cost, violation=violation, length=length)
+
+
+def eval_settings(config: Mapping[str, Any]) -> dict[str, Any]:
+    """Read and check the evaluation settings of a resolved run config."""
+    required = (
+        "final_policy_eval_episodes",
+        "final_policy_eval_horizons",
+        "final_policy_eval_seed_offset",
+        "final_policy_eval_confidence",
+    )
+    missing = [key for key in required if key not in config]
+    if missing:
+        raise ValueError(f"run config lacks evaluation keys: {missing}")
+    episodes = config["final_policy_eval_episodes"]
+    if not isinstance(episodes, int) or isinstance(episodes, bool) or episodes < 0:
+        raise ValueError(f"final_policy_eval_episodes must be an integer >= 0, got {episodes!r}")
+    horizons = check_horizons(config["final_policy_eval_horizons"])
+    confidence = config["final_policy_eval_confidence"]
+    if not isinstance(confidence, float | int) or not 0.0 < confidence < 1.0:
+        raise ValueError(f"final_policy_eval_confidence must lie in (0, 1), got {confidence!r}")
+    batch = config.get("final_policy_eval_num_envs", DEFAULT_EVAL_BATCH)
+    if not isinstance(batch, int) or isinstance(batch, bool) or batch < 1:
+        raise ValueError(f"final_policy_eval_num_envs must be an integer >= 1, got {batch!r}")
+    return {
+        "episodes": episodes,
+        "horizons": sorted(int(h) for h in horizons),
+        "seed_offset": int(config["final_policy_eval_seed_offset"]),
+        "confidence": float(confidence),
+        "batch_size": min(batch, max(episodes, 1)),
+    }
+
+
+def env_params_of(config: Mapping[str, Any], **overrides: Any) -> dict[str, Any]:
+    """The env constructor parameters of a run: `env_params`, `n_agents`, then `overrides`."""
+    params = dict(config.get("env_params") or {})
+    if "n_agents" not in params:
+        if "n_agents" not in config:
+            raise ValueError("run config lacks n_agents (neither a key nor in env_params)")
+        params["n_agents"] = config["n_agents"]
+    params.update(overrides)
+    return params
+
+
+def _rows(
+    config: Mapping[str, Any], summary: pd.DataFrame, *, shielded: bool, confidence: float
+) -> pd.DataFrame:
+    frame = summary.copy()
+    frame.insert(0, "env", config["env_name"])
+    frame.insert(1, "algo", config["algo"])
+    frame.insert(2, "run", int(config["run_idx"]))
+    frame.insert(4, "shielded", shielded)
+    frame.insert(frame.columns.get_loc("ci_high") + 1, "confidence", confidence)
+    for key in VERSION_KEYS:
+        frame[key] = str(config.get(key, ""))
+    return frame
+
+
+def evaluate_run(run_dir: str | Path, out_path: str | Path) -> pd.DataFrame:
+    """Evaluate a run's final policy and write `eval.parquet` (one row per horizon and shield mode).
+
+    Reads `run_dir/config.json` and `run_dir/policy.pt`. With `final_policy_eval_episodes: 0`
+    the file is written with the schema and no rows. Returns the table as a DataFrame with the
+    columns of `src.analysis.export.EVAL_SCHEMA`.
+    """
+    config = load_run_config(run_dir)
+    settings = eval_settings(config)
+    frames: list[pd.DataFrame] = []
+    if settings["episodes"] > 0:
+        max_steps = max(settings["horizons"])
+        # Lift the hidden training cap to the largest horizon.
+        params = env_params_of(config, max_steps=max_steps)
+        seeds = [settings["seed_offset"] + i for i in range(settings["episodes"])]
+        modes = (True, False) if config["algo"] == SHIELD_ALGO else (False,)
+        for shielded in modes:
+            actor = load_actor(run_dir, shielded=shielded)
+            batch = collect_episodes(
+                make_vec=lambda copies: make_vector_env(
+                    config["env_name"], num_envs=copies, seed=None, **params
+                ),
+                actor=actor,
+                seeds=seeds,
+                max_steps=max_steps,
+                batch_size=settings["batch_size"],
+                actor_seed=settings["seed_offset"],
+            )
+            summary = horizon_summary(
+                batch, settings["horizons"], confidence=settings["confidence"]
+            )
+            frames.append(
+                _rows(config, summary, shielded=shielded, confidence=settings["confidence"])
+            )
+    result = (
+        pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=EVAL_SCHEMA.names)
+    )
+    table = table_with_config(result, EVAL_SCHEMA, config)
+    write_parquet(table, out_path)
+    return table.to_pandas()

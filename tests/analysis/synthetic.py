@@ -1,0 +1,169 @@
+"""Synthetic run folders (config, history, updates, eval) for the analysis and evaluation tests."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from src.algos import metrics
+from src.analysis.export import EVAL_SCHEMA, VERSION_KEYS, export_run, table_with_config
+from src.analysis.files import write_parquet
+from src.evaluation.episodes import EpisodeBatch, horizon_summary
+
+HORIZONS = (1, 10, 50, 100, 200)
+# Per algorithm: how risky the synthetic policy is and how much return it gets.
+PROFILE = {"ippo": (0.02, 1.0), "ippo_lag": (0.006, 0.8), "shield": (0.002, 0.7)}
+
+
+def make_config(env: str, algo: str, run: int, *, episodes: int = 50) -> dict:
+    """A resolved run config with the keys the evaluation and exports read."""
+    return {
+        "env_name": env,
+        "algo": algo,
+        "run_idx": run,
+        "seed": run,
+        "n_agents": 2,
+        "num_envs": 4,
+        "env_params": {"max_steps": 50},
+        "algo_params": {},
+        "final_policy_eval_episodes": episodes,
+        "final_policy_eval_horizons": list(HORIZONS),
+        "final_policy_eval_seed_offset": 1_000_000,
+        "final_policy_eval_confidence": 0.95,
+        **{key: "v0" for key in VERSION_KEYS},
+    }
+
+
+def make_history(env: str, algo: str, run: int, *, episodes: int = 60, seed: int = 0) -> list[dict]:
+    """EpisodeLog dicts of a run whose return rises and cost falls over training."""
+    rng = np.random.default_rng([seed, run, len(algo), len(env)])
+    risk, scale = PROFILE.get(algo, (0.01, 1.0))
+    records = []
+    t = 0
+    for episode in range(episodes):
+        length = 50
+        progress = episode / max(episodes - 1, 1)
+        agent_returns = tuple(float(scale * (progress * 10 + rng.normal())) for _ in range(2))
+        violated = bool(rng.random() < min(1.0, risk * 50 * (1.2 - progress)))
+        first = int(rng.integers(1, length + 1)) if violated else -1
+        records.append(
+            {
+                "env": env,
+                "algo": algo,
+                "run": run,
+                "episode": episode,
+                "env_copy": episode % 4,
+                "t_start": t,
+                "t_end": t + length,
+                "length": length,
+                "team_return": float(sum(agent_returns)),
+                "agent_returns": list(agent_returns),
+                "cost": float(violated) * float(rng.integers(1, 4)),
+                "violated": violated,
+                "first_violation_step": first,
+                "truncated_by_cap": True,
+                "shield_interventions": int(rng.integers(0, 20)) if algo == "shield" else 0,
+            }
+        )
+        t += length
+    return records
+
+
+def make_updates(
+    algo: str, *, run: int = 0, updates: int = 12, steps_per_update: int = 250
+) -> list[dict]:
+    """Flat update metric dicts as the trainer writes them."""
+    rng = np.random.default_rng([run, len(algo)])
+    rows = []
+    for update in range(updates):
+        row = {
+            "update": update,
+            "global_step": (update + 1) * steps_per_update,
+            "wall_time": 0.5 * (update + 1),
+            metrics.POLICY_LOSS: 0.1 / (update + 1),
+            metrics.VALUE_LOSS: 1.0 / (update + 1),
+        }
+        if algo == "ippo_lag":
+            row[metrics.LAMBDA] = 0.05 * update
+        if algo == "shield":
+            row[metrics.SHIELD_INTERVENTIONS] = float(max(0, 30 - 2 * update + rng.integers(-3, 4)))
+            row[metrics.SHIELD_NO_SAFE_ACTION] = float(update % 3)
+        rows.append(row)
+    return rows
+
+
+def make_eval_frame(config: dict, *, episodes: int = 200, seed: int = 0) -> pd.DataFrame:
+    """Eval rows computed from synthetic episodes by the real horizon summary."""
+    rng = np.random.default_rng(
+        [seed, config["run_idx"], len(config["algo"]), len(config["env_name"])]
+    )
+    risk, scale = PROFILE.get(config["algo"], (0.01, 1.0))
+    modes = (True, False) if config["algo"] == "shield" else (False,)
+    frames = []
+    for shielded in modes:
+        step_risk = risk if shielded or config["algo"] != "shield" else risk * 5
+        steps = max(HORIZONS)
+        violation = rng.random((episodes, steps)) < step_risk
+        batch = EpisodeBatch(
+            reward=scale * rng.random((episodes, steps)),
+            cost=violation.astype(np.float64),
+            violation=violation,
+            length=np.full(episodes, steps, dtype=np.int64),
+        )
+        summary = horizon_summary(batch, HORIZONS, confidence=0.95)
+        summary.insert(0, "env", config["env_name"])
+        summary.insert(1, "algo", config["algo"])
+        summary.insert(2, "run", config["run_idx"])
+        summary["shielded"] = shielded
+        summary["confidence"] = 0.95
+        for key in VERSION_KEYS:
+            summary[key] = config[key]
+        frames.append(summary)
+    return pd.concat(frames, ignore_index=True)
+
+
+def write_run_dir(
+    root: Path,
+    env: str,
+    algo: str,
+    run: int,
+    *,
+    eval_episodes: int = 200,
+    history_episodes: int = 60,
+) -> Path:
+    """A complete run folder as the workflow leaves it before aggregation."""
+    run_dir = root / "runs" / env / algo / f"run{run}"
+    run_dir.mkdir(parents=True)
+    config = make_config(env, algo, run, episodes=eval_episodes)
+    (run_dir / "config.json").write_text(json.dumps(config))
+    history = make_history(env, algo, run, episodes=history_episodes)
+    (run_dir / "history.json").write_text(json.dumps(history))
+    (run_dir / "updates.json").write_text(json.dumps(make_updates(algo, run=run)))
+    export_run(run_dir, run_dir / "history.parquet", run_dir / "updates.parquet")
+    frame = (
+        make_eval_frame(config, episodes=eval_episodes)
+        if eval_episodes > 0
+        else pd.DataFrame(columns=EVAL_SCHEMA.names)
+    )
+    write_parquet(table_with_config(frame, EVAL_SCHEMA, config), run_dir / "eval.parquet")
+    return run_dir
+
+
+def write_experiment(
+    root: Path,
+    *,
+    envs: tuple[str, ...] = ("hazard_grid", "spread"),
+    algos: tuple[str, ...] = ("ippo", "ippo_lag", "shield"),
+    runs: int = 3,
+    eval_episodes: int = 200,
+) -> list[Path]:
+    """Run folders for every (env, algo, run) of a small synthetic experiment."""
+    return [
+        write_run_dir(root, env, algo, run, eval_episodes=eval_episodes)
+        for env in envs
+        for algo in algos
+        for run in range(runs)
+    ]

@@ -1,0 +1,146 @@
+"""The summary table: per-run metrics, across-run intervals, CSV/Markdown/LaTeX output."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from src.analysis.aggregate import aggregate
+from src.analysis.tables import (
+    final_training_metrics,
+    make_summary,
+    mean_interval,
+    summary_frame,
+)
+from tests.analysis.synthetic import HORIZONS, write_experiment
+
+
+def test_mean_interval_known_values() -> None:
+    # [1, 2, 3]: mean 2, sd 1, t_{0.975, 2} = 4.302653 -> half-width 4.302653 / sqrt(3).
+    mean, low, high = mean_interval(np.array([1.0, 2.0, 3.0]))
+    assert mean == 2.0
+    assert high - mean == pytest.approx(4.302653 / math.sqrt(3), rel=1e-6)
+    assert mean - low == pytest.approx(high - mean)
+    mean, low, high = mean_interval(np.array([5.0]))
+    assert mean == 5.0 and math.isnan(low) and math.isnan(high)
+    assert all(math.isnan(x) for x in mean_interval(np.array([])))
+
+
+def history_rows(run: int, returns: list[float], algo: str = "ippo") -> list[dict]:
+    return [
+        {
+            "env": "e",
+            "algo": algo,
+            "run": run,
+            "episode": i,
+            "t_end": 10 * (i + 1),
+            "team_return": r,
+            "cost": 0.0,
+        }
+        for i, r in enumerate(returns)
+    ]
+
+
+def test_final_training_metrics_use_the_last_tenth_of_episodes() -> None:
+    returns = list(range(20))  # the last 10% are episodes 18 and 19
+    frame = final_training_metrics(pd.DataFrame(history_rows(0, returns)))
+    assert frame.loc[0, "train_return"] == pytest.approx(18.5)
+    short = final_training_metrics(pd.DataFrame(history_rows(0, [3.0, 7.0])))
+    assert short.loc[0, "train_return"] == 7.0  # at least one episode
+
+
+def eval_rows(run: int, algo: str, shielded: bool, p: dict[int, float]) -> list[dict]:
+    return [
+        {
+            "env": "e",
+            "algo": algo,
+            "run": run,
+            "shielded": shielded,
+            "horizon": h,
+            "p_violation": v,
+            "mean_return": 10.0 * h,
+            "mean_cost": v,
+        }
+        for h, v in p.items()
+    ]
+
+
+def test_summary_frame_hand_checked() -> None:
+    history = pd.DataFrame(
+        history_rows(0, [1.0] * 10)
+        + history_rows(1, [3.0] * 10)
+        + history_rows(0, [5.0] * 10, algo="shield")
+    )
+    evaluation = pd.DataFrame(
+        eval_rows(0, "ippo", False, {1: 0.1, 5: 0.2})
+        + eval_rows(1, "ippo", False, {1: 0.3, 5: 0.4})
+        + eval_rows(0, "shield", True, {1: 0.0, 5: 0.05})
+        + eval_rows(0, "shield", False, {1: 0.2, 5: 0.5})
+    )
+    frame = summary_frame(history, evaluation)
+    assert frame[["algo", "shielded", "policy", "runs"]].values.tolist() == [
+        ["ippo", False, "ippo", 2],
+        ["shield", True, "shield", 1],
+        ["shield", False, "shield (shield off)", 1],
+    ]
+    ippo = frame.iloc[0]
+    assert ippo["train_return_mean"] == 2.0
+    assert ippo["p_violation_h1_mean"] == pytest.approx(0.2)
+    assert ippo["p_violation_h5_mean"] == pytest.approx(0.3)
+    assert ippo["eval_return_mean"] == 50.0  # mean return at the largest horizon
+    # Two runs 0.1 and 0.3: t-interval 0.2 +- 12.706 * 0.1414 / sqrt(2), clipped to [0, 1].
+    assert ippo["p_violation_h1_low"] == 0.0
+    assert ippo["p_violation_h1_high"] == 1.0
+    shield_off = frame.iloc[2]
+    assert math.isnan(shield_off["train_return_mean"])  # trained shielded: no own training
+    assert shield_off["p_violation_h5_mean"] == 0.5
+
+
+def test_summary_without_evaluation_keeps_training_columns() -> None:
+    history = pd.DataFrame(history_rows(0, [1.0, 2.0]))
+    evaluation = pd.DataFrame(
+        columns=[
+            "env",
+            "algo",
+            "run",
+            "shielded",
+            "horizon",
+            "p_violation",
+            "mean_return",
+            "mean_cost",
+        ]
+    )
+    frame = summary_frame(history, evaluation)
+    assert frame["train_return_mean"].tolist() == [2.0]
+    assert not any(c.startswith("p_violation") for c in frame.columns)
+
+
+def test_summary_of_empty_history_is_an_error() -> None:
+    with pytest.raises(ValueError, match="history table is empty"):
+        summary_frame(pd.DataFrame(history_rows(0, [])), pd.DataFrame())
+
+
+def test_make_summary_writes_csv_markdown_and_latex(tmp_path: Path) -> None:
+    run_dirs = write_experiment(tmp_path, envs=("hazard_grid",), runs=2, eval_episodes=40)
+    aggregate(run_dirs, tmp_path / "tables")
+    make_summary(tmp_path / "tables")
+    csv = pd.read_csv(tmp_path / "tables" / "summary.csv")
+    assert len(csv) == 4  # ippo, ippo_lag, shield on, shield off
+    assert {
+        f"p_violation_h{h}_{part}" for h in HORIZONS for part in ("mean", "low", "high")
+    } <= set(csv.columns)
+    markdown = (tmp_path / "tables" / "summary.md").read_text()
+    assert markdown.count("\n| hazard_grid |") == 4
+    assert "P(viol. ≤ 200)" in markdown
+    latex = (tmp_path / "tables" / "summary.tex").read_text()
+    assert latex.startswith("\\begin{tabular}") and "hazard\\_grid" in latex
+    assert latex.count("\\\\") == 5  # header and four rows
+
+
+def test_make_summary_without_tables_is_a_clear_error(tmp_path: Path) -> None:
+    with pytest.raises(FileNotFoundError, match=r"history\.parquet"):
+        make_summary(tmp_path)
