@@ -1,0 +1,109 @@
+"""Lagrange multipliers for constrained PPO: the constraint is `J_c <= limit`.
+
+`GradientLagrange` (`lag_version: v0`) is projected gradient ascent on the Lagrangian's dual,
+`lambda <- max(0, lambda + lr * (J_c - limit))`. `PIDLagrange` (`lag_version: pid`) is the
+PID-Lagrangian of Stooke, Achiam and Abbeel, "Responsive Safety in Reinforcement Learning by
+PID Lagrangian Methods" (ICML 2020), Algorithm 2, with the exponential smoothing of OmniSafe's
+`common/lagrange.py`. Both expose `update(cost) -> lambda`, `value` and a picklable state.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from typing import Any
+
+__all__ = ["GradientLagrange", "PIDLagrange"]
+
+
+class GradientLagrange:
+    """Gradient ascent on the multiplier, projected onto lambda >= 0."""
+
+    def __init__(self, *, limit: float, lr: float, init: float = 0.0) -> None:
+        """`limit`: constraint threshold; `lr`: ascent step size; `init`: starting lambda."""
+        if lr <= 0.0:
+            raise ValueError(f"lagrangian lr must be > 0, got {lr}")
+        if init < 0.0:
+            raise ValueError(f"initial lambda must be >= 0, got {init}")
+        self.limit, self.lr, self.value = limit, lr, init
+
+    def update(self, cost: float) -> float:
+        """One ascent step on `lambda * (cost - limit)`; returns the new lambda."""
+        self.value = max(0.0, self.value + self.lr * (cost - self.limit))
+        return self.value
+
+    def state_dict(self) -> dict[str, Any]:
+        """Everything needed to continue, as plain floats."""
+        return {"value": self.value}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore from `state_dict()`."""
+        self.value = float(state["value"])
+
+
+class PIDLagrange:
+    """lambda = max(0, Kp * P + I + Kd * D), with I integrated and clamped at 0 (Stooke 2020).
+
+    P is the (EMA-smoothed) constraint violation `cost - limit`; I accumulates `Ki * (cost -
+    limit)` and never goes below 0 (anti-windup); D is the rise of the (EMA-smoothed) cost
+    over the last `d_delay` updates, counted only when positive so that falling cost never
+    pushes lambda up. `ema_p = ema_d = 0` gives the unsmoothed algorithm.
+    """
+
+    def __init__(
+        self,
+        *,
+        limit: float,
+        kp: float,
+        ki: float,
+        kd: float,
+        d_delay: int = 10,
+        ema_p: float = 0.95,
+        ema_d: float = 0.95,
+        max_value: float = 100.0,
+    ) -> None:
+        """Gains `kp`, `ki`, `kd` >= 0; EMA weights in [0, 1); lambda is capped at `max_value`."""
+        for name, gain in (("kp", kp), ("ki", ki), ("kd", kd)):
+            if gain < 0.0:
+                raise ValueError(f"pid gain {name} must be >= 0, got {gain}")
+        for name, alpha in (("ema_p", ema_p), ("ema_d", ema_d)):
+            if not 0.0 <= alpha < 1.0:
+                raise ValueError(f"pid {name} must lie in [0, 1), got {alpha}")
+        if d_delay < 1:
+            raise ValueError(f"pid d_delay must be >= 1, got {d_delay}")
+        self.limit, self.kp, self.ki, self.kd = limit, kp, ki, kd
+        self.ema_p, self.ema_d, self.max_value = ema_p, ema_d, max_value
+        self.integral = 0.0
+        self.delta_p = 0.0
+        self.cost_d = 0.0
+        self.cost_history: deque[float] = deque([0.0], maxlen=d_delay)
+        self.value = 0.0
+
+    def update(self, cost: float) -> float:
+        """Feed the latest constraint estimate; returns the new lambda."""
+        delta = cost - self.limit
+        self.integral = max(0.0, self.integral + self.ki * delta)
+        self.delta_p = self.ema_p * self.delta_p + (1.0 - self.ema_p) * delta
+        self.cost_d = self.ema_d * self.cost_d + (1.0 - self.ema_d) * cost
+        derivative = max(0.0, self.cost_d - self.cost_history[0])
+        output = self.kp * self.delta_p + self.integral + self.kd * derivative
+        self.value = min(max(0.0, output), self.max_value)
+        self.cost_history.append(self.cost_d)
+        return self.value
+
+    def state_dict(self) -> dict[str, Any]:
+        """Everything needed to continue, as plain floats and lists."""
+        return {
+            "integral": self.integral,
+            "delta_p": self.delta_p,
+            "cost_d": self.cost_d,
+            "cost_history": list(self.cost_history),
+            "value": self.value,
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore from `state_dict()`."""
+        self.integral = float(state["integral"])
+        self.delta_p = float(state["delta_p"])
+        self.cost_d = float(state["cost_d"])
+        self.cost_history = deque(state["cost_history"], maxlen=self.cost_history.maxlen)
+        self.value = float(state["value"])

@@ -1,0 +1,124 @@
+"""A run killed with SIGKILL and resumed ends with the same weights as an uninterrupted run."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from src.algos.checkpoint import latest_checkpoint, save_checkpoint
+from src.algos.ippo import PAUSE_ENV_VAR
+from src.algos.train import build_trainer, make_run_config, train_run
+from src.core.io import load_from_file
+from tests.algos.conftest import toy_config
+from tests.algos.toy_env import make_toy_env
+
+ROOT = Path(__file__).resolve().parents[2]
+SCRIPT = (
+    "import json, sys\n"
+    "from src.algos.train import train_run\n"
+    "train_run(json.loads(sys.argv[1]), sys.argv[2], progress=False)\n"
+)
+
+
+def _config(algo: str) -> dict:
+    # The real hazard_grid (its env state goes through the checkpoint): 6 updates,
+    # a checkpoint after every second one.
+    return make_run_config(
+        env_name="hazard_grid",
+        algo=algo,
+        num_envs=4,
+        n_agents=2,
+        rollouts=16,
+        timesteps=4 * 16 * 6,
+        learning_epochs=2,
+        mini_batches=4,
+        learning_rate=3e-3,
+        checkpoint_every=2,
+        lag_version="pid",
+    )
+
+
+def _start_and_kill(config: dict, out_dir: Path, pause_at: str) -> None:
+    """Run train_run in a child that pauses at `pause_at`; SIGKILL it once it is there."""
+    marker = out_dir.parent / f"{out_dir.name}.paused"
+    env = {**os.environ, PAUSE_ENV_VAR: f"{pause_at}:{marker}", "PYTHONPATH": str(ROOT)}
+    child = subprocess.Popen(
+        [sys.executable, "-c", SCRIPT, json.dumps(config), str(out_dir)],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while not marker.exists():
+            if child.poll() is not None:
+                raise AssertionError(f"child exited early: {child.stderr.read().decode()}")
+            if time.monotonic() > deadline:
+                raise AssertionError("child never reached the pause point")
+            time.sleep(0.05)
+        os.kill(child.pid, signal.SIGKILL)
+        child.wait(timeout=30)
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+        child.stderr.close()
+    assert child.returncode == -signal.SIGKILL
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("algo", ["ippo", "ippo_lag"])
+@pytest.mark.parametrize(
+    ("pause_at", "checkpoint_update"),
+    [("after_checkpoint:3", 4), ("mid_update:3", 2)],
+    ids=["update-boundary", "mid-update"],
+)
+def test_killed_run_resumes_bit_for_bit(tmp_path, algo, pause_at, checkpoint_update):
+    config = _config(algo)
+    reference = tmp_path / "reference"
+    train_run(config, reference, progress=False)
+
+    killed = tmp_path / "killed"
+    _start_and_kill(config, killed, pause_at)
+    assert not (killed / "policy.pt").exists()
+    checkpoint = latest_checkpoint(killed)
+    assert checkpoint is not None and checkpoint.name == f"update-{checkpoint_update:06d}"
+
+    train_run(config, killed, progress=False)
+    assert not (killed / "checkpoint").exists()
+    expected = load_from_file(reference, "policy.pt")["actor_critic"]
+    resumed = load_from_file(killed, "policy.pt")["actor_critic"]
+    assert expected.keys() == resumed.keys()
+    for key in expected:
+        assert torch.equal(expected[key], resumed[key]), key
+    assert load_from_file(reference, "history.json") == load_from_file(killed, "history.json")
+    strip = ("wall_time", "charts/steps_per_second")
+    rows = [
+        [
+            {k: v for k, v in row.items() if k not in strip}
+            for row in load_from_file(d, "updates.json")
+        ]
+        for d in (reference, killed)
+    ]
+    assert rows[0] == rows[1]
+
+
+def test_half_written_checkpoint_is_ignored(tmp_path):
+    config = toy_config()
+    trainer = build_trainer(config, make_toy_env(config))
+    trainer.train(progress=False)
+    save_checkpoint(trainer, tmp_path)
+    # A later checkpoint killed before its marker was written must not be picked up.
+    broken = tmp_path / "checkpoint" / "update-000009"
+    broken.mkdir()
+    (broken / "state.pkl").write_bytes(b"half")
+    assert latest_checkpoint(tmp_path).name == f"update-{trainer.update:06d}"
