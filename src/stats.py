@@ -42,7 +42,9 @@ def clopper_pearson_interval(
     # Beta(k, n-k+1) and Beta(k+1, n-k) quantiles; the endpoints are exactly 0 and 1 at k=0, k=n.
     with np.errstate(invalid="ignore", divide="ignore"):
         low = np.where(k_arr > 0, betaincinv(k_arr, n_arr - k_arr + 1.0, alpha / 2.0), 0.0)
-        high = np.where(k_arr < n_arr, betaincinv(k_arr + 1.0, n_arr - k_arr, 1.0 - alpha / 2.0), 1.0)
+        high = np.where(
+            k_arr < n_arr, betaincinv(k_arr + 1.0, n_arr - k_arr, 1.0 - alpha / 2.0), 1.0
+        )
     return low, high
 
 

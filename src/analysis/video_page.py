@@ -1,0 +1,96 @@
+"""An HTML page that plays the videos of every run, for the Snakemake report.
+
+The report registers the page's folder with `report(directory(...), htmlindex="index.html")`;
+the folder is self-contained (videos and posters are copied in), so it plays the same from the
+report zip as from the results tree.
+"""
+
+from __future__ import annotations
+
+import html
+import os
+import shutil
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+
+__all__ = ["write_video_page"]
+
+POSTER_NAME = "poster.png"
+
+
+def _slug(label: str) -> str:
+    """A folder name from a label: letters, digits, '_' and '.', other runs become one '-'."""
+    kept = "".join(ch if ch.isalnum() or ch in "_." else "-" for ch in label)
+    return "-".join(part for part in kept.split("-") if part)
+
+
+def _section(label: str, folder: str, videos: list[str], poster: str | None) -> str:
+    poster_attr = f' poster="{html.escape(folder)}/{html.escape(poster)}"' if poster else ""
+    players = "\n".join(
+        f'    <figure><video controls preload="metadata"{poster_attr} width="360">'
+        f'<source src="{html.escape(folder)}/{html.escape(name)}" type="video/mp4">'
+        f"</video><figcaption>{html.escape(name)}</figcaption></figure>"
+        for name in videos
+    )
+    return f"  <section>\n    <h2>{html.escape(label)}</h2>\n{players}\n  </section>"
+
+
+def write_video_page(
+    video_dirs: Sequence[str | Path], labels: Sequence[str], out_dir: str | Path, *, title: str
+) -> Path:
+    """Copy each run's `*.mp4` and `poster.png` into `out_dir` and write `out_dir/index.html`.
+
+    `video_dirs[i]` is the render output of one run and `labels[i]` its heading. Every folder
+    must exist and hold at least one mp4. The page is built in a temporary sibling folder and
+    moved into place at the end, so a killed job leaves no half page. Returns the index path.
+    """
+    if isinstance(video_dirs, (str, Path)) or isinstance(labels, str):
+        raise TypeError("video_dirs and labels must be sequences, one entry per run")
+    if len(video_dirs) != len(labels):
+        raise ValueError(
+            f"got {len(video_dirs)} video folders but {len(labels)} labels; one label per run"
+        )
+    if not video_dirs:
+        raise ValueError("video_dirs is empty: there are no videos to show")
+    runs = []
+    for folder, label in zip(video_dirs, labels, strict=True):
+        path = Path(folder)
+        if not path.is_dir():
+            raise FileNotFoundError(f"video folder {path} does not exist")
+        videos = sorted(p.name for p in path.glob("*.mp4"))
+        if not videos:
+            raise ValueError(f"video folder {path} holds no .mp4 file")
+        poster = POSTER_NAME if (path / POSTER_NAME).is_file() else None
+        runs.append((path, str(label), videos, poster))
+
+    out = Path(out_dir)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{out.name}-", dir=out.parent))
+    try:
+        sections = []
+        used: set[str] = set()
+        for index, (path, label, videos, poster) in enumerate(runs):
+            folder = _slug(label) or f"run{index}"
+            if folder in used:
+                folder = f"{folder}-{index}"
+            used.add(folder)
+            (staging / folder).mkdir()
+            for name in [*videos, *([poster] if poster else [])]:
+                shutil.copy2(path / name, staging / folder / name)
+            sections.append(_section(label, folder, videos, poster))
+        page = (
+            '<!DOCTYPE html>\n<html lang="en">\n<head>\n  <meta charset="utf-8">\n'
+            f"  <title>{html.escape(title)}</title>\n"
+            "  <style>body{font-family:sans-serif;margin:1em}figure{display:inline-block;"
+            "margin:0 1em 1em 0}section{margin-bottom:2em}</style>\n</head>\n<body>\n"
+            f"  <h1>{html.escape(title)}</h1>\n" + "\n".join(sections) + "\n</body>\n</html>\n"
+        )
+        (staging / "index.html").write_text(page, encoding="utf-8")
+        if out.exists():
+            shutil.rmtree(out)
+        os.replace(staging, out)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    return out / "index.html"

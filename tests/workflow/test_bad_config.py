@@ -1,0 +1,57 @@
+"""A bad config is rejected before any job runs, with one line naming the key and value."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.workflow.conftest import REPO, snakemake
+
+
+def _test_config(results_dir: Path) -> dict:
+    config = yaml.safe_load((REPO / ".test" / "config.yaml").read_text())
+    config["results_dir"] = str(results_dir)
+    return config
+
+
+@pytest.mark.parametrize(
+    ("change", "expected"),
+    [
+        (
+            lambda c: c["base"].update(mini_batches=3),
+            "invalid config: config key 'base.mini_batches' = 3: must divide the PPO batch",
+        ),
+        (
+            lambda c: c.update(envs=["hazard_grid", "maze"]),
+            "invalid config: config key 'envs[1]' = 'maze': must be one of",
+        ),
+        (
+            lambda c: c["base"].update(max_risk=2.0),
+            "invalid config: config key 'base.max_risk' = 2.0:",
+        ),
+        (
+            lambda c: c["wandb"].update(projct="x"),
+            "invalid config: unknown config key 'wandb.projct'",
+        ),
+    ],
+)
+def test_bad_config_fails_in_one_line_before_any_job(
+    change, expected: str, tmp_path: Path, results_dir: Path
+):
+    config = _test_config(results_dir)
+    change(config)
+    config_file = tmp_path / "bad.yaml"
+    config_file.write_text(yaml.safe_dump(config))
+
+    done = snakemake("--cores", "1", "--configfile", str(config_file))
+
+    assert done.returncode == 1
+    lines = [
+        line
+        for line in (done.stdout + done.stderr).splitlines()
+        if line.strip() and not line.startswith("Using workflow specific profile")
+    ]
+    assert lines == [lines[0]] and lines[0].startswith(expected), done.stdout + done.stderr
+    assert not results_dir.exists()

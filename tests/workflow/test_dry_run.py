@@ -1,0 +1,50 @@
+"""Dry runs of the shipped configs: the DAG has the expected jobs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.workflow.conftest import REPO, job_counts, snakemake
+
+PER_RUN_RULES = ("train", "evaluate", "render", "export")
+PER_EXPERIMENT_RULES = ("aggregate", "figures", "summary", "video_page", "wandb_upload", "all")
+
+
+def _expected(config_path: Path) -> dict[str, int]:
+    config = yaml.safe_load(config_path.read_text())
+    runs = len(config["envs"]) * len(config["algos"]) * config["num_runs"]
+    counts = dict.fromkeys(PER_RUN_RULES, runs) | dict.fromkeys(PER_EXPERIMENT_RULES, 1)
+    counts["total"] = sum(counts.values())
+    return counts
+
+
+@pytest.mark.parametrize(
+    ("config_file", "runs"), [("config/config.yaml", 12), ("config/paper.yaml", 45)]
+)
+def test_dry_run_job_counts(config_file: str, runs: int, results_dir: Path):
+    done = snakemake("-n", "--configfile", config_file, "--config", f"results_dir={results_dir}")
+    assert done.returncode == 0, done.stderr + done.stdout
+    counts = job_counts(done.stdout)
+    assert counts == _expected(REPO / config_file)
+    assert counts["train"] == runs
+    assert not results_dir.exists()
+
+
+def test_default_config_is_used_without_configfile(results_dir: Path):
+    done = snakemake("-n", "--config", f"results_dir={results_dir}")
+    assert done.returncode == 0, done.stderr + done.stdout
+    assert job_counts(done.stdout)["train"] == 12
+    assert f"{results_dir}/default/runs/hazard_grid/ippo/run0/policy.pt" in done.stdout
+
+
+def test_configfile_replaces_the_default_instead_of_merging(results_dir: Path):
+    # The test config names one env; the default's other envs must not leak in.
+    done = snakemake(
+        "-n", "--configfile", ".test/config.yaml", "--config", f"results_dir={results_dir}"
+    )
+    assert done.returncode == 0, done.stderr + done.stdout
+    assert job_counts(done.stdout)["train"] == 3
+    assert "runs/intersection" not in done.stdout

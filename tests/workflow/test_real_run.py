@@ -1,0 +1,109 @@
+"""A real run of `.test/config.yaml`: every output exists and has its schema, then the report."""
+
+from __future__ import annotations
+
+import json
+import zipfile
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+import yaml
+
+from src.analysis.export import EVAL_SCHEMA, HISTORY_SCHEMA, UPDATES_SCHEMA
+from src.analysis.files import read_parquet
+from src.core.wandb_file import read_history
+from tests.workflow.conftest import REPO, job_counts, snakemake
+
+pytestmark = pytest.mark.slow
+
+CONFIG = yaml.safe_load((REPO / ".test" / "config.yaml").read_text())
+
+
+def check_experiment(experiment: Path) -> None:
+    """Assert that a finished run of `.test/config.yaml` left every output, well formed.
+
+    Shared with the SLURM test, which runs the same config through the cluster profile.
+    """
+    runs = [
+        experiment / "runs" / env / algo / f"run{idx}"
+        for env in CONFIG["envs"]
+        for algo in CONFIG["algos"]
+        for idx in range(CONFIG["num_runs"])
+    ]
+    for run in runs:
+        history = json.loads((run / "history.json").read_text())
+        assert history, f"{run}: no training episode"
+        config = json.loads((run / "config.json").read_text())
+        assert config["algo"] == run.parent.name and config["seed"] == int(run.name[3:])
+        history_table = read_parquet(run / "history.parquet", HISTORY_SCHEMA)
+        assert history_table.num_rows == len(history)
+        assert read_parquet(run / "updates.parquet", UPDATES_SCHEMA).num_rows >= 1
+        eval_table = read_parquet(run / "eval.parquet", EVAL_SCHEMA)
+        horizons = CONFIG["base"]["final_policy_eval_horizons"]
+        modes = 2 if run.parent.name == "shield" else 1
+        assert eval_table.num_rows == len(horizons) * modes
+        assert set(eval_table.column("n").to_pylist()) == {
+            CONFIG["base"]["final_policy_eval_episodes"]
+        }
+        videos = sorted((run / "videos").glob("*.mp4"))
+        assert len(videos) == CONFIG["render"]["episodes"]
+        assert all(video.stat().st_size > 0 for video in videos)
+        assert (run / "videos" / "poster.png").stat().st_size > 0
+        assert (run / "logs" / "train.log").stat().st_size > 0
+        assert (run / "logs" / "train.benchmark.tsv").is_file()
+        assert not (run / "checkpoint").exists()
+
+    tables = experiment / "tables"
+    for name in ("eval", "history", "updates"):
+        assert pq.read_table(tables / f"{name}.parquet").num_rows >= len(runs)
+        assert (tables / f"{name}.csv").stat().st_size > 0
+    for ext in ("csv", "md", "tex"):
+        assert (tables / f"summary.{ext}").stat().st_size > 0
+    figures = sorted((experiment / "figures").glob("*.png"))
+    assert figures and all(figure.stat().st_size > 0 for figure in figures)
+
+    page = (experiment / "video_page" / "index.html").read_text()
+    assert page.count("<video") == len(runs) * CONFIG["render"]["episodes"]
+
+    manifest = json.loads((experiment / "wandb" / "manifest.json").read_text())
+    assert len(manifest) == len(runs)
+    for run in runs:
+        name = "-".join(run.relative_to(experiment / "runs").parts)
+        run_files = list((experiment / "wandb" / manifest[name]["folder"]).glob("run-*.wandb"))
+        assert len(run_files) == 1
+        rows = read_history(run_files[0])
+        history = json.loads((run / "history.json").read_text())
+        assert len(rows) == len(history), f"{name}: one wandb history row per training episode"
+        assert [row["_step"] for row in rows] == sorted(e["t_end"] for e in history)
+    outcome = json.loads((experiment / "wandb" / "upload.done").read_text())["outcome"]
+    assert "upload off" in outcome
+
+
+def test_test_config_runs_end_to_end(results_dir: Path):
+    args = ("--configfile", ".test/config.yaml", "--config", f"results_dir={results_dir}")
+    done = snakemake("--cores", "2", *args, timeout=1200)
+    assert done.returncode == 0, done.stdout[-5000:] + done.stderr[-5000:]
+    counts = job_counts(done.stdout + done.stderr)
+    runs = len(CONFIG["envs"]) * len(CONFIG["algos"]) * CONFIG["num_runs"]
+    assert counts["train"] == runs and counts["wandb_upload"] == 1
+
+    experiment = results_dir / CONFIG["experiment_tag"]
+    check_experiment(experiment)
+
+    # Nothing is left to do: a second call runs no job.
+    again = snakemake("-n", *args)
+    assert again.returncode == 0, again.stderr
+    assert "Nothing to be done" in again.stdout + again.stderr
+
+    report = experiment / "report.zip"
+    made = snakemake(*args, "--report", str(report))
+    assert made.returncode == 0, made.stdout[-3000:] + made.stderr[-3000:]
+    with zipfile.ZipFile(report) as archive:
+        names = archive.namelist()
+    assert any(name.endswith("report.html") for name in names)
+    assert any(name.endswith("index.html") and "/data/raw/" in name for name in names)
+    assert sum(name.endswith(".mp4") for name in names) == runs * CONFIG["render"]["episodes"]
+    assert any(name.endswith("summary.csv") for name in names)
+    assert any(name.endswith("eval.csv") for name in names)
+    assert any(name.endswith(".png") and "poster" not in name for name in names)

@@ -1,0 +1,138 @@
+"""Config validation, the only copy of the results path templates, and target builders."""
+
+import glob
+import os
+import sys
+from pathlib import Path
+
+import yaml
+
+# The workflow runs from a plain checkout (no `pip install -e .` needed): the repository root is
+# importable here, and workflow/scripts/job.py puts it on the path of every job.
+REPO = Path(workflow.basedir).resolve()
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+
+from src.config import (
+    WorkflowConfigError,
+    check_workflow_config,
+    iter_runs,
+    resolve_run_config,
+)
+
+# ---------------------------------------------------------------- the config
+# Without --configfile the default experiment runs, with any --config values on top. A given
+# --configfile replaces config/config.yaml instead of being merged into it (Snakemake's
+# `configfile:` directive deep-merges, which would leak e.g. the default's env_params into
+# another experiment).
+if not workflow.overwrite_configfiles:
+    from snakemake.utils import update_config
+
+    with open(REPO / "config" / "config.yaml", encoding="utf-8") as handle:
+        _default = yaml.safe_load(handle)
+    update_config(_default, config)
+    config.clear()
+    config.update(_default)
+
+
+# ---------------------------------------------------------------- validation, before any job
+# The schema fills defaults into `config`; every run config is then resolved once. Building the
+# envs to check their parameters happens only in the main process, not again in every job.
+try:
+    check_workflow_config(
+        config,
+        REPO / "workflow" / "schemas" / "config.schema.yaml",
+        check_components=workflow.is_main_process,
+    )
+except WorkflowConfigError as error:
+    # One line naming the key and value, no traceback: the whole message is the diagnosis.
+    print(f"invalid config: {error}", file=sys.stderr)
+    sys.exit(1)
+
+
+# ---------------------------------------------------------------- path templates (DESIGN.md 3)
+RESULTS = f"{config['results_dir']}/{config['experiment_tag']}"
+RUN_DIR = f"{RESULTS}/runs/{{env}}/{{algo}}/run{{idx}}"
+RUN = {
+    "config": f"{RUN_DIR}/config.json",
+    "policy": f"{RUN_DIR}/policy.pt",
+    "history_json": f"{RUN_DIR}/history.json",
+    "updates_json": f"{RUN_DIR}/updates.json",
+    "history": f"{RUN_DIR}/history.parquet",
+    "updates": f"{RUN_DIR}/updates.parquet",
+    "eval": f"{RUN_DIR}/eval.parquet",
+    "videos": f"{RUN_DIR}/videos",
+}
+TABLES_DIR = f"{RESULTS}/tables"
+# Files written by src.analysis.aggregate.aggregate (all runs concatenated).
+TABLES = {
+    f"{name}_{ext}": f"{TABLES_DIR}/{name}.{ext}"
+    for name in ("eval", "history", "updates")
+    for ext in ("parquet", "csv")
+}
+SUMMARY = {ext: f"{TABLES_DIR}/summary.{ext}" for ext in ("csv", "md", "tex")}
+FIGURES_DIR = f"{RESULTS}/figures"
+VIDEO_PAGE_DIR = f"{RESULTS}/video_page"
+WANDB_DIR = f"{RESULTS}/wandb"
+WANDB_DONE = f"{WANDB_DIR}/upload.done"
+ENVIRONMENT = "../../environment.yml"
+
+
+def run_log(stage):
+    """Log file of one stage of one run."""
+    return f"{RUN_DIR}/logs/{stage}.log"
+
+
+def run_benchmark(stage):
+    """Benchmark file (time, memory) of one stage of one run."""
+    return f"{RUN_DIR}/logs/{stage}.benchmark.tsv"
+
+
+def experiment_log(stage):
+    """Log file of one experiment-level stage."""
+    return f"{RESULTS}/logs/{stage}.log"
+
+
+wildcard_constraints:
+    env="|".join(config["envs"]),
+    algo="|".join(config["algos"]),
+    idx=r"\d+",
+
+
+# ---------------------------------------------------------------- input helpers
+def src_files(*parts):
+    """The `src/` code a rule runs, as inputs, so that changing it reruns what it affects.
+
+    Each part is a package folder (every .py below it) or a file under src/.
+    """
+    files = {str(REPO / "src" / "__init__.py")}
+    for part in parts:
+        path = REPO / "src" / part
+        if path.suffix == ".py":
+            files.update(glob.glob(str(path)))
+        else:
+            files.update(glob.glob(str(path / "**" / "*.py"), recursive=True))
+    return sorted(os.path.relpath(name) for name in files)
+
+
+def run_config(wildcards):
+    """The resolved config of the run named by the wildcards."""
+    return resolve_run_config(config, wildcards.env, wildcards.algo, int(wildcards.idx))
+
+
+def all_runs(template):
+    """`template` filled in for every (env, algo, run) of the config."""
+    return [
+        template.format(env=env, algo=algo, idx=idx)
+        for env, algo, idx in iter_runs(config)
+    ]
+
+
+def final_targets():
+    """Everything `rule all` builds."""
+    return [
+        *SUMMARY.values(),
+        FIGURES_DIR,
+        VIDEO_PAGE_DIR,
+        WANDB_DONE,
+    ]

@@ -1,0 +1,22 @@
+rule evaluate:
+    """Violation probabilities of the final policy at every horizon, with intervals."""
+    input:
+        config=RUN["config"],
+        policy=RUN["policy"],
+        code=src_files(
+            "core", "envs", "algos", "evaluation", "analysis/export.py", "stats.py"
+        ),
+    output:
+        RUN["eval"],
+    log:
+        run_log("evaluate"),
+    benchmark:
+        run_benchmark("evaluate")
+    conda:
+        ENVIRONMENT
+    threads: 1
+    resources:
+        mem_mb=config["resources"]["evaluate"]["mem_mb"],
+        runtime=config["resources"]["evaluate"]["runtime"],
+    script:
+        "../scripts/evaluate.py"

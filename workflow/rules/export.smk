@@ -1,0 +1,20 @@
+rule export:
+    """Training history and per-update metrics as Parquet with explicit schemas."""
+    input:
+        config=RUN["config"],
+        history=RUN["history_json"],
+        updates=RUN["updates_json"],
+        code=src_files("core", "analysis/export.py", "analysis/files.py"),
+    output:
+        history=RUN["history"],
+        updates=RUN["updates"],
+    log:
+        run_log("export"),
+    conda:
+        ENVIRONMENT
+    threads: 1
+    resources:
+        mem_mb=1000,
+        runtime=10,
+    script:
+        "../scripts/export.py"

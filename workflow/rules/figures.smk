@@ -1,0 +1,50 @@
+rule figures:
+    """Violation probability against horizon, learning curves and the other figures."""
+    input:
+        tables=list(TABLES.values()),
+        code=src_files(
+            "analysis/figures.py",
+            "analysis/style.py",
+            "analysis/aggregate.py",
+            "analysis/files.py",
+        ),
+    output:
+        report(
+            directory(FIGURES_DIR),
+            patterns=["{name}.png"],
+            caption="../report/figures.rst",
+            category="Figures",
+        ),
+    log:
+        experiment_log("figures"),
+    conda:
+        ENVIRONMENT
+    threads: 1
+    resources:
+        mem_mb=2000,
+        runtime=10,
+    script:
+        "../scripts/figures.py"
+
+
+rule summary:
+    """The summary table of the final policies (CSV, Markdown, LaTeX)."""
+    input:
+        tables=list(TABLES.values()),
+        code=src_files(
+            "analysis/tables.py", "analysis/aggregate.py", "analysis/files.py"
+        ),
+    output:
+        csv=report(SUMMARY["csv"], caption="../report/summary.rst", category="Tables"),
+        md=SUMMARY["md"],
+        tex=SUMMARY["tex"],
+    log:
+        experiment_log("summary"),
+    conda:
+        ENVIRONMENT
+    threads: 1
+    resources:
+        mem_mb=1000,
+        runtime=10,
+    script:
+        "../scripts/summary.py"

@@ -1,0 +1,23 @@
+rule train:
+    """Train one (env, algo, run): policy, episode history and per-update metrics."""
+    input:
+        code=src_files("core", "envs", "algos", "stats.py"),
+    output:
+        config=RUN["config"],
+        policy=RUN["policy"],
+        history=RUN["history_json"],
+        updates=RUN["updates_json"],
+    log:
+        run_log("train"),
+    benchmark:
+        run_benchmark("train")
+    conda:
+        ENVIRONMENT
+    threads: config["threads"]
+    resources:
+        mem_mb=config["resources"]["train"]["mem_mb"],
+        runtime=config["resources"]["train"]["runtime"],
+    params:
+        run_config=run_config,
+    script:
+        "../scripts/train.py"

@@ -1,0 +1,28 @@
+rule wandb_upload:
+    """One offline wandb run per training run (history, evaluation, figures, videos); synced
+    to the server only when the config enables upload and credentials exist."""
+    input:
+        configs=all_runs(RUN["config"]),
+        histories=all_runs(RUN["history_json"]),
+        evals=all_runs(RUN["eval"]),
+        videos=all_runs(RUN["videos"]),
+        figures=FIGURES_DIR,
+        summary=SUMMARY["csv"],
+        video_page=VIDEO_PAGE_DIR,
+        code=src_files("core", "analysis/wandb_upload.py"),
+    output:
+        WANDB_DONE,
+    log:
+        experiment_log("wandb_upload"),
+    localrule: True
+    conda:
+        ENVIRONMENT
+    threads: 1
+    resources:
+        mem_mb=2000,
+        runtime=30,
+    params:
+        sync=config["wandb"]["upload"],
+        timeout=config["wandb"]["sync_timeout"],
+    script:
+        "../scripts/wandb_upload.py"

@@ -1,0 +1,16 @@
+"""Script of the wandb_upload rule: offline wandb runs, synced when enabled."""
+
+from pathlib import Path
+
+from job import start_job
+
+# The outcome (offline only, synced, or why not) is one line the user must see.
+start_job(snakemake, console=True)
+
+from src.analysis.wandb_upload import upload_experiment  # noqa: E402 (after the log redirect)
+
+upload_experiment(
+    Path(snakemake.output[0]).parents[1],  # results/{tag}/wandb/upload.done -> results/{tag}
+    sync=snakemake.params.sync,
+    timeout=snakemake.params.timeout,
+)
