@@ -1,0 +1,302 @@
+"""World models of the shield: (joint obs, joint action) -> (next joint obs, costs, done).
+
+The interface the shield uses is `WorldModel.predict` on member-major batches: rows arrive as
+[M, N, ...] where M = `ensemble_size` and row (m, n) is evaluated by member m. The shield puts
+rollout j on member j mod M, so every member gets the same number of rows and the whole ensemble
+runs as one batched matmul per layer (`torch.baddbmm`) instead of a loop over members. A model
+without members (e.g. the exact dynamics of a test grid) has `ensemble_size = 1`.
+
+Costs are per agent (probability that agent a's cost is > 0 at that step), so an agent's shield
+can judge its own violations, collisions included, without being blamed for another agent's.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Callable
+from typing import Any, Protocol, runtime_checkable
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from src.algos.shield.kernels import Workspace
+from src.algos.shield.replay import TransitionReplay
+
+__all__ = ["WM_VERSIONS", "EnsembleWorldModel", "WorldModel", "make_world_model"]
+
+
+@runtime_checkable
+class WorldModel(Protocol):
+    """What the shield needs from a world model."""
+
+    ensemble_size: int
+
+    def predict(
+        self, joint_obs: torch.Tensor, joint_action: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """joint_obs [M, N, A*D] float, joint_action [M, N, A] int64 ->
+        (next joint obs [M, N, A*D], cost probability [M, N, A], done probability [M, N])."""
+        ...
+
+
+def _init_stack(
+    members: int, fan_in: int, fan_out: int, generator: torch.Generator
+) -> tuple[nn.Parameter, nn.Parameter]:
+    """nn.Linear's default init for M stacked layers, from an explicit generator (determinism)."""
+    bound = 1.0 / math.sqrt(fan_in)
+    weight = (torch.rand(members, fan_in, fan_out, generator=generator) * 2 - 1) * bound
+    bias = (torch.rand(members, 1, fan_out, generator=generator) * 2 - 1) * bound
+    return nn.Parameter(weight), nn.Parameter(bias)
+
+
+class EnsembleWorldModel(nn.Module):
+    """v0: an ensemble of M ReLU MLPs, evaluated together with batched matmuls.
+
+    Each member maps [normalised joint obs, one-hot joint action] to the normalised change of
+    the joint obs (squared error), per-agent cost logits and a done logit (cross-entropy).
+    Normalisation statistics are refreshed from the training replay before each fit.
+    """
+
+    def __init__(
+        self,
+        *,
+        n_agents: int,
+        obs_dim: int,
+        n_actions: int,
+        ensemble_size: int,
+        hidden: tuple[int, ...],
+        learning_rate: float,
+        seed: int,
+    ) -> None:
+        """Build the members with parameters drawn from a generator seeded with `seed`."""
+        super().__init__()
+        for name, value in (("n_agents", n_agents), ("obs_dim", obs_dim), ("n_actions", n_actions)):
+            if value < 1:
+                raise ValueError(f"{name} must be >= 1, got {value}")
+        self.n_agents = n_agents
+        self.obs_dim = obs_dim
+        self.n_actions = n_actions
+        self.ensemble_size = ensemble_size
+        self.joint_dim = n_agents * obs_dim
+        self.in_dim = self.joint_dim + n_agents * n_actions
+        self.out_dim = self.joint_dim + n_agents + 1
+        generator = torch.Generator().manual_seed(seed)
+        sizes = (self.in_dim, *hidden, self.out_dim)
+        self.weights = nn.ParameterList()
+        self.biases = nn.ParameterList()
+        for fan_in, fan_out in itertools.pairwise(sizes):
+            w, b = _init_stack(ensemble_size, fan_in, fan_out, generator)
+            self.weights.append(w)
+            self.biases.append(b)
+        self.register_buffer("obs_mean", torch.zeros(self.joint_dim))
+        self.register_buffer("obs_std", torch.ones(self.joint_dim))
+        self.register_buffer("delta_mean", torch.zeros(self.joint_dim))
+        self.register_buffer("delta_std", torch.ones(self.joint_dim))
+        self.register_buffer("action_offset", torch.arange(n_agents) * n_actions)
+        self.optimizer = torch.optim.Adam(self.parameters(), lr=learning_rate)
+        self._workspace = Workspace()
+        self._flip = 0  # which of the two input buffers the next inference call fills
+        self._folded: tuple[tuple[int, ...], list] | None = None
+
+    @property
+    def layer_shapes(self) -> list[tuple[int, int]]:
+        """(fan_in, fan_out) of each layer of one member, for FLOP counts."""
+        return [tuple(w.shape[1:]) for w in self.weights]
+
+    def _forward(self, joint_obs: torch.Tensor, joint_action: torch.Tensor) -> torch.Tensor:
+        """[M, N, A*D], [M, N, A] -> raw outputs [M, N, A*D + A + 1]."""
+        m, n, _ = joint_obs.shape
+        x = torch.zeros(m, n, self.in_dim)
+        x[..., : self.joint_dim] = (joint_obs - self.obs_mean) / self.obs_std
+        x[..., self.joint_dim :].scatter_(2, joint_action + self.action_offset, 1.0)
+        last = len(self.weights) - 1
+        for i, (w, b) in enumerate(zip(self.weights, self.biases, strict=True)):
+            x = torch.baddbmm(b, x, w)
+            if i < last:
+                x = torch.relu_(x) if not x.requires_grad else torch.relu(x)
+        return x
+
+    def _folded_layers(self) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """The members' (weight, bias) with the normalisations folded in (inference only).
+
+        Input: ((x - mu) / sigma) W + b = x (W / sigma) + (b - (mu / sigma) W), so the raw joint
+        obs goes straight into the first layer. Output: the obs part predicts the normalised
+        change, so scaling its columns by the change's std and adding its mean to the bias
+        makes the last layer emit the raw change. Two passes over the rows saved per call.
+        """
+        # Cached until a parameter or statistic changes (optimiser steps, fits and
+        # load_state_dict all bump the tensors' version counters).
+        key = tuple(t._version for t in (*self.parameters(), *self.buffers()))
+        if self._folded is not None and self._folded[0] == key:
+            return self._folded[1]
+        d = self.joint_dim
+        layers = [(w.detach(), b.detach()) for w, b in zip(self.weights, self.biases, strict=True)]
+        w0, b0 = layers[0]
+        w0 = w0.clone()
+        w0[:, :d] /= self.obs_std[:, None]
+        b0 = b0 - ((self.obs_mean / self.obs_std) @ layers[0][0][:, :d]).unsqueeze(1)
+        layers[0] = (w0, b0)
+        wl, bl = layers[-1]
+        wl, bl = wl.clone(), bl.clone()
+        wl[..., :d] *= self.delta_std
+        bl[..., :d] = bl[..., :d] * self.delta_std + self.delta_mean
+        layers[-1] = (wl, bl)
+        self._folded = (key, layers)
+        return layers
+
+    def _predict_inference(
+        self, joint_obs: torch.Tensor, joint_action: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """`predict` in inference mode, with every intermediate in a reused workspace buffer.
+
+        The input buffers alternate between calls and the next joint obs is written straight
+        into the obs columns of the other one, so a rollout that feeds each prediction back in
+        (the shield) never copies its state: the returned next obs is a view that stays valid
+        until the call after next.
+        """
+        m, n, _ = joint_obs.shape
+        ws, d = self._workspace, self.joint_dim
+        self._flip ^= 1
+        x = ws.get(f"input{self._flip}", (m, n, self.in_dim))
+        if joint_obs.data_ptr() != x.data_ptr() or joint_obs.stride() != x[..., :d].stride():
+            x[..., :d].copy_(joint_obs)
+        onehot = x[..., d:]
+        onehot.zero_()
+        onehot.scatter_(2, joint_action + self.action_offset, 1.0)
+        layers = self._folded_layers()
+        last = len(layers) - 1
+        for i, (w, b) in enumerate(layers):
+            out = ws.get(f"layer{i}", (m, n, w.shape[2]))
+            torch.baddbmm(b, x, w, out=out)
+            x = out.relu_() if i < last else out
+        next_obs = ws.get(f"input{self._flip ^ 1}", (m, n, self.in_dim))[..., :d]
+        torch.add(x[..., :d], joint_obs, out=next_obs)
+        cost_prob = torch.sigmoid(x[..., d : d + self.n_agents])
+        done_prob = torch.sigmoid(x[..., -1])
+        return next_obs, cost_prob, done_prob
+
+    def predict(
+        self, joint_obs: torch.Tensor, joint_action: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """See `WorldModel.predict`; row (m, n) is evaluated by member m.
+
+        In inference mode the returned next obs lives in a workspace buffer (see
+        `_predict_inference`); outside it every output is a fresh tensor.
+        """
+        if joint_obs.dim() != 3 or joint_obs.shape[0] != self.ensemble_size:
+            raise ValueError(
+                f"joint_obs must be [{self.ensemble_size}, N, {self.joint_dim}], "
+                f"got {tuple(joint_obs.shape)}"
+            )
+        if torch.is_inference_mode_enabled():
+            return self._predict_inference(joint_obs, joint_action)
+        d = self.joint_dim
+        out = self._forward(joint_obs, joint_action)
+        next_obs = joint_obs + self.delta_mean + self.delta_std * out[..., :d]
+        cost_prob = torch.sigmoid(out[..., d : d + self.n_agents])
+        done_prob = torch.sigmoid(out[..., -1])
+        return next_obs, cost_prob, done_prob
+
+    def _losses(self, rows: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+        """Per-member loss [M] and cost probabilities [M, B, A] on member-major rows."""
+        out = self._forward(rows["obs"], rows["action"])
+        d = self.joint_dim
+        target = (rows["next_obs"] - rows["obs"] - self.delta_mean) / self.delta_std
+        obs_loss = (out[..., :d] - target).pow(2).mean(dim=(1, 2))
+        cost_logit = out[..., d : d + self.n_agents]
+        cost_loss = F.binary_cross_entropy_with_logits(
+            cost_logit, rows["cost"], reduction="none"
+        ).mean(dim=(1, 2))
+        done_loss = F.binary_cross_entropy_with_logits(
+            out[..., -1], rows["done"], reduction="none"
+        ).mean(dim=1)
+        return obs_loss + cost_loss + done_loss, torch.sigmoid(cost_logit)
+
+    def _refresh_normalisation(self, replay: TransitionReplay) -> None:
+        data = replay.train.latest(replay.train.size)
+        delta = data["next_obs"] - data["obs"]
+        # A feature that never varies (e.g. a fixed map) keeps scale 1 instead of dividing by 0.
+        for name, values in (("obs", data["obs"]), ("delta", delta)):
+            std = values.std(dim=0, unbiased=False)
+            getattr(self, f"{name}_mean").copy_(values.mean(dim=0))
+            getattr(self, f"{name}_std").copy_(torch.where(std > 1e-6, std, torch.ones_like(std)))
+
+    def fit(
+        self,
+        replay: TransitionReplay,
+        *,
+        n_samples: int,
+        batch_size: int,
+        max_valid: int,
+        generator: torch.Generator,
+    ) -> dict[str, float]:
+        """Train on about `n_samples` replay rows per member; score the validation part.
+
+        Each member draws its own minibatches (independent bootstrap-like resampling keeps the
+        members diverse). Returns train_loss, valid_loss, cost_accuracy (NaN when undefined).
+        """
+        metrics = {"train_loss": math.nan, "valid_loss": math.nan, "cost_accuracy": math.nan}
+        if replay.train.size == 0:
+            return metrics
+        self._refresh_normalisation(replay)
+        steps = max(1, math.ceil(n_samples / batch_size))
+        total = 0.0
+        for _ in range(steps):
+            rows = replay.sample_train((self.ensemble_size, batch_size), generator)
+            loss = self._losses(rows)[0].sum()
+            self.optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            self.optimizer.step()
+            total += float(loss.detach()) / self.ensemble_size
+        metrics["train_loss"] = total / steps
+        if replay.valid.size > 0:
+            with torch.no_grad():
+                valid = replay.valid.latest(max_valid)
+                rows = {
+                    k: v.unsqueeze(0).expand(self.ensemble_size, *v.shape) for k, v in valid.items()
+                }
+                member_loss, cost_prob = self._losses(rows)
+                predicted = cost_prob.mean(dim=0) > 0.5
+                metrics["valid_loss"] = float(member_loss.mean())
+                metrics["cost_accuracy"] = float(
+                    (predicted == (valid["cost"] > 0.5)).float().mean()
+                )
+        return metrics
+
+    def extra_state(self) -> dict[str, Any]:
+        """Optimizer state (the parameters and buffers are in `state_dict`)."""
+        return {"optimizer": self.optimizer.state_dict()}
+
+    def load_extra_state(self, state: dict[str, Any]) -> None:
+        """Restore what `extra_state` returned."""
+        self.optimizer.load_state_dict(state["optimizer"])
+
+
+def make_world_model(
+    version: str, *, n_agents: int, obs_dim: int, n_actions: int, config: Any, seed: int
+) -> EnsembleWorldModel:
+    """Build the world model `version` (a key of WM_VERSIONS) from a ShieldConfig."""
+    if version not in WM_VERSIONS:
+        raise ValueError(f"unknown wm_version {version!r}; known: {sorted(WM_VERSIONS)}")
+    return WM_VERSIONS[version](
+        n_agents=n_agents, obs_dim=obs_dim, n_actions=n_actions, config=config, seed=seed
+    )
+
+
+def _v0(
+    *, n_agents: int, obs_dim: int, n_actions: int, config: Any, seed: int
+) -> EnsembleWorldModel:
+    return EnsembleWorldModel(
+        n_agents=n_agents,
+        obs_dim=obs_dim,
+        n_actions=n_actions,
+        ensemble_size=config.ensemble_size,
+        hidden=tuple(config.wm_hidden),
+        learning_rate=config.wm_learning_rate,
+        seed=seed,
+    )
+
+
+WM_VERSIONS: dict[str, Callable[..., EnsembleWorldModel]] = {"v0": _v0}

@@ -1,0 +1,1 @@
+"""Tests of the shield and its parts."""

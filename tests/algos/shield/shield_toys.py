@@ -1,0 +1,211 @@
+"""Toy worlds for the shield's tests: a tiny deterministic grid with an exact world model.
+
+Two agents move on a W x H grid (actions: stay, up, down, left, right; walls clip). An agent's
+cost is 1 when it ends a step on a hazard cell or on the other agent's cell. Per-agent
+observation: [x, y, goal_x, goal_y, other_x, other_y] (integers as floats). `GridVectorEnv` is a
+VectorEnv of it (reward: -0.1 per step, +1 and termination when both agents are on their goals;
+slip: with probability `slip` an agent's action is replaced by a random one), and `ExactGridModel`
+its true dynamics as a WorldModel (without slip).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+
+from src.envs.base import StepResult, VectorEnv
+
+MOVES = np.array([[0, 0], [0, 1], [0, -1], [-1, 0], [1, 0]])
+N_ACTIONS = 5
+N_AGENTS = 2
+OBS_DIM = 6
+
+
+class TinyGrid:
+    """Layout of the grid: size, hazard cells, goals."""
+
+    def __init__(
+        self,
+        width: int = 5,
+        height: int = 5,
+        hazards: tuple[tuple[int, int], ...] = ((2, 2), (2, 1), (1, 3)),
+        goals: tuple[tuple[int, int], ...] = ((4, 4), (0, 4)),
+    ) -> None:
+        self.width, self.height = width, height
+        self.hazard = np.zeros((width, height), dtype=bool)
+        for x, y in hazards:
+            self.hazard[x, y] = True
+        self.goals = np.array(goals, dtype=np.int64)  # [A, 2]
+
+    def move(self, pos: np.ndarray, action: np.ndarray) -> np.ndarray:
+        """pos [..., A, 2], action [..., A] -> clipped new positions."""
+        new = pos + MOVES[action]
+        new[..., 0] = np.clip(new[..., 0], 0, self.width - 1)
+        new[..., 1] = np.clip(new[..., 1], 0, self.height - 1)
+        return new
+
+    def cost(self, pos: np.ndarray) -> np.ndarray:
+        """pos [..., A, 2] after a move -> per-agent cost [..., A] (hazard or collision)."""
+        on_hazard = self.hazard[pos[..., 0], pos[..., 1]]
+        collide = np.all(pos[..., 0, :] == pos[..., 1, :], axis=-1)
+        return (on_hazard | collide[..., None]).astype(np.float32)
+
+    def observe(self, pos: np.ndarray) -> np.ndarray:
+        """pos [..., A, 2] -> obs [..., A, 6]."""
+        other = pos[..., ::-1, :]
+        goals = np.broadcast_to(self.goals, pos.shape)
+        return np.concatenate([pos, goals, other], axis=-1).astype(np.float32)
+
+
+class ExactGridModel:
+    """The true (slip-free) dynamics of a TinyGrid as a WorldModel with one member."""
+
+    ensemble_size = 1
+
+    def __init__(self, grid: TinyGrid) -> None:
+        self.grid = grid
+        self.calls = 0
+
+    def predict(
+        self, joint_obs: torch.Tensor, joint_action: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        self.calls += 1
+        m, n, _ = joint_obs.shape
+        pos = joint_obs.reshape(m, n, N_AGENTS, OBS_DIM)[..., :2].numpy().astype(np.int64)
+        new = self.grid.move(pos, joint_action.numpy())
+        next_obs = torch.from_numpy(self.grid.observe(new).reshape(m, n, N_AGENTS * OBS_DIM))
+        cost = torch.from_numpy(self.grid.cost(new))
+        return next_obs, cost, torch.zeros(m, n)
+
+
+class FixedPolicy:
+    """The same action distribution for every row, as log-probabilities: as a policy,
+    (obs [N, D], agent [N]) -> [N, n]; as an opponent model, joint_logits(joint_obs [N, A*D])
+    -> [N, A, n]. Zero probabilities are -inf."""
+
+    def __init__(self, probs: list[float]) -> None:
+        self.log_dist = torch.tensor(probs, dtype=torch.float32).log()
+
+    def __call__(self, obs: torch.Tensor, agent: torch.Tensor) -> torch.Tensor:
+        return self.log_dist.expand(obs.shape[0], -1).clone()
+
+    def joint_logits(self, joint_obs: torch.Tensor) -> torch.Tensor:
+        return self.log_dist.expand(joint_obs.shape[0], N_AGENTS, -1).clone()
+
+
+def exact_risk(
+    grid: TinyGrid,
+    pos: np.ndarray,
+    agent: int,
+    first_action: int,
+    lookahead: int,
+    own_probs: np.ndarray,
+    other_probs: np.ndarray,
+) -> float:
+    """P(agent's cost = 1 within `lookahead` steps) by enumerating the joint actions.
+
+    pos [A, 2]; step 1: agent takes first_action; later it acts by own_probs; the other agent
+    acts by other_probs at every step.
+    """
+    other = 1 - agent
+
+    def recurse(p: np.ndarray, depth: int) -> float:
+        if depth == lookahead:
+            return 0.0
+        risk = 0.0
+        own_dist = np.eye(N_ACTIONS)[first_action] if depth == 0 else own_probs
+        for a_own in range(N_ACTIONS):
+            for a_other in range(N_ACTIONS):
+                w = own_dist[a_own] * other_probs[a_other]
+                if w == 0.0:
+                    continue
+                action = np.zeros(N_AGENTS, dtype=np.int64)
+                action[agent], action[other] = a_own, a_other
+                new = grid.move(p, action)
+                if grid.cost(new)[agent] > 0:
+                    risk += w
+                else:
+                    risk += w * recurse(new, depth + 1)
+        return risk
+
+    return recurse(pos, 0)
+
+
+class GridVectorEnv(VectorEnv):
+    """E copies of a TinyGrid with random starts, a hidden cap and optional slip."""
+
+    def __init__(self, *, num_envs: int, max_steps: int = 20, slip: float = 0.0) -> None:
+        self.name = "tiny_grid"
+        self.num_envs = num_envs
+        self.n_agents = N_AGENTS
+        self.agents = ["agent_0", "agent_1"]
+        self.obs_dim = OBS_DIM
+        self.n_actions = N_ACTIONS
+        self.max_steps = max_steps
+        self.grid = TinyGrid()
+        self.slip = slip
+        self.rngs = [np.random.default_rng(e) for e in range(num_envs)]
+        self.pos = np.zeros((num_envs, N_AGENTS, 2), dtype=np.int64)
+        self.steps = np.zeros(num_envs, dtype=np.int64)
+
+    def _start(self, e: int) -> None:
+        free = np.argwhere(~self.grid.hazard)
+        pick = self.rngs[e].choice(len(free), size=2, replace=False)
+        self.pos[e] = free[pick]
+        self.steps[e] = 0
+
+    def reset(self, seed: Any = None) -> np.ndarray:
+        if seed is not None:
+            seeds = [seed + e for e in range(self.num_envs)] if np.isscalar(seed) else list(seed)
+            self.rngs = [np.random.default_rng(s) for s in seeds]
+        for e in range(self.num_envs):
+            self._start(e)
+        return self.grid.observe(self.pos)
+
+    def step(self, actions: np.ndarray) -> StepResult:
+        actions = np.asarray(actions, dtype=np.int64).copy()
+        for e in range(self.num_envs):
+            slipped = self.rngs[e].random(N_AGENTS) < self.slip
+            random_actions = self.rngs[e].integers(0, N_ACTIONS, N_AGENTS)
+            actions[e] = np.where(slipped, random_actions, actions[e])
+        self.pos = self.grid.move(self.pos, actions)
+        self.steps += 1
+        cost = self.grid.cost(self.pos)
+        at_goal = np.all(self.pos == self.grid.goals, axis=-1).all(axis=-1)  # [E]
+        reward = np.where(at_goal, 1.0, -0.1)[:, None].repeat(N_AGENTS, 1).astype(np.float32)
+        terminated = np.repeat(at_goal[:, None], N_AGENTS, 1)
+        truncated = np.repeat(((self.steps >= self.max_steps) & ~at_goal)[:, None], N_AGENTS, 1)
+        final_obs = self.grid.observe(self.pos)
+        episode_step = self.steps.copy()
+        for e in np.flatnonzero(terminated[:, 0] | truncated[:, 0]):
+            self._start(e)
+        return StepResult(
+            obs=self.grid.observe(self.pos),
+            reward=reward,
+            cost=cost,
+            terminated=terminated,
+            truncated=truncated,
+            final_obs=final_obs,
+            episode_step=episode_step,
+        )
+
+    def get_state(self) -> dict[str, Any]:
+        return {
+            "rngs": [r.bit_generator.state for r in self.rngs],
+            "pos": self.pos.copy(),
+            "steps": self.steps.copy(),
+        }
+
+    def set_state(self, state: dict[str, Any]) -> None:
+        for r, s in zip(self.rngs, state["rngs"], strict=True):
+            r.bit_generator.state = s
+        self.pos = state["pos"].copy()
+        self.steps = state["steps"].copy()
+
+    def render(self, index: int = 0) -> np.ndarray:
+        return np.zeros((8, 8, 3), dtype=np.uint8)
+
+    def close(self) -> None:
+        return None

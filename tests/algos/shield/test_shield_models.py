@@ -1,0 +1,269 @@
+"""World model, opponent model, replay and the opponent mixing weight."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from src.algos.shield import OM_VERSIONS, WM_VERSIONS, ShieldConfig
+from src.algos.shield.opponent_model import (
+    OpponentModel,
+    floor_weight,
+    make_opponent_model,
+    opponent_weight,
+)
+from src.algos.shield.replay import TransitionReplay
+from src.algos.shield.world_model import WorldModel, make_world_model
+from tests.algos.shield.shield_toys import N_ACTIONS, N_AGENTS, OBS_DIM, TinyGrid
+
+CONFIG = ShieldConfig(
+    max_risk=0.1,
+    shield_patience=0,
+    shield_opponent_mode="monotone_floor",
+    shield_reward_mode="bayesian",
+    shield_credible_delta=0.05,
+    shield_credible_schedule="summable",
+    wm_version="v0",
+    om_version="v0",
+    shield_version="v0",
+    ensemble_size=3,
+    wm_hidden=(64, 64),
+    wm_learning_rate=3e-3,
+    om_learning_rate=1e-2,
+)
+
+
+def grid_replay(n: int, seed: int, *, opponent_rule: bool = False) -> TransitionReplay:
+    """Random transitions of the tiny grid; with opponent_rule agent actions follow obs."""
+    grid = TinyGrid()
+    rng = np.random.default_rng(seed)
+    free = np.argwhere(~grid.hazard)
+    pos = free[np.stack([rng.choice(len(free), 2, replace=False) for _ in range(n)])]
+    action = rng.integers(0, N_ACTIONS, size=(n, N_AGENTS))
+    if opponent_rule:
+        # Each agent moves right if x < 2, else up: a function of its own observation.
+        action = np.where(pos[..., 0] < 2, 4, 1)
+    new = grid.move(pos, action)
+    replay = TransitionReplay(
+        capacity=2 * n, n_agents=N_AGENTS, obs_dim=OBS_DIM, valid_fraction=0.2, seed=seed
+    )
+    replay.add(
+        obs=torch.from_numpy(grid.observe(pos).reshape(n, -1)),
+        action=torch.from_numpy(action),
+        next_obs=torch.from_numpy(grid.observe(new).reshape(n, -1)),
+        cost=torch.from_numpy(grid.cost(new)),
+        done=torch.zeros(n),
+    )
+    return replay
+
+
+@pytest.mark.parametrize("version", sorted(WM_VERSIONS))
+def test_world_model_learns_the_grid(version):
+    replay = grid_replay(3000, 0)
+    model = make_world_model(
+        version, n_agents=N_AGENTS, obs_dim=OBS_DIM, n_actions=N_ACTIONS, config=CONFIG, seed=0
+    )
+    assert isinstance(model, WorldModel)
+    gen = torch.Generator().manual_seed(0)
+    first = model.fit(replay, n_samples=256, batch_size=256, max_valid=4096, generator=gen)
+    last = first
+    for _ in range(6):
+        last = model.fit(replay, n_samples=20_000, batch_size=256, max_valid=4096, generator=gen)
+    assert last["valid_loss"] < 0.5 * first["valid_loss"]
+    base_rate = float(replay.valid.cost[: replay.valid.size].mean())
+    # Better than always predicting "no cost".
+    assert last["cost_accuracy"] > 1.0 - base_rate + 0.3 * base_rate
+    # Predictions have the protocol's shapes; next positions are close to the truth.
+    rows = replay.valid.latest(200)
+    with torch.no_grad():
+        m = model.ensemble_size
+        obs = rows["obs"][: 198 // m * m].reshape(m, -1, N_AGENTS * OBS_DIM)
+        act = rows["action"][: 198 // m * m].reshape(m, -1, N_AGENTS)
+        nxt, cost, done = model.predict(obs, act)
+    assert nxt.shape == obs.shape and cost.shape == (*obs.shape[:2], N_AGENTS)
+    assert done.shape == obs.shape[:2]
+    truth = rows["next_obs"][: 198 // m * m].reshape(m, -1, N_AGENTS * OBS_DIM)
+    assert float((nxt - truth).abs().mean()) < 0.25
+
+
+def test_fast_inference_path_matches_the_plain_one_after_every_fit():
+    """The inference path folds the normalisations into cached weights and reuses buffers."""
+    replay = grid_replay(600, 2)
+    model = make_world_model(
+        "v0", n_agents=N_AGENTS, obs_dim=OBS_DIM, n_actions=N_ACTIONS, config=CONFIG, seed=1
+    )
+    gen = torch.Generator().manual_seed(0)
+    rows = replay.train.latest(99)
+    obs = rows["obs"].reshape(3, 33, -1)
+    act = rows["action"].reshape(3, 33, -1)
+    for _ in range(3):
+        model.fit(replay, n_samples=512, batch_size=64, max_valid=100, generator=gen)
+        with torch.no_grad():
+            plain = model.predict(obs, act)
+        with torch.inference_mode():
+            fast = [t.clone() for t in model.predict(obs, act)]
+            # Feeding the prediction back in (the shield's loop) reuses the buffer in place.
+            again = model.predict(model.predict(obs, act)[0], act)[0].clone()
+        with torch.no_grad():
+            twice = model.predict(model.predict(obs, act)[0], act)[0]
+        for x, y in zip(plain, fast, strict=True):
+            torch.testing.assert_close(x, y, rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(again, twice, rtol=1e-5, atol=1e-5)
+
+
+def test_world_model_is_seeded_and_checks_shapes():
+    kwargs = {"n_agents": N_AGENTS, "obs_dim": OBS_DIM, "n_actions": N_ACTIONS, "config": CONFIG}
+    a = make_world_model("v0", **kwargs, seed=3)
+    b = make_world_model("v0", **kwargs, seed=3)
+    c = make_world_model("v0", **kwargs, seed=4)
+    for x, y in zip(a.state_dict().values(), b.state_dict().values(), strict=True):
+        assert torch.equal(x, y)
+    assert not torch.equal(a.weights[0], c.weights[0])
+    with pytest.raises(ValueError, match="joint_obs"):
+        a.predict(torch.zeros(1, 4, N_AGENTS * OBS_DIM), torch.zeros(1, 4, 2, dtype=torch.int64))
+    with pytest.raises(ValueError, match="wm_version"):
+        make_world_model("v9", **kwargs, seed=0)
+
+
+def test_world_model_fit_on_empty_replay_reports_nan():
+    replay = TransitionReplay(capacity=10, n_agents=2, obs_dim=OBS_DIM, valid_fraction=0.5, seed=0)
+    model = make_world_model("v0", n_agents=2, obs_dim=OBS_DIM, n_actions=5, config=CONFIG, seed=0)
+    out = model.fit(replay, n_samples=10, batch_size=4, max_valid=10, generator=torch.Generator())
+    assert all(math.isnan(v) for v in out.values())
+
+
+@pytest.mark.parametrize("version", sorted(OM_VERSIONS))
+def test_opponent_model_learns_a_rule_of_the_observation(version):
+    replay = grid_replay(2000, 1, opponent_rule=True)
+    model = make_opponent_model(
+        version, n_agents=N_AGENTS, obs_dim=OBS_DIM, n_actions=N_ACTIONS, config=CONFIG, seed=0
+    )
+    assert isinstance(model, OpponentModel)
+    gen = torch.Generator().manual_seed(0)
+    first = model.fit(replay, n_samples=64, batch_size=64, max_valid=4096, generator=gen)
+    last = model.fit(replay, n_samples=40_000, batch_size=128, max_valid=4096, generator=gen)
+    assert last["valid_accuracy"] > 0.95
+    assert last["valid_loss"] < first["valid_loss"]
+    joint = replay.valid.latest(50)["obs"]
+    probs = model.probs(joint)
+    assert probs.shape == (50, N_AGENTS, N_ACTIONS)
+    torch.testing.assert_close(probs.sum(-1), torch.ones(50, N_AGENTS))
+    # The joint evaluation (per-agent bias, strided slices, workspace) equals the plain one.
+    per_agent = torch.softmax(
+        model.logits(joint.reshape(100, OBS_DIM), torch.arange(2).repeat(50)), -1
+    ).reshape(50, N_AGENTS, N_ACTIONS)
+    with torch.inference_mode():
+        fast = model.probs(joint).clone()
+    torch.testing.assert_close(probs, per_agent.detach())
+    torch.testing.assert_close(fast, per_agent.detach())
+    # monotone_floor lowers its uniform weight as the model earns trust.
+    weight = opponent_weight("monotone_floor", 1.0, valid_loss=last["valid_loss"], n_actions=5)
+    assert weight < 0.2
+
+
+def test_opponent_weight_modes():
+    assert opponent_weight("model", 0.7, valid_loss=1.0, n_actions=5) == 0.0
+    assert opponent_weight("uniform", 0.1, valid_loss=0.0, n_actions=5) == 1.0
+    assert floor_weight(1.0, valid_loss=math.log(5), n_actions=5) == 1.0
+    assert floor_weight(1.0, valid_loss=0.0, n_actions=5) == 0.0
+    assert floor_weight(0.3, valid_loss=float("nan"), n_actions=5) == 0.3
+    with pytest.raises(ValueError, match="shield_opponent_mode"):
+        opponent_weight("trusting", 1.0, valid_loss=0.1, n_actions=5)
+
+
+@settings(max_examples=50, deadline=None)
+@given(st.lists(st.floats(0.0, 5.0) | st.just(float("nan")), min_size=1, max_size=30))
+def test_monotone_floor_weight_never_increases(losses):
+    w = 1.0
+    for loss in losses:
+        new = floor_weight(w, valid_loss=loss, n_actions=4)
+        assert 0.0 <= new <= w
+        w = new
+
+
+def test_replay_split_ring_and_state_roundtrip():
+    replay = TransitionReplay(capacity=100, n_agents=2, obs_dim=3, valid_fraction=0.25, seed=0)
+    assert replay.valid.capacity == 25 and replay.train.capacity == 75
+    for i in range(30):
+        e = 10
+        value = torch.arange(i * e, (i + 1) * e, dtype=torch.float32)
+        replay.add(
+            obs=value[:, None].expand(e, 6),
+            action=torch.zeros(e, 2, dtype=torch.int64),
+            next_obs=value[:, None].expand(e, 6) + 1,
+            cost=torch.zeros(e, 2),
+            done=torch.zeros(e),
+        )
+    assert replay.train.size == 75 and replay.valid.size == 25
+    # The rings hold the most recent rows: nothing older than the last ~150 of 300.
+    assert float(replay.train.obs[:, 0].min()) > 100
+    clone = TransitionReplay(capacity=100, n_agents=2, obs_dim=3, valid_fraction=0.25, seed=9)
+    clone.load_state_dict(replay.state_dict())
+    for name in ("obs", "action", "next_obs", "cost", "done"):
+        assert torch.equal(getattr(clone.train, name), getattr(replay.train, name))
+    g1, g2 = torch.Generator().manual_seed(1), torch.Generator().manual_seed(1)
+    assert torch.equal(clone.sample_train((4,), g1)["obs"], replay.sample_train((4,), g2)["obs"])
+    with pytest.raises(ValueError, match="obs"):
+        replay.add(
+            obs=torch.zeros(2, 5),
+            action=torch.zeros(2, 2, dtype=torch.int64),
+            next_obs=torch.zeros(2, 6),
+            cost=torch.zeros(2, 2),
+            done=torch.zeros(2),
+        )
+
+
+def test_validation_fraction_is_respected():
+    replay = TransitionReplay(capacity=10_000, n_agents=1, obs_dim=1, valid_fraction=0.1, seed=0)
+    n = 5000
+    replay.add(
+        obs=torch.zeros(n, 1),
+        action=torch.zeros(n, 1, dtype=torch.int64),
+        next_obs=torch.zeros(n, 1),
+        cost=torch.zeros(n, 1),
+        done=torch.zeros(n),
+    )
+    assert abs(replay.valid.size / n - 0.1) < 0.02
+
+
+def test_shield_config_rejects_bad_values():
+    base = CONFIG.to_dict()
+    for key, bad in (
+        ("max_risk", 1.5),
+        ("shield_reward_mode", "median"),
+        ("shield_credible_schedule", "geometric"),
+        ("shield_opponent_mode", "trusting"),
+        ("wm_version", "v9"),
+        ("rollout_count", 0),
+        ("rollout_growth", 0.5),
+        ("wm_hidden", []),
+        ("valid_fraction", 1.0),
+        ("shield_patience", -1),
+    ):
+        with pytest.raises(ValueError, match=key):
+            ShieldConfig(**{**base, key: bad})
+    run_config = {
+        k: base[k]
+        for k in (
+            "max_risk",
+            "shield_patience",
+            "shield_opponent_mode",
+            "shield_reward_mode",
+            "shield_credible_delta",
+            "shield_credible_schedule",
+            "wm_version",
+            "om_version",
+            "shield_version",
+        )
+    }
+    cfg = ShieldConfig.from_run_config(
+        {**run_config, "algo_params": {"rollout_count": 7, "gamma": 0.9}}
+    )
+    assert cfg.rollout_count == 7
+    with pytest.raises(ValueError, match="max_risk"):
+        ShieldConfig.from_run_config({k: v for k, v in run_config.items() if k != "max_risk"})

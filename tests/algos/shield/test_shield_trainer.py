@@ -1,0 +1,205 @@
+"""ShieldedIPPO on a toy VectorEnv: patience, overrides, logging, resume, deployed filter."""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from src.algos import metrics as M
+from src.algos.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
+from src.algos.ippo import IPPO
+from src.algos.policy import load_actor
+from src.algos.shield import load_shield_filter
+from src.algos.shield.trainer import ShieldedIPPO
+from src.algos.train import make_run_config, train_run
+from tests.algos.shield.shield_toys import GridVectorEnv
+
+SMALL = {
+    "rollout_count": 16,
+    "lookahead": 2,
+    "ensemble_size": 2,
+    "wm_hidden": [32],
+    "om_hidden": [16],
+    "replay_size": 2000,
+    "hidden_sizes": [16],
+}
+
+
+def run_config(*, patience: int, updates: int = 4, seed: int = 0, **base) -> dict:
+    return make_run_config(
+        env_name="tiny_grid",
+        algo="shield",
+        num_envs=2,
+        timesteps=2 * 16 * updates,
+        rollouts=16,
+        learning_epochs=1,
+        mini_batches=2,
+        max_risk=0.1,
+        seed_offset=seed,
+        shield_patience=patience,
+        algo_params=dict(SMALL),
+        **base,
+    )
+
+
+class Stop(Exception):
+    pass
+
+
+def test_passive_shield_trains_exactly_like_ippo():
+    config = run_config(patience=100, updates=3)
+    shielded = ShieldedIPPO(config, GridVectorEnv(num_envs=2))
+    shielded.train(progress=False)
+    plain_config = {**config, "algo": "ippo"}
+    plain_config["algo_params"] = {"hidden_sizes": [16]}
+    plain = IPPO(plain_config, GridVectorEnv(num_envs=2))
+    plain.train(progress=False)
+    for a, b in zip(shielded.net.parameters(), plain.net.parameters(), strict=True):
+        assert torch.equal(a, b)
+    for row in shielded.updates:
+        assert row[M.SHIELD_ARMED] == 0.0
+        assert row[M.SHIELD_INTERVENTIONS] == 0.0
+        # The models train while the shield watches.
+        assert row[M.WM_TRAIN_LOSS] is not None and row[M.OM_TRAIN_LOSS] is not None
+    assert all(ep.shield_interventions == 0 for ep in shielded.history)
+    assert shielded.replay.train.size + shielded.replay.valid.size == 3 * 16 * 2
+
+
+def test_no_override_before_patience_and_overrides_after():
+    config = run_config(patience=2, updates=5, shield_opponent_mode="uniform")
+    trainer = ShieldedIPPO(config, GridVectorEnv(num_envs=2))
+    trainer.train(progress=False)
+    rows = trainer.updates
+    assert [row[M.SHIELD_ARMED] for row in rows] == [0.0, 0.0, 1.0, 1.0, 1.0]
+    assert all(row[M.SHIELD_INTERVENTIONS] == 0.0 for row in rows[:2])
+    assert sum(row[M.SHIELD_INTERVENTIONS] for row in rows[2:]) > 0
+    assert all(row[M.SHIELD_MEAN_BOUND] is None for row in rows[:2])
+    assert all(0.0 <= row[M.SHIELD_MEAN_BOUND] <= 1.0 for row in rows[2:])
+    for row in rows:
+        for key in (M.SHIELD_NO_SAFE_ACTION, M.SHIELD_SECONDS, M.WM_VALID_LOSS, M.OM_VALID_LOSS):
+            assert key in row
+    assert rows[-1][M.SHIELD_OPPONENT_WEIGHT] == 1.0
+    assert sum(ep.shield_interventions for ep in trainer.history) > 0
+
+
+def test_monotone_floor_weight_is_logged_and_never_increases():
+    trainer = ShieldedIPPO(run_config(patience=1, updates=4), GridVectorEnv(num_envs=2))
+    trainer.train(progress=False)
+    weights = [row[M.SHIELD_OPPONENT_WEIGHT] for row in trainer.updates]
+    assert all(b <= a for a, b in itertools.pairwise(weights))
+    # It follows w_t = min(w_{t-1}, clip(CE_valid / ln 5, 0, 1)) from the logged validation loss.
+    expected = 1.0
+    for row in trainer.updates:
+        if row[M.OM_VALID_LOSS] is not None:
+            expected = min(expected, min(1.0, row[M.OM_VALID_LOSS] / math.log(5)))
+        assert row[M.SHIELD_OPPONENT_WEIGHT] == pytest.approx(expected)
+
+
+def test_resume_is_bit_for_bit(tmp_path):
+    config = run_config(patience=1, updates=4, seed=3)
+    full = ShieldedIPPO(config, GridVectorEnv(num_envs=2, slip=0.1))
+    full.train(progress=False)
+
+    first = ShieldedIPPO(config, GridVectorEnv(num_envs=2, slip=0.1))
+
+    def stop_after_two(t):
+        if t.update == 2:
+            save_checkpoint(t, tmp_path)
+            raise Stop
+
+    with pytest.raises(Stop):
+        first.train(on_update=stop_after_two, progress=False)
+    resumed = ShieldedIPPO(config, GridVectorEnv(num_envs=2, slip=0.1))
+    load_checkpoint(resumed, latest_checkpoint(tmp_path))
+    resumed.train(progress=False)
+
+    for a, b in zip(full.net.parameters(), resumed.net.parameters(), strict=True):
+        assert torch.equal(a, b)
+    for name in ("world_model", "opponent_model"):
+        for a, b in zip(
+            getattr(full, name).state_dict().values(),
+            getattr(resumed, name).state_dict().values(),
+            strict=True,
+        ):
+            assert torch.equal(a, b)
+    assert full.history == resumed.history
+    strip = [
+        {
+            k: v
+            for k, v in row.items()
+            if "seconds" not in k and k not in ("wall_time", M.STEPS_PER_SECOND)
+        }
+        for row in full.updates
+    ]
+    strip_resumed = [
+        {
+            k: v
+            for k, v in row.items()
+            if "seconds" not in k and k not in ("wall_time", M.STEPS_PER_SECOND)
+        }
+        for row in resumed.updates
+    ]
+    assert strip == strip_resumed
+
+
+def test_policy_file_rebuilds_the_deployed_shield(tmp_path):
+    config = run_config(patience=1, updates=3, shield_opponent_mode="uniform")
+    train_run(config, tmp_path, make_env=lambda c: GridVectorEnv(num_envs=2), progress=False)
+    actor = load_actor(tmp_path, shielded=True)
+    assert actor.shielded
+    env = GridVectorEnv(num_envs=3)
+    obs = env.reset(seed=5)
+    actor.reset(3, 11)
+    interventions = 0
+    for step in range(1, 6):
+        actions = actor.act(obs, np.full(3, step))
+        interventions += int(actor.last_intervened.sum())
+        obs = env.step(actions).obs
+    assert interventions > 0
+    base = load_actor(tmp_path, shielded=False)
+    assert not base.shielded
+    # The filter alone, from the policy file's content.
+    state = torch.load(tmp_path / "policy.pt", weights_only=True)
+    shield_filter = load_shield_filter(state, state["config"])
+    executed, intervened = shield_filter.filter(
+        obs, np.zeros((3, 2), dtype=np.int64), torch.zeros(3, 2, 5), np.ones(3, dtype=np.int64)
+    )
+    assert executed.shape == (3, 2) and intervened.dtype == bool
+    with pytest.raises(ValueError, match="shield"):
+        load_shield_filter({k: v for k, v in state.items() if k != "shield"}, state["config"])
+
+
+def test_unknown_algo_params_are_rejected():
+    config = run_config(patience=1)
+    config["algo_params"] = {**SMALL, "rollout": 3}
+    with pytest.raises(ValueError, match="rollout"):
+        ShieldedIPPO(config, GridVectorEnv(num_envs=2))
+
+
+@pytest.mark.parametrize(
+    "knobs",
+    [
+        {"shield_reward_mode": "bayesian"},
+        {"shield_reward_mode": "frequentist"},
+        {"shield_reward_mode": "mean"},
+        {"shield_opponent_mode": "model"},
+        {"shield_opponent_mode": "uniform"},
+        {"shield_opponent_mode": "monotone_floor"},
+        {"shield_credible_schedule": "constant", "shield_credible_delta": 0.2},
+    ],
+)
+def test_every_mode_trains_and_filters(knobs):
+    trainer = ShieldedIPPO(run_config(patience=1, updates=2, **knobs), GridVectorEnv(num_envs=2))
+    for key, value in knobs.items():
+        assert getattr(trainer.shield_cfg, key) == value
+    trainer.train(progress=False)
+    row = trainer.updates[-1]
+    assert row[M.SHIELD_ARMED] == 1.0
+    assert 0.0 <= row[M.SHIELD_MEAN_BOUND] <= 1.0
+    expected_weight = {"model": 0.0, "uniform": 1.0}.get(trainer.shield_cfg.shield_opponent_mode)
+    if expected_weight is not None:
+        assert row[M.SHIELD_OPPONENT_WEIGHT] == expected_weight
