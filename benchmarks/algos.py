@@ -35,13 +35,12 @@ from typing import Any
 import numpy as np
 import torch
 
+from benchmarks.common import write_section
 from src.algos.train import build_trainer, make_run_config
 from src.envs.registry import make_vector_env
 
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "benchmarks" / "out"
-MARKDOWN = ROOT / "benchmarks" / "BENCHMARKS.md"
-START, END = "<!-- algos:start -->", "<!-- algos:end -->"
 
 # Shared hyperparameters of both implementations.
 HYPER = {
@@ -505,21 +504,6 @@ def render_markdown(results: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def write_section(markdown: str, path: Path = MARKDOWN) -> None:
-    """Replace (or append) the algos section of BENCHMARKS.md, leaving other sections alone."""
-    block = f"{START}\n{markdown}\n{END}"
-    text = path.read_text() if path.exists() else "# Benchmarks\n"
-    if START in text and END in text:
-        head, rest = text.split(START, 1)
-        tail = rest.split(END, 1)[1]
-        text = f"{head}{block}{tail}"
-    else:
-        text = f"{text.rstrip()}\n\n{block}\n"
-    tmp = path.with_suffix(".md.tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the benchmark, save JSON, update BENCHMARKS.md; `argv` None means defaults.
 
@@ -536,7 +520,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     args = parser.parse_args(list(argv) if argv is not None else [])
     if args.render_only:
-        write_section(render_markdown(json.loads((OUT / "algos.json").read_text())))
+        write_section("algos", render_markdown(json.loads((OUT / "algos.json").read_text())))
         return 0
     if args.quick:
         args.steps, args.seeds, args.grid_steps = 8 * 64 * 2, 2, 64 * 64 * 2
@@ -549,7 +533,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     tmp.write_text(json.dumps(results, indent=2) + "\n")
     os.replace(tmp, OUT / name)
     if not args.quick:
-        write_section(markdown)
+        write_section("algos", markdown)
     return 0
 
 

@@ -15,7 +15,6 @@ for _variable in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
     os.environ[_variable] = "1"
 
 import platform  # noqa: E402 - must follow the thread pinning above
-import tempfile  # noqa: E402
 import time  # noqa: E402
 from collections.abc import Callable  # noqa: E402
 from dataclasses import dataclass  # noqa: E402
@@ -24,12 +23,11 @@ from pathlib import Path  # noqa: E402
 import numpy as np  # noqa: E402
 from mpe2 import simple_spread_v3  # noqa: E402
 
+from benchmarks.common import BENCHMARKS_MD, markers, write_section  # noqa: E402
 from src.envs import make_env, make_vector_env  # noqa: E402
 from src.envs.spread import SpreadConfig  # noqa: E402
 
-BENCHMARKS_MD = Path(__file__).with_name("BENCHMARKS.md")
-START_MARKER = "<!-- envs:start -->"
-END_MARKER = "<!-- envs:end -->"
+START_MARKER, END_MARKER = markers("envs")
 SECTION_HEADING = "## Environments"
 HAZARD_GRID_TARGET = 1_000_000  # agent-steps/s of hazard_grid with 256 copies x 3 agents
 SPREAD_RATIO_TARGET = 0.8  # our spread vector interface vs the bare mpe2 loop
@@ -287,25 +285,6 @@ def to_markdown(results: dict, *, load_before: tuple, load_after: tuple, seconds
     )
 
 
-def write_section(body: str, path: Path = BENCHMARKS_MD) -> None:
-    """Atomically replace the text between the env markers of ``path``, creating what is missing."""
-    block = f"{START_MARKER}\n{body}\n{END_MARKER}"
-    text = (
-        path.read_text() if path.exists() else "# Benchmarks\n\nRun them all with `make bench`.\n"
-    )
-    if START_MARKER in text and END_MARKER in text:
-        head, rest = text.split(START_MARKER, 1)
-        _, tail = rest.split(END_MARKER, 1)
-        text = head + block + tail
-    else:
-        text = text.rstrip("\n") + f"\n\n{SECTION_HEADING}\n\n{block}\n"
-    with tempfile.NamedTemporaryFile("w", dir=path.parent, delete=False, suffix=".tmp") as handle:
-        handle.write(text)
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(handle.name, path)
-
-
 def main(*, min_seconds: float = 1.0, repeats: int = 3, path: Path = BENCHMARKS_MD) -> dict:
     """Measure everything, print the section and write it into ``path``; returns the results."""
     if min_seconds < 0 or repeats < 1:
@@ -320,7 +299,7 @@ def main(*, min_seconds: float = 1.0, repeats: int = 3, path: Path = BENCHMARKS_
         seconds=time.perf_counter() - start,
     )
     print(body)
-    write_section(body, path)
+    write_section("envs", body, heading=SECTION_HEADING, path=path)
     return results
 
 

@@ -25,15 +25,12 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from benchmarks.common import BENCHMARKS_MD, write_section
 from src.algos.policy import Actor, load_actor
 from src.algos.train import make_run_config, train_run
-from src.analysis.files import write_text
 from src.envs.registry import make_vector_env
 from src.evaluation.evaluate import DEFAULT_EVAL_BATCH, collect_episodes, evaluate_run
 
-BENCHMARKS_MD = Path(__file__).with_name("BENCHMARKS.md")
-START_MARKER = "<!-- evaluation:start -->"
-END_MARKER = "<!-- evaluation:end -->"
 SECTION_HEADING = "## Evaluation"
 
 ENV = "hazard_grid"
@@ -189,23 +186,6 @@ def to_markdown(results: dict, *, load_before: tuple, load_after: tuple, seconds
     )
 
 
-def write_section(body: str, path: Path = BENCHMARKS_MD) -> None:
-    """Replace the text between the evaluation markers of `path` (appending the section if new)."""
-    block = f"{START_MARKER}\n{body}\n{END_MARKER}"
-    text = path.read_text() if path.exists() else "# Benchmarks\n"
-    if START_MARKER in text and END_MARKER in text:
-        head, rest = text.split(START_MARKER, 1)
-        _, tail = rest.split(END_MARKER, 1)
-        text = head + block + tail
-    else:
-        description = (
-            "Final-policy evaluation against the bare batched env-plus-policy loop "
-            "(`benchmarks/evaluation.py`)."
-        )
-        text = text.rstrip("\n") + f"\n\n{SECTION_HEADING}\n\n{description}\n\n{block}\n"
-    write_text(text, path)
-
-
 def main(*, repeats: int = 5, path: Path = BENCHMARKS_MD) -> dict:
     """Measure, print the section and write it into `path`; returns the results."""
     load_before = os.getloadavg()
@@ -218,7 +198,14 @@ def main(*, repeats: int = 5, path: Path = BENCHMARKS_MD) -> dict:
         seconds=time.perf_counter() - start,
     )
     print(body)
-    write_section(body, path)
+    write_section(
+        "evaluation",
+        body,
+        heading=SECTION_HEADING,
+        intro="Final-policy evaluation against the bare batched env-plus-policy loop "
+        "(`benchmarks/evaluation.py`).",
+        path=path,
+    )
     return results
 
 

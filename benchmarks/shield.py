@@ -29,6 +29,7 @@ from typing import Any
 
 import torch
 
+from benchmarks.common import write_section
 from src.algos.ippo import IPPO, copy_seeds
 from src.algos.shield.config import ShieldConfig
 from src.algos.shield.trainer import ShieldedIPPO
@@ -36,8 +37,6 @@ from src.algos.train import build_trainer, make_run_config, make_vector_env_for
 
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "benchmarks" / "out"
-MARKDOWN = ROOT / "benchmarks" / "BENCHMARKS.md"
-START, END = "<!-- shield:start -->", "<!-- shield:end -->"
 TARGET = 0.5  # fraction of the matmul rate the shield's imagination must reach
 
 
@@ -372,21 +371,6 @@ def comparison_markdown(path: Path = OUT / "shield_vs_baselines.json") -> list[s
     ]
 
 
-def write_section(markdown: str, path: Path = MARKDOWN) -> None:
-    """Replace (or append) the shield section of BENCHMARKS.md, leaving other sections alone."""
-    block = f"{START}\n{markdown}\n{END}"
-    text = path.read_text() if path.exists() else "# Benchmarks\n"
-    if START in text and END in text:
-        head, rest = text.split(START, 1)
-        tail = rest.split(END, 1)[1]
-        text = f"{head}{block}{tail}"
-    else:
-        text = f"{text.rstrip()}\n\n{block}\n"
-    tmp = path.with_suffix(".md.tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     """Command line: run the benchmark, save JSON, update BENCHMARKS.md."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -410,7 +394,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     tmp.write_text(json.dumps(results, indent=2, default=float) + "\n")
     os.replace(tmp, OUT / name)
     if not args.quick:
-        write_section(markdown)
+        write_section("shield", markdown)
     return 0
 
 

@@ -6,15 +6,16 @@ import pytest
 
 from benchmarks import envs as env_benchmark
 from benchmarks import run_all
+from benchmarks.common import write_section
 
 
 def test_write_section_creates_then_replaces_only_its_block(tmp_path):
     path = tmp_path / "BENCHMARKS.md"
-    env_benchmark.write_section("first", path)
+    write_section("envs", "first", heading=env_benchmark.SECTION_HEADING, path=path)
     text = path.read_text()
     assert "## Environments" in text and "first" in text
     path.write_text(text + "\n## Training\n\nother section\n")
-    env_benchmark.write_section("second", path)
+    write_section("envs", "second", heading=env_benchmark.SECTION_HEADING, path=path)
     text = path.read_text()
     assert "second" in text and "first" not in text
     assert text.count(env_benchmark.START_MARKER) == 1
