@@ -8,7 +8,9 @@ update; the same window for every algorithm, so the comparison is paired in time
 - the episode violation rate (any agent's cost > 0 in the episode) with its Clopper-Pearson
   95% interval,
 - the per-agent-step cost rate (cost / (length x agents)),
-- the mean team return, the training wall time and the part of it spent in the shield's filter.
+- the mean team return, the training wall time and the part of it spent in the shield's filter,
+- for the shield, over its armed updates: the share of (copy, agent) decisions it overrode and
+  the share where no candidate met `max_risk` (it then took the lowest bound).
 
 Run: `python -m benchmarks.shield_vs_baselines [--runs N] [--out DIR]`. Writes
 `benchmarks/out/shield_vs_baselines.json` and prints a Markdown table. Not part of
@@ -29,7 +31,12 @@ from typing import Any
 import numpy as np
 import yaml
 
-from src.algos.metrics import SHIELD_SECONDS
+from src.algos.metrics import (
+    SHIELD_ARMED,
+    SHIELD_INTERVENTIONS,
+    SHIELD_NO_SAFE_ACTION,
+    SHIELD_SECONDS,
+)
 from src.algos.train import train_run
 from src.config import resolve_run_config, validate_workflow_config
 from src.core.io import load_from_file
@@ -69,6 +76,23 @@ def window_stats(run_dir: Path, config: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def decision_stats(updates: list[dict[str, Any]], config: dict[str, Any]) -> dict[str, Any]:
+    """Shares of the armed updates' decisions that were overridden or had no safe candidate.
+
+    Every armed update judges one decision per (copy, agent, rollout step). NaN for runs
+    without a shield (no update is armed).
+    """
+    armed = [row for row in updates if row.get(SHIELD_ARMED)]
+    decisions = len(armed) * config["num_envs"] * config["rollouts"] * config["n_agents"]
+    if not decisions:
+        return {"decisions": 0, "intervention_rate": float("nan"), "no_safe_rate": float("nan")}
+    return {
+        "decisions": decisions,
+        "intervention_rate": sum(row.get(SHIELD_INTERVENTIONS) or 0.0 for row in armed) / decisions,
+        "no_safe_rate": sum(row.get(SHIELD_NO_SAFE_ACTION) or 0.0 for row in armed) / decisions,
+    }
+
+
 def run_all(runs: int, out_dir: Path) -> list[dict[str, Any]]:
     """Train every (env, algo, run) in turn; return one record each."""
     workflow = yaml.safe_load((ROOT / "config" / "config.yaml").read_text())
@@ -93,6 +117,7 @@ def run_all(runs: int, out_dir: Path) -> list[dict[str, Any]]:
                     "train_seconds": seconds,
                     "filter_seconds": sum(row.get(SHIELD_SECONDS) or 0.0 for row in updates),
                     **window_stats(run_dir, config),
+                    **decision_stats(updates, config),
                 }
                 print(json.dumps(record), flush=True)
                 records.append(record)
@@ -103,18 +128,25 @@ def render_markdown(records: list[dict[str, Any]]) -> str:
     """One row per (env, algo, run)."""
     lines = [
         "| env | algo | run | episodes | violation rate [95% CI] | cost / agent-step | "
-        "mean return | interventions / episode | train s | of which filter s |",
-        "|---|---|---:|---:|---|---:|---:|---:|---:|---:|",
+        "mean return | interventions / episode | no safe action / decision | train s | "
+        "of which filter s |",
+        "|---|---|---:|---:|---|---:|---:|---:|---:|---:|---:|",
     ]
     for r in records:
         lines.append(
             f"| {r['env']} | {r['algo']} | {r['run']} | {r['episodes']} | "
             f"{r['violation_rate']:.2f} [{r['ci_low']:.2f}, {r['ci_high']:.2f}] | "
             f"{r['cost_per_agent_step']:.3f} | {r['mean_return']:.2f} | "
-            f"{r['interventions_per_episode']:.1f} | {r['train_seconds']:.0f} | "
+            f"{r['interventions_per_episode']:.1f} | {_share(r['no_safe_rate'])} | "
+            f"{r['train_seconds']:.0f} | "
             f"{r['filter_seconds']:.0f} |"
         )
     return "\n".join(lines)
+
+
+def _share(value: float) -> str:
+    """A share as a percentage, or a dash when undefined (runs without a shield)."""
+    return "-" if value != value else f"{100 * value:.0f}%"
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -22,13 +22,15 @@ non-string dict keys come back as strings. Non-finite floats are written as ``Na
 
 Corruption is detected rather than loaded as different data: ``.parquet`` files are written
 with a CRC-32 per page and read with page checksum verification; ``.pt`` and ``.npz`` are zip
-archives whose members' CRC-32 is checked on load (``torch.load`` alone does not check it).
-A truncated ``.parquet``, ``.pt``, ``.npz`` or ``.json`` file, or one of the first three with
-damaged bytes, raises ``CorruptFileError`` (damage to bytes that carry no data, such as a zip
-comment, may still load the same values). Text formats carry no checksum: JSON and YAML must
-decode as UTF-8 and parse, so damage that leaves valid text (a changed digit) goes unnoticed,
-and YAML, having no end marker, still parses when cut at a line break. ``.pkl`` has no
-checksum either.
+archives whose members' CRC-32 and directory are checked on load (``torch.load`` alone does
+not check them). A truncated ``.parquet``, ``.pt``, ``.npz`` or ``.json`` file, or one of the
+first three with damaged bytes, raises ``CorruptFileError`` (damage to bytes that carry no
+data, such as a zip comment, may still load the same values). The Parquet footer has no
+checksum: damage there either fails to parse or, in its key-value section, can drop the schema
+metadata (and with it ``DataFrame.attrs``) while the columns load intact. Text formats carry
+no checksum: JSON and YAML must decode as UTF-8 and parse, so damage that leaves valid text
+(a changed digit) goes unnoticed, and YAML, having no end marker, still parses when cut at a
+line break. ``.pkl`` has no checksum either.
 
 ``.parquet`` always loads as a DataFrame; ``load_parquet_table`` returns the ``pyarrow.Table``
 with its schema metadata (e.g. the run config stored as file metadata).
@@ -266,6 +268,38 @@ def _read_parquet_table(fh: IO[bytes]) -> Any:
     return pq.read_table(fh, page_checksum_verification=True)
 
 
+_DOS_DIRECTORY_BIT = 0x10
+
+
+def _check_zip_members(fh: IO[bytes]) -> None:
+    """Raise ValueError unless the zip in ``fh`` (``.npz``, ``.pt``) is whole and intact.
+
+    Checks that the directory lists as many members as its end record counts, that no member
+    claims to be a folder and that every member passes its CRC-32. ``torch.load`` reads the zip
+    that ``torch.save`` writes without checking CRCs, so a flipped bit in a tensor would load as
+    a silently different weight; a member whose directory entry says "folder" makes torch read
+    the wrong bytes, also without an error.
+    """
+    fh.seek(0)
+    with zipfile.ZipFile(fh) as archive:
+        # A damaged length field in one directory entry swallows the entries after it, and
+        # readers then see fewer arrays without complaint; the end record holds the true count.
+        # (zipfile's end-record parser is private but unchanged since Python 2.)
+        fh.seek(0)
+        end_record = zipfile._EndRecData(fh)
+        listed = len(archive.infolist())
+        if end_record is None or end_record[zipfile._ECD_ENTRIES_TOTAL] != listed:
+            expected = None if end_record is None else end_record[zipfile._ECD_ENTRIES_TOTAL]
+            raise ValueError(f"the zip directory lists {listed} members, its end record {expected}")
+        for info in archive.infolist():
+            if info.external_attr & _DOS_DIRECTORY_BIT or info.is_dir():
+                raise ValueError(f"zip member {info.filename!r} is marked as a folder")
+        bad = archive.testzip()
+        if bad is not None:
+            raise ValueError(f"zip member {bad!r} fails its CRC-32 check")
+    fh.seek(0)
+
+
 def _write_npz(obj: Any, fh: IO[bytes]) -> None:
     if not isinstance(obj, dict):
         raise SerializationError(
@@ -295,6 +329,9 @@ def _write_npz(obj: Any, fh: IO[bytes]) -> None:
 
 
 def _read_npz(fh: IO[bytes]) -> Any:
+    if zipfile.is_zipfile(fh):
+        _check_zip_members(fh)
+    fh.seek(0)
     with np.load(fh, allow_pickle=False) as npz:
         if not isinstance(npz, np.lib.npyio.NpzFile):
             raise ValueError("the file holds a single .npy array, not an .npz archive")
@@ -337,27 +374,6 @@ def _write_pt(obj: Any, fh: IO[bytes]) -> None:
 
     _check_torch_state(obj, "obj")
     torch.save(obj, fh)
-
-
-_DOS_DIRECTORY_BIT = 0x10
-
-
-def _check_zip_members(fh: IO[bytes]) -> None:
-    """Raise ValueError if a member of the zip in ``fh`` fails its CRC or claims to be a folder.
-
-    ``torch.load`` reads the zip that ``torch.save`` writes without checking the CRC-32 of its
-    members, so a flipped bit in a tensor loads as a silently different weight. A member whose
-    directory entry says "folder" makes torch read the wrong bytes, also without an error.
-    """
-    fh.seek(0)
-    with zipfile.ZipFile(fh) as archive:
-        for info in archive.infolist():
-            if info.external_attr & _DOS_DIRECTORY_BIT or info.is_dir():
-                raise ValueError(f"zip member {info.filename!r} is marked as a folder")
-        bad = archive.testzip()
-        if bad is not None:
-            raise ValueError(f"zip member {bad!r} fails its CRC-32 check")
-    fh.seek(0)
 
 
 def _read_pt(fh: IO[bytes]) -> Any:
