@@ -204,11 +204,53 @@ def _check_env_params(env: str, params: Mapping[str, Any]) -> None:
     instance.close()
 
 
+# Run-config key of an implementation version -> its registry in src.algos.registry.
+_VERSION_REGISTRIES = {
+    "ippo_version": "IPPO_VERSIONS",
+    "lag_version": "LAG_VERSIONS",
+    "wm_version": "WM_VERSIONS",
+    "om_version": "OM_VERSIONS",
+    "shield_version": "SHIELD_VERSIONS",
+}
+
+
+def _check_versions(run_config: Mapping[str, Any]) -> None:
+    """Look up every implementation version the algorithm of `run_config` uses in its registry,
+    so a misspelt `base.*_version` fails here, labelled by its key, rather than in a train job.
+
+    `ippo_version` for every algorithm (all build on IPPO), `lag_version` for `ippo_lag`,
+    `wm_version` / `om_version` / `shield_version` for shielded algorithms.
+    """
+    from src.algos import registry
+
+    spec = registry.ALGORITHMS[run_config["algo"]]
+    keys = ["ippo_version"]
+    if run_config["algo"] == "ippo_lag":
+        keys.append("lag_version")
+    if spec.shielded:
+        keys += ["wm_version", "om_version", "shield_version"]
+    for key in keys:
+        # The shield's registries come through registry.__getattr__, imported on first use.
+        versions = getattr(registry, _VERSION_REGISTRIES[key])
+        value = run_config[key]
+        if not isinstance(value, str) or value not in versions:
+            known = ", ".join(sorted(versions))
+            raise WorkflowConfigError(
+                f"config key 'base.{key}' = {_one_line(value)}: unknown {key} for algo "
+                f"{run_config['algo']} (known: {known})"
+            )
+
+
 def _check_algo_params(run_config: Mapping[str, Any]) -> None:
     """Build the algorithm's config dataclasses from a resolved run config, as its trainer does,
-    so unknown `algo_params` keys and bad values fail here rather than in a training job."""
+    so unknown `algo_params` keys and bad values fail here rather than in a training job.
+
+    The implementation versions are looked up first (`_check_versions`), so that their errors
+    name `base.<key>` rather than the algorithm's `algo_params`.
+    """
     from src.algos.registry import ALGORITHMS
 
+    _check_versions(run_config)
     algo = run_config["algo"]
     spec = ALGORITHMS[algo]
     try:
@@ -231,8 +273,10 @@ def check_workflow_config(
 
     The schema first, then every run's config through `resolve_run_config` (so value and
     cross-key errors of `create_base_config` surface here), then, with `check_components`,
-    each env's parameters through its constructor and each algorithm's `algo_params` against
-    its config dataclass. Returns `config`; raises `WorkflowConfigError` with one line.
+    each env's parameters through its constructor, each algorithm's implementation versions
+    (`base.ippo_version`, `base.lag_version`, `base.wm_version`, ...) against their registries
+    and its `algo_params` against its config dataclass. Returns `config`; raises
+    `WorkflowConfigError` with one line.
     """
     validate_workflow_config(config, schema_path)
     for env, algo, run_idx in iter_runs(config):

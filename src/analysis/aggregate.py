@@ -13,7 +13,8 @@ from pathlib import Path
 import pyarrow as pa
 
 from src.analysis.export import EVAL_SCHEMA, HISTORY_SCHEMA, UPDATES_SCHEMA, load_run_config
-from src.analysis.files import atomic_path, read_parquet, write_parquet
+from src.analysis.files import read_parquet, write_parquet
+from src.core.io import atomic_output
 
 __all__ = ["CONFIGS_METADATA_KEY", "RUN_TABLES", "aggregate", "load_table"]
 
@@ -50,7 +51,7 @@ def _write_csv(table: pa.Table, path: Path) -> None:
         if pa.types.is_list(field.type):
             # One JSON list per cell, readable back with json.loads.
             frame[field.name] = [json.dumps([float(x) for x in v]) for v in frame[field.name]]
-    with atomic_path(path) as tmp:
+    with atomic_output(path) as tmp:
         frame.to_csv(tmp, index=False)
 
 

@@ -19,7 +19,7 @@ matplotlib.use("Agg")  # figures are written to files by workflow jobs without a
 import matplotlib.pyplot as plt
 from matplotlib.figure import Figure
 
-from src.analysis.files import atomic_path
+from src.core.io import atomic_output
 
 __all__ = [
     "ALGO_COLORS",
@@ -108,7 +108,7 @@ def save_figure(
     try:
         for fmt in formats:
             path = Path(directory) / f"{name}.{fmt}"
-            with atomic_path(path) as tmp:
+            with atomic_output(path) as tmp:
                 # No creation date in PDFs: the same results give the same bytes.
                 metadata = {"CreationDate": None} if fmt == "pdf" else None
                 fig.savefig(tmp, format=fmt, dpi=150, metadata=metadata)

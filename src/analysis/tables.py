@@ -21,8 +21,9 @@ import pandas as pd
 from scipy import stats
 
 from src.analysis.aggregate import load_table
-from src.analysis.files import atomic_path, write_text
+from src.analysis.files import write_text
 from src.analysis.style import policy_label
+from src.core.io import atomic_output
 
 __all__ = [
     "FINAL_FRACTION",
@@ -218,7 +219,7 @@ def make_summary(tables_dir: str | Path) -> None:
     evaluation = load_table(tables_dir, "eval").to_pandas()
     frame = summary_frame(history, evaluation)
     out = Path(tables_dir)
-    with atomic_path(out / "summary.csv") as tmp:
+    with atomic_output(out / "summary.csv") as tmp:
         frame.to_csv(tmp, index=False)
     write_text(_markdown(frame), out / "summary.md")
     write_text(_latex(frame), out / "summary.tex")

@@ -6,14 +6,24 @@ one offline run per (env, algo, run) under `results/{tag}/wandb/`, with the trai
 experiment's figures and the run's videos. When upload is enabled and credentials exist it
 then runs `wandb sync` on each run and leaves a marker per synced run; a rerun creates no run
 whose inputs did not change and uploads nothing twice. Without credentials or network it says
-so in one line and keeps every offline run, so `wandb sync` can finish the job later.
+so in one line and keeps every offline run; a later call (the rule rerun with
+`snakemake --cores 1 --forcerun wandb_upload`) uploads the runs not yet marked.
+
+The sync command is the `wandb` CLI next to the Python interpreter (else `wandb` on the PATH),
+or the command line in the environment variable `SAFE_MARL_WANDB_CLI` (split like a shell
+does, e.g. `"/opt/wandb/bin/python -m wandb"`), to which `sync <offline run folder>` is added.
 
 Files under `results/{tag}/wandb/`:
 
 - `wandb/offline-run-*/`: the offline runs (wandb's own layout);
 - `manifest.json`: run name -> offline run folder and fingerprint of the inputs it logged;
 - `synced/<offline run folder>.done`: one marker per uploaded run;
-- `upload.done`: what the last call did (the workflow's output).
+- `upload.done`: what the last call did (the workflow's output), written whether or not
+  anything was uploaded, so that the workflow also finishes offline. A JSON object: `status`
+  (`synced`, `skipped`, `stopped`, `offline` or `disabled`), `outcome` (the line logged),
+  `reason` (why nothing or not everything was uploaded, else null), `created` / `kept`
+  (offline runs made / reused by this call), `offline_runs`, `synced_now`, `synced_total`,
+  `not_synced`, and `upload_later` (the command that uploads the rest, else null).
 """
 
 from __future__ import annotations
@@ -22,6 +32,7 @@ import hashlib
 import json
 import netrc
 import os
+import shlex
 import shutil
 import signal
 import socket
@@ -34,15 +45,18 @@ from typing import Any
 
 import pandas as pd
 
-from src.core.io import load_from_file, load_from_file_if_exists, save_to_file
+from src.core.io import atomic_output, load_from_file, load_from_file_if_exists, save_to_file
 from src.core.logging import log
 from src.core.wandb import load_history, log_history, start_run
 
 __all__ = [
+    "UPLOAD_LATER",
+    "WANDB_CLI_ENV_VAR",
     "credentials_available",
     "find_run_dirs",
     "server_unreachable",
     "upload_experiment",
+    "wandb_command",
 ]
 
 WANDB_HOST = "api.wandb.ai"
@@ -51,6 +65,10 @@ DONE = "upload.done"
 SYNCED = "synced"
 # Inputs of one run that its wandb run shows; a change to any of them makes a new run.
 RUN_INPUTS = ("config.json", "history.json", "eval.parquet")
+WANDB_CLI_ENV_VAR = "SAFE_MARL_WANDB_CLI"
+# Rerunning the rule, not a manual `wandb sync`, leaves the per-run markers that keep a run
+# from being uploaded twice.
+UPLOAD_LATER = "snakemake --cores 1 --forcerun wandb_upload"
 
 
 def find_run_dirs(results_dir: str | Path) -> list[Path]:
@@ -128,10 +146,26 @@ def server_unreachable(timeout: float = 5.0) -> str | None:
         return f"server {host}:{port} unreachable ({error.strerror or error})"
 
 
+def wandb_command() -> list[str]:
+    """The command line of the wandb CLI that `sync` is appended to.
+
+    `SAFE_MARL_WANDB_CLI` split like a shell does (`shlex.split`) when set and not blank; else
+    the `wandb` script next to the Python interpreter, or `wandb` on the PATH. Raises
+    `ValueError` naming the variable when its value cannot be split (an unclosed quote).
+    """
+    value = os.environ.get(WANDB_CLI_ENV_VAR, "")
+    if value.strip():
+        try:
+            return shlex.split(value)
+        except ValueError as error:
+            raise ValueError(f"{WANDB_CLI_ENV_VAR}={value!r}: {error}") from None
+    wandb_cli = Path(sys.executable).with_name("wandb")
+    return [str(wandb_cli) if wandb_cli.exists() else "wandb"]
+
+
 def _sync(run_folder: Path, timeout: float) -> str | None:
     """Run `wandb sync` on one offline run; None on success, else the reason (one line)."""
-    wandb_cli = Path(sys.executable).with_name("wandb")
-    command = [str(wandb_cli) if wandb_cli.exists() else "wandb", "sync", str(run_folder)]
+    command = [*wandb_command(), "sync", str(run_folder)]
     try:
         # A session of its own: on timeout the whole group goes (wandb sync starts a helper).
         process = subprocess.Popen(
@@ -157,10 +191,10 @@ def _sync(run_folder: Path, timeout: float) -> str | None:
 
 
 def _write_marker(obj: Mapping[str, Any], path: Path) -> None:
-    """Write a JSON marker atomically (save_to_file picks formats by suffix; `.done` is ours)."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(obj, indent=2, sort_keys=True) + "\n", encoding="utf-8")
-    os.replace(tmp, path)
+    """Write a JSON marker atomically. Not save_to_file: it picks the format by suffix and
+    `.done` (the workflow's marker suffix) is none of its formats."""
+    with atomic_output(path) as tmp:
+        tmp.write_text(json.dumps(obj, indent=2, sort_keys=True) + "\n", encoding="utf-8")
 
 
 def _load_manifest(wandb_dir: Path) -> dict[str, dict[str, Any]]:
@@ -175,14 +209,18 @@ def upload_experiment(results_dir: str | Path, *, sync: bool, timeout: float = 3
 
     Creates (or keeps, when its inputs are unchanged) one offline run per run folder, then
     with `sync` uploads each run not yet marked as synced, if credentials exist. Without
-    credentials or network it logs one line saying so and keeps the offline runs. Writes
-    `results_dir/wandb/upload.done` last. Raises `FileNotFoundError` when `results_dir`
-    holds no finished run or a run lacks one of its inputs.
+    credentials or network it logs one line saying so and keeps the offline runs; a later
+    call uploads them. Writes `results_dir/wandb/upload.done` last, in every case (see the
+    module docstring for its fields). Raises `FileNotFoundError` when `results_dir` holds no
+    finished run or a run lacks one of its inputs, and `ValueError` when `SAFE_MARL_WANDB_CLI`
+    cannot be split into a command line.
     """
     if not isinstance(sync, bool):
         raise TypeError(f"sync must be a bool, got {sync!r}")
     if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout <= 0:
         raise ValueError(f"timeout must be a positive number of seconds, got {timeout!r}")
+    if sync:
+        wandb_command()  # a bad SAFE_MARL_WANDB_CLI fails before any work, not mid-upload
     results = Path(results_dir)
     run_dirs = find_run_dirs(results)
     if not run_dirs:
@@ -219,41 +257,69 @@ def upload_experiment(results_dir: str | Path, *, sync: bool, timeout: float = 3
         created += 1
 
     offline = {name: e for name, e in manifest.items() if e.get("folder")}
+    markers = wandb_dir / SYNCED
     synced_now = 0
+    reason: str | None = None
     if not offline:
-        outcome = "wandb disabled by the config (use_wandb false or mode disabled): no runs"
+        status = "disabled"
     elif not sync:
-        outcome = (
-            f"wandb: {len(offline)} offline runs in {wandb_dir} (upload off; to upload: "
-            f"wandb sync {wandb_dir}/wandb/offline-run-*)"
-        )
+        status = "offline"
     elif (reason := credentials_available() or server_unreachable()) is not None:
-        outcome = f"wandb upload skipped: {reason}; {len(offline)} offline runs kept in {wandb_dir}"
+        status = "skipped"
     else:
-        outcome = ""
-        markers = wandb_dir / SYNCED
+        status = "synced"
         markers.mkdir(exist_ok=True)
         for name, entry in sorted(offline.items()):
-            folder = Path(entry["folder"])
-            marker = markers / f"{folder.name}.done"
-            if marker.exists():
-                continue
-            failure = _sync(wandb_dir / folder, timeout)
-            if failure is not None:
-                # The first failure is usually the network: stop rather than wait on each run.
-                outcome = (
-                    f"wandb upload stopped: {failure}; {len(offline)} offline runs kept in "
-                    f"{wandb_dir}, rerun to upload the rest"
-                )
-                break
-            _write_marker({"run": name, "folder": str(folder)}, marker)
-            manifest[name]["synced"] = True
-            save_to_file(manifest, wandb_dir, MANIFEST)
-            synced_now += 1
-        if not outcome:
-            outcome = f"wandb: uploaded {synced_now} runs ({len(offline)} in total are synced)"
+            marker = markers / f"{Path(entry['folder']).name}.done"
+            if not marker.exists():
+                reason = _sync(wandb_dir / entry["folder"], timeout)
+                if reason is not None:
+                    # The first failure is usually the network: stop rather than wait on each run.
+                    status = "stopped"
+                    break
+                _write_marker({"run": name, "folder": entry["folder"]}, marker)
+                synced_now += 1
+            if not entry.get("synced"):
+                # The marker decides: this also repairs a kill between marker and manifest.
+                entry["synced"] = True
+                save_to_file(manifest, wandb_dir, MANIFEST)
+    synced_total = sum(
+        (markers / f"{Path(entry['folder']).name}.done").is_file() for entry in offline.values()
+    )
+    not_synced = len(offline) - synced_total
+    kept_in = f"{not_synced} offline runs kept in {wandb_dir}"
+    outcome = {
+        "disabled": "wandb disabled by the config (use_wandb false or mode disabled): no runs",
+        "offline": (
+            f"wandb: {len(offline)} offline runs in {wandb_dir}, {synced_total} synced (upload "
+            f"off; to upload set wandb: {{upload: true}} and run {UPLOAD_LATER})"
+        ),
+        "skipped": (
+            f"wandb upload skipped: {reason}; {kept_in} ({synced_total} synced before); "
+            f"upload later with {UPLOAD_LATER}"
+        ),
+        "stopped": (
+            f"wandb upload stopped: {reason}; synced {synced_now}, {kept_in}; "
+            f"upload later with {UPLOAD_LATER}"
+        ),
+        "synced": (
+            f"wandb: synced {synced_now} runs now; {synced_total} of {len(offline)} offline "
+            f"runs in {wandb_dir} are synced"
+        ),
+    }[status]
     log(outcome, type="wandb")
     _write_marker(
-        {"created": created, "kept": kept, "synced_now": synced_now, "outcome": outcome},
+        {
+            "status": status,
+            "outcome": outcome,
+            "reason": reason,
+            "created": created,
+            "kept": kept,
+            "offline_runs": len(offline),
+            "synced_now": synced_now,
+            "synced_total": synced_total,
+            "not_synced": not_synced,
+            "upload_later": UPLOAD_LATER if not_synced else None,
+        },
         wandb_dir / DONE,
     )

@@ -72,7 +72,7 @@ import re
 import secrets
 import socket
 import zipfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path, PurePosixPath
 from typing import IO, Any
 
@@ -88,6 +88,7 @@ __all__ = [
     "SerializationError",
     "UnsafePathError",
     "UnsupportedFormatError",
+    "atomic_output",
     "create_dir",
     "load_from_file",
     "load_from_file_if_exists",
@@ -265,7 +266,11 @@ def _read_parquet(fh: IO[bytes]) -> Any:
 def _read_parquet_table(fh: IO[bytes]) -> Any:
     import pyarrow.parquet as pq
 
-    return pq.read_table(fh, page_checksum_verification=True)
+    table = pq.read_table(fh, page_checksum_verification=True)
+    # The footer has no checksum: a damaged column name only fails when it is decoded, so
+    # decode the names here, where the error is reported as a corrupt file.
+    _ = [(field.name, str(field.type)) for field in table.schema]
+    return table
 
 
 _DOS_DIRECTORY_BIT = 0x10
@@ -495,6 +500,13 @@ def _pid_alive(pid: int) -> bool:
     return True
 
 
+def _tmp_name(target: Path, *, keep_suffix: bool) -> str:
+    # Hidden, unique per host and process; `keep_suffix` ends it with the target's suffix for
+    # writers that pick a format from the file name (ffmpeg, matplotlib).
+    ending = ".tmp" + (target.suffix if keep_suffix else "")
+    return f"{_tmp_prefix(target)}{_HOST}.{os.getpid()}.{secrets.token_hex(4)}{ending}"
+
+
 def _remove_stale_temps(target: Path) -> None:
     """Delete temp files of ``target`` left by dead writers on this host (SIGKILL, OOM)."""
     prefix = _tmp_prefix(target)
@@ -503,9 +515,14 @@ def _remove_stale_temps(target: Path) -> None:
     except OSError:
         return
     for entry in entries:
-        if not (entry.name.startswith(prefix) and entry.name.endswith(".tmp")):
+        if not entry.name.startswith(prefix):
             continue
-        fields = entry.name[len(prefix) : -len(".tmp")].split(".")
+        for ending in (".tmp", ".tmp" + target.suffix):
+            if entry.name.endswith(ending):
+                fields = entry.name[len(prefix) : -len(ending)].split(".")
+                break
+        else:
+            continue
         # Only our own host's temps: a pid says nothing about processes on other cluster nodes.
         if len(fields) != 3 or fields[0] != _HOST or not fields[1].isdigit():
             continue
@@ -541,22 +558,37 @@ def _make_dirs(folder: Path) -> None:
         _fsync_dir(created.parent)
 
 
-def _atomic_write(target: Path, fmt: str, writer: _Writer, obj: Any) -> None:
-    tmp: str | None = None
+@contextlib.contextmanager
+def _published(target: Path, *, keep_suffix: bool) -> Iterator[Path]:
+    """Yield a temp path beside ``target``; after the block, fsync it and rename it onto it."""
+    _make_dirs(target.parent)
+    _remove_stale_temps(target)
+    tmp = target.parent / _tmp_name(target, keep_suffix=keep_suffix)
     try:
-        _make_dirs(target.parent)
-        _remove_stale_temps(target)
-        tmp_name = f"{_tmp_prefix(target)}{_HOST}.{os.getpid()}.{secrets.token_hex(4)}.tmp"
-        tmp = os.path.join(target.parent, tmp_name)
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        with os.fdopen(fd, "wb") as fh:
-            os.fchmod(fh.fileno(), _FILE_MODE)
-            writer(obj, fh)
-            fh.flush()
-            os.fsync(fh.fileno())
+        os.close(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+        os.chmod(tmp, _FILE_MODE)
+        yield tmp
+        fd = os.open(tmp, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
         os.replace(tmp, target)
-        tmp = None
         _fsync_dir(target.parent)
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+
+
+@contextlib.contextmanager
+def _write_errors(target: Path, fmt: str, *, serializer: bool = True) -> Iterator[None]:
+    """Turn a failed write into a PersistenceError naming ``target`` and ``fmt``.
+
+    OS errors always become ``FileAccessError``; other exceptions become ``SerializationError``
+    when our own serializer raised them (``serializer``), else they pass through unchanged.
+    """
+    try:
+        yield
     except PersistenceError as exc:
         exc.path = target
         exc.format = fmt
@@ -571,15 +603,50 @@ def _atomic_write(target: Path, fmt: str, writer: _Writer, obj: Any) -> None:
         err.errno = exc.errno
         raise err from exc
     except Exception as exc:
+        if not serializer:
+            raise
         raise SerializationError(
             f"cannot write {target} as {fmt}: {type(exc).__name__}: {exc}",
             path=target,
             format=fmt,
         ) from exc
-    finally:
-        if tmp is not None:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(tmp)
+
+
+def _atomic_write(target: Path, fmt: str, writer: _Writer, obj: Any) -> None:
+    with (
+        _write_errors(target, fmt),
+        _published(target, keep_suffix=False) as tmp,
+        open(tmp, "wb") as fh,
+    ):
+        writer(obj, fh)
+
+
+@contextlib.contextmanager
+def atomic_output(path: str | Path) -> Iterator[Path]:
+    """Publish a file that a third-party writer creates by name, atomically.
+
+    Yields a hidden temporary path in the same folder, ending in the target's suffix (so
+    ffmpeg, matplotlib or pyarrow pick the right format). When the block succeeds the file is
+    fsynced and renamed onto ``path``; when it fails, or the process is killed, ``path`` keeps
+    its previous content (a killed writer's temp is removed by the next write of ``path``).
+    OS errors (a full disk) are raised as ``FileAccessError`` naming the path, like
+    ``save_to_file``; other exceptions of the block pass through unchanged.
+
+    >>> import tempfile
+    >>> target = Path(tempfile.mkdtemp()) / "notes.md"
+    >>> with atomic_output(target) as tmp:
+    ...     _ = tmp.write_text("# done")
+    >>> target.read_text()
+    '# done'
+    """
+    target = _check_path_arg(path, "path")
+    if target.name in ("", ".", ".."):
+        raise UnsafePathError(f"path {str(target)!r} does not name a file", path=target)
+    with (
+        _write_errors(target, target.suffix or "file", serializer=False),
+        _published(target, keep_suffix=True) as tmp,
+    ):
+        yield tmp
 
 
 # ------------------------------------------------------------------- public API

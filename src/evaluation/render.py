@@ -14,8 +14,8 @@ import numpy as np
 
 from src.algos.policy import load_actor
 from src.analysis.export import load_run_config
-from src.analysis.files import atomic_path
 from src.analysis.style import plt
+from src.core.io import atomic_output
 from src.core.wrappers import apply_hidden_episode_cap, infer_episode_cap
 from src.core.wrappers.record_video_parallel import RecordVideo
 from src.envs.registry import make_env
@@ -85,7 +85,7 @@ def make_poster(frames: Sequence[tuple[int, np.ndarray]], path: str | Path, *, t
     fig.tight_layout()
     target = Path(path)
     try:
-        with atomic_path(target) as tmp:
+        with atomic_output(target) as tmp:
             fig.savefig(tmp, format="png", dpi=120)
     finally:
         plt.close(fig)

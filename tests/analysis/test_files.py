@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from src.analysis.files import atomic_path, write_text
+from src.analysis.files import write_text
+from src.core.io import atomic_output as atomic_path
 
 
 def test_failed_write_leaves_no_file(tmp_path: Path) -> None:

@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 
 from src.analysis import wandb_upload
-from src.analysis.wandb_upload import credentials_available, upload_experiment
+from src.analysis.wandb_upload import credentials_available, upload_experiment, wandb_command
 from src.config import resolve_run_config, validate_workflow_config
 from src.core.io import save_to_file
 from src.core.wandb import EpisodeLog
@@ -115,6 +115,7 @@ def test_offline_runs_hold_one_history_row_per_episode(results: Path, no_credent
     outcome = _outcome(results)
     assert outcome["created"] == len(RUNS)
     assert "\n" not in outcome["outcome"] and "upload off" in outcome["outcome"]
+    assert outcome["status"] == "offline" and outcome["not_synced"] == len(RUNS)
     assert not (results / "wandb" / "synced").exists()
 
 
@@ -168,10 +169,17 @@ def test_unreachable_server_keeps_offline_runs_in_one_line(
 def test_no_credentials_skips_sync_in_one_line(results: Path, no_credentials: None):
     assert credentials_available() is not None
     upload_experiment(results, sync=True)
-    outcome = _outcome(results)["outcome"]
+    done = _outcome(results)
+    outcome = done["outcome"]
     assert outcome.startswith("wandb upload skipped: no credentials")
     assert "\n" not in outcome
     assert len(_offline_runs(results)) == len(RUNS)
+    # The marker says that nothing was uploaded, why, and how to upload later.
+    assert done["status"] == "skipped" and done["reason"].startswith("no credentials")
+    assert done["synced_now"] == done["synced_total"] == 0
+    assert done["not_synced"] == done["offline_runs"] == len(RUNS)
+    assert done["upload_later"] == "snakemake --cores 1 --forcerun wandb_upload"
+    assert f"{len(RUNS)} offline runs kept" in outcome and done["upload_later"] in outcome
 
 
 def test_synced_runs_are_marked_and_never_uploaded_twice(
@@ -190,9 +198,36 @@ def test_synced_runs_are_marked_and_never_uploaded_twice(
     markers = sorted((results / "wandb" / "synced").glob("*.done"))
     assert [m.name for m in markers] == sorted(f"{p.name}.done" for p in synced)
 
+    done = _outcome(results)
+    assert done["status"] == "synced" and done["reason"] is None
+    assert done["synced_now"] == done["synced_total"] == len(RUNS)
+    assert done["not_synced"] == 0 and done["upload_later"] is None
+
     upload_experiment(results, sync=True)
     assert len(synced) == len(RUNS)
     assert _outcome(results)["synced_now"] == 0
+    assert _outcome(results)["synced_total"] == len(RUNS)
+
+
+def test_marker_without_manifest_entry_counts_as_synced(
+    results: Path, monkeypatch: pytest.MonkeyPatch
+):
+    # As after a kill between writing a run's marker and saving the manifest.
+    upload_experiment(results, sync=False)
+    first = _offline_runs(results)[0]
+    (results / "wandb" / "synced").mkdir()
+    (results / "wandb" / "synced" / f"{first.name}.done").write_text("{}")
+    monkeypatch.setenv("WANDB_API_KEY", "x" * 40)
+    synced: list[Path] = []
+    monkeypatch.setattr(wandb_upload, "_sync", lambda folder, timeout: synced.append(folder))
+    monkeypatch.setattr(wandb_upload, "server_unreachable", lambda: None)
+
+    upload_experiment(results, sync=True)
+
+    assert first not in synced and len(synced) == len(RUNS) - 1
+    manifest = json.loads((results / "wandb" / "manifest.json").read_text())
+    assert all(entry["synced"] for entry in manifest.values())
+    assert _outcome(results)["synced_now"] == len(RUNS) - 1
 
 
 def test_failed_sync_stops_with_one_line_and_marks_nothing(
@@ -206,14 +241,55 @@ def test_failed_sync_stops_with_one_line_and_marks_nothing(
     fake.chmod(0o755)
     monkeypatch.setenv("WANDB_API_KEY", "x" * 40)
     monkeypatch.setattr(wandb_upload, "server_unreachable", lambda: None)
-    monkeypatch.setattr(wandb_upload.sys, "executable", str(fake_bin / "python"))
+    monkeypatch.setenv("SAFE_MARL_WANDB_CLI", str(fake))
     upload_experiment(results, sync=True, timeout=20)
 
-    outcome = _outcome(results)["outcome"]
+    done = _outcome(results)
+    outcome = done["outcome"]
     assert outcome.startswith("wandb upload stopped: `wandb sync` failed (exit 1)")
     assert "\n" not in outcome
     assert not list((results / "wandb" / "synced").glob("*.done"))
     assert len(_offline_runs(results)) == len(RUNS)
+    assert done["status"] == "stopped" and done["reason"] in outcome
+    assert done["synced_now"] == 0 and done["not_synced"] == len(RUNS)
+    assert done["upload_later"] == "snakemake --cores 1 --forcerun wandb_upload"
+    assert done["upload_later"] in outcome
+
+
+def test_wandb_command_default_and_override(monkeypatch: pytest.MonkeyPatch, tmp_path: Path):
+    monkeypatch.delenv(wandb_upload.WANDB_CLI_ENV_VAR, raising=False)
+    (default,) = wandb_command()
+    assert Path(default).name == "wandb"
+    monkeypatch.setenv(wandb_upload.WANDB_CLI_ENV_VAR, "  ")  # blank counts as unset
+    assert wandb_command() == [default]
+    monkeypatch.setenv(wandb_upload.WANDB_CLI_ENV_VAR, "'/opt/my env/python' -m wandb")
+    assert wandb_command() == ["/opt/my env/python", "-m", "wandb"]
+
+
+def test_override_with_arguments_runs_that_command(
+    results: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+):
+    # A script that is not executable, run through `sh`: only a split command line works.
+    calls = tmp_path / "calls.txt"
+    script = tmp_path / "fake_wandb.sh"
+    script.write_text(f'echo "$@" >> "{calls}"\n')
+    monkeypatch.setenv("SAFE_MARL_WANDB_CLI", f"sh {script}")
+    monkeypatch.setenv("WANDB_API_KEY", "x" * 40)
+    monkeypatch.setattr(wandb_upload, "server_unreachable", lambda: None)
+
+    upload_experiment(results, sync=True, timeout=20)
+
+    assert sorted(calls.read_text().splitlines()) == [f"sync {p}" for p in _offline_runs(results)]
+    assert _outcome(results)["synced_now"] == len(RUNS)
+
+
+def test_unsplittable_override_is_refused_before_any_work(
+    results: Path, monkeypatch: pytest.MonkeyPatch
+):
+    monkeypatch.setenv("SAFE_MARL_WANDB_CLI", "'/opt/wandb")
+    with pytest.raises(ValueError, match=r"SAFE_MARL_WANDB_CLI=.*quotation"):
+        upload_experiment(results, sync=True)
+    assert not (results / "wandb").exists()
 
 
 def test_netrc_entry_counts_as_credentials(monkeypatch: pytest.MonkeyPatch, tmp_path: Path):

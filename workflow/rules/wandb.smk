@@ -1,6 +1,7 @@
 rule wandb_upload:
     """One offline wandb run per training run (history, evaluation, figures, videos); synced
-    to the server only when the config enables upload and credentials exist."""
+    to the server only when the config enables upload and credentials exist. The output
+    records what happened; `--forcerun wandb_upload` uploads the rest later."""
     input:
         configs=all_runs(RUN["config"]),
         histories=all_runs(RUN["history_json"]),

@@ -19,7 +19,6 @@ file names, `video_length`, fps, `gc_trigger`, warnings), with what it gets wron
 
 from __future__ import annotations
 
-import contextlib
 import errno
 import gc
 import numbers
@@ -34,7 +33,7 @@ from gymnasium.error import DependencyNotInstalled
 from pettingzoo.utils.env import ParallelEnv
 from pettingzoo.utils.wrappers.record_video_parallel import RecordVideoParallel
 
-from src.core.io import _HOST, FileAccessError, _pid_alive
+from src.core.io import FileAccessError, atomic_output
 
 __all__ = ["DEFAULT_FPS", "INCOMPATIBLE_RENDER_MODES", "RecordVideo"]
 
@@ -81,7 +80,6 @@ def _resolve_fps(env: ParallelEnv, fps: int | None) -> int:
 
 # Causes that ffmpeg reports only as text (MoviePy raises EPIPE once ffmpeg has exited).
 _OS_CAUSES = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS, errno.EACCES, errno.EIO)
-_TMP_SUFFIX = ".tmp.mp4"
 
 
 def _describe_write_error(error: OSError) -> tuple[int | None, str]:
@@ -98,35 +96,6 @@ def _describe_write_error(error: OSError) -> tuple[int | None, str]:
             cause = f"{cause}; ffmpeg: {lines[index + 1]}"
             break
     return error.errno, cause
-
-
-def _remove_stale_temps(folder: str, filename: str) -> None:
-    """Delete temp files of `filename` left by writers on this host that no longer run."""
-    prefix = f".{filename[:-4]}.{_HOST}."
-    with contextlib.suppress(OSError):
-        for entry in os.scandir(folder):
-            if not (entry.name.startswith(prefix) and entry.name.endswith(_TMP_SUFFIX)):
-                continue
-            pid = entry.name[len(prefix) : -len(_TMP_SUFFIX)]
-            if pid.isdigit() and int(pid) != os.getpid() and not _pid_alive(int(pid)):
-                with contextlib.suppress(FileNotFoundError):
-                    os.unlink(entry.path)
-
-
-def _fsync_path(path: str, *, directory: bool = False) -> None:
-    """Flush a file (or a directory entry) to disk."""
-    flags = os.O_RDONLY | (getattr(os, "O_DIRECTORY", 0) if directory else 0)
-    try:
-        fd = os.open(path, flags)
-    except OSError:
-        # Some platforms (Windows) cannot open directories; the file itself was synced.
-        if directory:
-            return
-        raise
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 class RecordVideo(RecordVideoParallel):
@@ -297,29 +266,23 @@ class RecordVideo(RecordVideoParallel):
             raise DependencyNotInstalled(_MOVIEPY_MISSING) from e
 
         path = os.path.join(self.video_folder, filename)
-        # Same folder (so os.replace is atomic), hidden, unique per host and process, and ending
-        # in .mp4 because MoviePy picks the codec and ffmpeg the container from the extension.
-        tmp_path = os.path.join(
-            self.video_folder, f".{filename[:-4]}.{_HOST}.{os.getpid()}{_TMP_SUFFIX}"
-        )
-        _remove_stale_temps(self.video_folder, filename)
         clip = ImageSequenceClip(frames, fps=self.frames_per_sec)
         try:
-            clip.write_videofile(tmp_path, logger=None if self.disable_logger else "bar")
-            _fsync_path(tmp_path)
-            os.replace(tmp_path, path)
-            _fsync_path(self.video_folder, directory=True)
-        except OSError as error:
-            code, cause = _describe_write_error(error)
+            # A hidden temp beside the target, ending in .mp4 (MoviePy picks the codec and
+            # ffmpeg the container from the extension), renamed into place once complete.
+            with atomic_output(path) as tmp_path:
+                clip.write_videofile(str(tmp_path), logger=None if self.disable_logger else "bar")
+        except FileAccessError as error:
+            # ffmpeg reports a full disk as a broken pipe: name the real cause.
+            if not isinstance(error.__cause__, OSError):
+                raise
+            code, cause = _describe_write_error(error.__cause__)
             failure = FileAccessError(
                 f"cannot write video {path}: {cause}", path=Path(path), format=".mp4"
             )
             failure.errno = code
-            raise failure from error
+            raise failure from error.__cause__
         finally:
-            # Also on KeyboardInterrupt and other non-OSError failures.
-            with contextlib.suppress(FileNotFoundError):
-                os.remove(tmp_path)
             clip.close()
 
     def __del__(self) -> None:

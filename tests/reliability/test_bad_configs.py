@@ -1,0 +1,222 @@
+"""Bad workflow configs are rejected before any job, in one line naming the key and the value.
+
+Every case changes one key of `.test/config.yaml`. All cases go through
+`src.config.check_workflow_config` (what `workflow/rules/common.smk` runs when the Snakefile
+loads); a handful also go through `snakemake` itself, dry and real, to show that the workflow
+stops before scheduling anything and prints the same one line.
+"""
+
+from __future__ import annotations
+
+import copy
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import pytest
+import yaml
+
+from src.config import WorkflowConfigError, check_workflow_config
+from tests.reliability.helpers import REPO, child_env
+
+TEST_CONFIG = REPO / ".test" / "config.yaml"
+SNAKEMAKE = Path(sys.executable).with_name("snakemake")
+
+
+class BadConfig(NamedTuple):
+    """One bad value: where it goes, and the key and value the message must name."""
+
+    path: tuple[str, ...]
+    value: Any
+    key: str
+    shown: str
+
+
+def _case(path: str, value: Any, *, key: str | None = None, shown: str | None = None) -> BadConfig:
+    return BadConfig(
+        tuple(path.split(".")), value, key or path, str(value) if shown is None else shown
+    )
+
+
+CASES: dict[str, BadConfig] = {
+    # wrong types
+    "num_envs is a string": _case("base.num_envs", "four"),
+    "num_envs is a float": _case("base.num_envs", 2.0),
+    "learning_epochs is a float": _case("base.learning_epochs", 2.5),
+    "learning_rate is a quoted number": _case("base.learning_rate", "3e-4"),
+    "use_wandb is a string": _case("base.use_wandb", "yes"),
+    "num_runs is a string": _case("num_runs", "3"),
+    "envs is a string": _case("envs", "hazard_grid"),
+    # unknown names
+    "unknown env": _case("envs", ["hazard_grid", "lava_world"], key="envs", shown="lava_world"),
+    "unknown algorithm": _case("algos", ["ippo", "ppo_magic"], key="algos", shown="ppo_magic"),
+    # For an unknown key the key itself is the bad value.
+    "unknown top-level key": _case("learning_rate", 0.1, shown="learning_rate"),
+    "misspelt base key": _case("base.learing_rate", 0.1, shown="learing_rate"),
+    "unknown algo_params field": _case("algo_params.ippo", {"clip_coeff": 0.2}, shown="clip_coeff"),
+    "unknown world model version": _case("base.wm_version", "v9", key="wm_version"),
+    "unknown opponent model version": _case("base.om_version", "v9", key="om_version"),
+    "unknown shield version": _case("base.shield_version", "v9", key="shield_version"),
+    # zero or negative sizes
+    "zero num_envs": _case("base.num_envs", 0),
+    "negative timesteps": _case("base.timesteps", -256),
+    "zero rollouts": _case("base.rollouts", 0),
+    "zero mini_batches": _case("base.mini_batches", 0),
+    "zero num_runs": _case("num_runs", 0),
+    "zero threads": _case("threads", 0),
+    "negative checkpoint_every": _case("checkpoint_every", -1),
+    "zero evaluation episodes": _case("base.final_policy_eval_episodes", 0),
+    "zero render episodes": _case("render.episodes", 0),
+    "zero agents": _case("env_params.hazard_grid.n_agents", 0),
+    "negative episode cap": _case("env_params.hazard_grid.max_steps", -5),
+    "negative seed_offset": _case("base.seed_offset", -1),
+    "negative shield_patience": _case("base.shield_patience", -1),
+    "negative learning rate": _case("base.learning_rate", -0.001),
+    "tiny memory request": _case("resources.train.mem_mb", 10),
+    # horizons
+    "unsorted horizons": _case("base.final_policy_eval_horizons", [50, 10, 1], shown="50, 10, 1"),
+    "negative horizon": _case("base.final_policy_eval_horizons", [1, -10], shown="-10"),
+    "repeated horizon": _case("base.final_policy_eval_horizons", [1, 10, 10], shown="1, 10, 10"),
+    "no horizons": _case("base.final_policy_eval_horizons", [], shown="[]"),
+    # probabilities outside (0, 1)
+    "max_risk zero": _case("base.max_risk", 0),
+    "max_risk one": _case("base.max_risk", 1.0),
+    "max_risk above one": _case("base.max_risk", 1.5),
+    "max_risk negative": _case("base.max_risk", -0.1),
+    "credible delta zero": _case("base.shield_credible_delta", 0),
+    "confidence one": _case("base.final_policy_eval_confidence", 1.0),
+    "slip probability above one": _case(
+        "env_params.hazard_grid", {"n_agents": 2, "slip_prob": 2.0}, shown="2.0"
+    ),
+    # unknown modes
+    "unknown shield opponent mode": _case("base.shield_opponent_mode", "optimistic"),
+    "unknown shield reward mode": _case("base.shield_reward_mode", "bayes"),
+    "unknown credible schedule": _case("base.shield_credible_schedule", "linear"),
+    "unknown wandb mode": _case("wandb.mode", "online"),
+    # cross-key rules
+    "mini_batches does not divide the batch": _case("base.mini_batches", 3),
+    "fewer timesteps than one update": _case("base.timesteps", 32),
+    "env without env_params": _case(
+        "envs", ["hazard_grid", "intersection"], key="env_params.intersection", shown="intersection"
+    ),
+    # paths
+    "tag that leaves the results folder": _case("experiment_tag", "../elsewhere"),
+    "empty results_dir": _case("results_dir", "", shown="''"),
+}
+
+# Versions of the trainers themselves, looked up in IPPO_VERSIONS / LAG_VERSIONS.
+TRAINER_VERSIONS: dict[str, BadConfig] = {
+    "unknown lag version": _case("base.lag_version", "v9"),
+    "unknown ippo version": _case("base.ippo_version", "v9"),
+}
+
+
+def _bad_config(case: BadConfig) -> dict:
+    config = yaml.safe_load(TEST_CONFIG.read_text(encoding="utf-8"))
+    config = copy.deepcopy(config)
+    node = config
+    for part in case.path[:-1]:
+        node = node.setdefault(part, {})
+    node[case.path[-1]] = case.value
+    return config
+
+
+def _assert_one_line_naming(message: str, case: BadConfig) -> None:
+    assert "\n" not in message.strip(), message
+    assert case.key in message, f"the message does not name the key {case.key!r}: {message}"
+    assert case.shown in message, f"the message does not show the value {case.shown!r}: {message}"
+
+
+def test_the_test_config_itself_is_valid():
+    # Guards every case below: each differs from a config that passes in exactly one key.
+    config = yaml.safe_load(TEST_CONFIG.read_text(encoding="utf-8"))
+    check_workflow_config(config)
+
+
+def test_there_are_at_least_twenty_distinct_cases():
+    assert len(CASES) >= 20
+    assert len({(case.path, repr(case.value)) for case in CASES.values()}) == len(CASES)
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_bad_config_is_rejected_naming_key_and_value(name: str):
+    case = CASES[name]
+    with pytest.raises(WorkflowConfigError) as excinfo:
+        check_workflow_config(_bad_config(case))
+    _assert_one_line_naming(str(excinfo.value), case)
+
+
+@pytest.mark.parametrize("name", sorted(TRAINER_VERSIONS))
+def test_unknown_trainer_version_is_rejected_before_any_job(name: str):
+    case = TRAINER_VERSIONS[name]
+    with pytest.raises(WorkflowConfigError) as excinfo:
+        check_workflow_config(_bad_config(case))
+    _assert_one_line_naming(str(excinfo.value), case)
+
+
+# ------------------------------------------------------------------- through snakemake
+
+SNAKEMAKE_CASES = (
+    "num_envs is a string",
+    "unknown algorithm",
+    "unsorted horizons",
+    "mini_batches does not divide the batch",
+    "unknown algo_params field",
+)
+
+
+def _snakemake(config_path: Path, workdir: Path, *extra: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [
+            str(SNAKEMAKE),
+            "--snakefile",
+            str(REPO / "Snakefile"),
+            "--configfile",
+            str(config_path),
+            "--directory",
+            str(workdir),
+            "--cores",
+            "1",
+            *extra,
+        ],
+        capture_output=True,
+        text=True,
+        env=child_env(),
+        timeout=300,
+    )
+
+
+@pytest.mark.parametrize("name", SNAKEMAKE_CASES)
+def test_snakemake_dry_run_stops_before_any_job(tmp_path: Path, name: str):
+    case = CASES[name]
+    workdir = tmp_path / "work"
+    workdir.mkdir()
+    config_path = tmp_path / "bad.yaml"
+    config_path.write_text(yaml.safe_dump(_bad_config(case)), encoding="utf-8")
+
+    done = _snakemake(config_path, workdir, "--dry-run")
+
+    assert done.returncode != 0
+    errors = [line for line in done.stderr.splitlines() if line.startswith("invalid config:")]
+    assert len(errors) == 1, done.stderr
+    _assert_one_line_naming(errors[0], case)
+    assert "Job stats" not in done.stdout + done.stderr  # nothing was scheduled
+    assert not (workdir / "results").exists()
+
+
+def test_snakemake_real_run_with_a_bad_config_runs_no_job(tmp_path: Path):
+    case = CASES["max_risk above one"]
+    workdir = tmp_path / "work"
+    workdir.mkdir()
+    config_path = tmp_path / "bad.yaml"
+    config_path.write_text(yaml.safe_dump(_bad_config(case)), encoding="utf-8")
+
+    done = _snakemake(config_path, workdir)
+
+    assert done.returncode != 0
+    assert "Traceback" not in done.stderr  # the message is the diagnosis, not a stack
+    (error,) = [line for line in done.stderr.splitlines() if line.startswith("invalid config:")]
+    _assert_one_line_naming(error, case)
+    created = sorted(str(p.relative_to(workdir)) for p in workdir.rglob("*") if p.is_file())
+    assert not any(name.startswith("results") for name in created), created
