@@ -12,7 +12,12 @@ update; the same window for every algorithm, so the comparison is paired in time
 - for the shield, over its armed updates: the share of (copy, agent) decisions it overrode and
   the share where no candidate met `max_risk` (it then took the lowest bound).
 
-Run: `python -m benchmarks.shield_vs_baselines [--runs N] [--out DIR]`. Writes
+With `--diagnose`, each shield run's final models are also checked against ground truth
+(`src.algos.shield.diagnostics`): the world model's cost calibration on fresh real transitions of
+the final policy, and the real-dynamics risk of every candidate action (Monte Carlo through the
+env's `get_state`/`set_state`) against the shield's imagined k / K, at lookahead 1 and 3.
+
+Run: `python -m benchmarks.shield_vs_baselines [--runs N] [--out DIR] [--diagnose]`. Writes
 `benchmarks/out/shield_vs_baselines.json` and prints a Markdown table. Not part of
 `make bench` (it trains 6 x N runs).
 """
@@ -29,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import torch
 import yaml
 
 from src.algos.metrics import (
@@ -37,7 +43,17 @@ from src.algos.metrics import (
     SHIELD_NO_SAFE_ACTION,
     SHIELD_SECONDS,
 )
-from src.algos.train import train_run
+from src.algos.networks import ActorCritic
+from src.algos.shield import load_shield_filter
+from src.algos.shield.diagnostics import (
+    cost_calibration,
+    model_lookahead_risk,
+    risk_summary,
+    sample_actor_actions,
+    true_lookahead_risk,
+)
+from src.algos.shield.replay import TransitionReplay
+from src.algos.train import make_vector_env_for, train_run
 from src.config import resolve_run_config, validate_workflow_config
 from src.core.io import load_from_file
 from src.core.wandb import load_history
@@ -93,7 +109,85 @@ def decision_stats(updates: list[dict[str, Any]], config: dict[str, Any]) -> dic
     }
 
 
-def run_all(runs: int, out_dir: Path) -> list[dict[str, Any]]:
+def diagnose(
+    run_dir: Path,
+    config: dict[str, Any],
+    *,
+    snapshots: int = 4,
+    every: int = 25,
+    rollouts: int = 200,
+    lookaheads: Sequence[int] = (1, 3),
+) -> dict[str, Any]:
+    """Ground-truth checks of a shield run's final models (see the module docstring).
+
+    The final policy runs unshielded for `snapshots * every` steps in a fresh env (seed
+    offset by 10^6 from training); its transitions score the cost calibration, and every
+    `every` steps each (copy, agent, candidate) gets its real and imagined lookahead risk.
+    """
+    state = load_from_file(run_dir, "policy.pt")
+    shield = load_shield_filter(state, config).shield
+    network = state["network"]
+    net = ActorCritic(
+        obs_dim=network["obs_dim"],
+        n_agents=network["n_agents"],
+        n_actions=network["n_actions"],
+        hidden_sizes=network["hidden_sizes"],
+    )
+    net.load_state_dict(state["actor_critic"])
+    env = make_vector_env_for({**config, "seed": config["seed"] + 1_000_000})
+    try:
+        obs = env.reset()
+        a, d = env.n_agents, env.obs_dim
+        replay = TransitionReplay(
+            capacity=2 * snapshots * every * env.num_envs + 2,
+            n_agents=a,
+            obs_dim=d,
+            valid_fraction=0.5,
+            seed=config["seed"],
+        )
+        generator = torch.Generator().manual_seed(config["seed"])
+        true_risk: dict[int, list[np.ndarray]] = {k: [] for k in lookaheads}
+        model_risk: dict[int, list[np.ndarray]] = {k: [] for k in lookaheads}
+        for step in range(snapshots * every):
+            if step % every == every - 1:
+                for k in lookaheads:
+                    true_risk[k].append(
+                        true_lookahead_risk(
+                            env, net, lookahead=k, rollouts=rollouts, seed=config["seed"] + step
+                        )
+                    )
+                    model_risk[k].append(
+                        model_lookahead_risk(shield, obs, lookahead=k, rollouts=rollouts)
+                    )
+            actions = sample_actor_actions(net, obs, generator)
+            result = env.step(actions)
+            replay.add(
+                obs=torch.from_numpy(obs.reshape(env.num_envs, a * d)),
+                action=torch.from_numpy(actions),
+                next_obs=torch.from_numpy(result.final_obs.reshape(env.num_envs, a * d)),
+                cost=torch.from_numpy((np.asarray(result.cost) > 0).astype(np.float32)),
+                done=torch.from_numpy(np.asarray(result.terminated).any(axis=1).astype(np.float32)),
+            )
+            obs = result.obs
+    finally:
+        env.close()
+    calibration = cost_calibration(shield.world_model, replay)
+    return {
+        "calibration": {k: v for k, v in calibration.items() if k != "reliability"},
+        "reliability": calibration["reliability"],
+        "opponent_weight": float(shield.opponent_weight),
+        **{
+            f"lookahead_{k}": risk_summary(
+                np.concatenate(true_risk[k]),
+                np.concatenate(model_risk[k]),
+                max_risk=float(config["max_risk"]),
+            )
+            for k in lookaheads
+        },
+    }
+
+
+def run_all(runs: int, out_dir: Path, *, diagnostics: bool = False) -> list[dict[str, Any]]:
     """Train every (env, algo, run) in turn; return one record each."""
     workflow = yaml.safe_load((ROOT / "config" / "config.yaml").read_text())
     workflow["num_runs"] = max(workflow.get("num_runs", 1), runs)
@@ -119,6 +213,8 @@ def run_all(runs: int, out_dir: Path) -> list[dict[str, Any]]:
                     **window_stats(run_dir, config),
                     **decision_stats(updates, config),
                 }
+                if diagnostics and algo == "shield":
+                    record["diagnostics"] = diagnose(run_dir, config)
                 print(json.dumps(record), flush=True)
                 records.append(record)
     return records
@@ -154,11 +250,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=1, help="run indices (seeds) per pair")
     parser.add_argument("--out", type=Path, default=None, help="run folders (default: temp)")
+    parser.add_argument(
+        "--diagnose", action="store_true", help="check the shield runs' models against truth"
+    )
     args = parser.parse_args(argv)
     if args.runs < 1:
         raise SystemExit("--runs must be >= 1")
     with tempfile.TemporaryDirectory() as tmp:
-        records = run_all(args.runs, args.out or Path(tmp))
+        records = run_all(args.runs, args.out or Path(tmp), diagnostics=args.diagnose)
     markdown = render_markdown(records)
     print(markdown)
     OUT.mkdir(parents=True, exist_ok=True)

@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 from scipy import stats
 
 from src.algos.shield.bounds import credible_delta, risk_bound, rollouts_for_step
+from src.algos.shield.config import ShieldConfig
 
 GRID_K = [1, 2, 5, 10, 37, 100, 256, 1000]
 GRID_DELTA = [1e-6, 1e-3, 0.01, 0.05, 0.2, 0.5]
@@ -171,3 +172,34 @@ def test_bayesian_coverage_under_its_prior():
     k = rng.binomial(n, p)
     rate = (risk_bound(k=k, n=n, delta=delta, mode="bayesian") < p).mean()
     assert abs(rate - delta) <= 3 * math.sqrt(delta * (1 - delta) / draws)
+
+
+@pytest.mark.parametrize("mode", ["bayesian", "frequentist"])
+def test_default_rollout_growth_certifies_a_one_percent_risk(mode):
+    """With the default growth, one imagined violation does not sink a candidate, and a true
+    risk of 1% is certified with probability >= 0.9 at every step of a 100-step episode (the
+    default workflow's max_risk, delta and schedule). At c = 1 only k = 0 would certify."""
+    growth = ShieldConfig.__dataclass_fields__["rollout_growth"].default
+    base = ShieldConfig.__dataclass_fields__["rollout_count"].default
+    members = ShieldConfig.__dataclass_fields__["ensemble_size"].default
+    max_risk, delta, max_steps = 0.1, 0.05, 100
+    for t in range(1, max_steps + 1):
+        k_t = int(
+            rollouts_for_step(
+                t,
+                base=base,
+                growth=growth,
+                max_risk=max_risk,
+                delta=delta,
+                schedule="summable",
+                mode=mode,
+                max_steps=max_steps,
+                multiple_of=members,
+            )
+        )
+        delta_t = credible_delta(t, delta=delta, schedule="summable")
+        k = np.arange(k_t + 1)
+        certified = risk_bound(k=k, n=k_t, delta=delta_t, mode=mode) <= max_risk
+        k_max = int(k[certified].max())
+        assert k_max >= 1, (t, k_t)
+        assert stats.binom.cdf(k_max, k_t, 0.01) >= 0.9, (t, k_t, k_max)

@@ -133,7 +133,9 @@ def test_one_model_call_per_lookahead_step_per_phase():
     logits = torch.zeros(8, N_AGENTS, N_ACTIONS)
     proposed = np.zeros((8, N_AGENTS), dtype=np.int64)
     step = np.ones(8, dtype=np.int64)
+    # K_1 = rollout_count = 64 needs growth 1 (ln(1/delta_1) / max_risk = 35 < 64).
     common = {"lookahead": 3, "rollout_count": 64, "ensemble_size": 4, "screen_fraction": 1.0}
+    common["rollout_growth"] = 1.0
     safe = CountingModel(0.0, members=4)
     shield = make_shield(make_config(**common), safe)
     executed, intervened = shield.filter(obs, proposed, logits, step)
@@ -159,7 +161,9 @@ def test_screening_stops_hopeless_candidates_early():
     logits = torch.zeros(8, N_AGENTS, N_ACTIONS)
     proposed = np.zeros((8, N_AGENTS), dtype=np.int64)
     step = np.ones(8, dtype=np.int64)
+    # K_1 = rollout_count = 64 needs growth 1 (ln(1/delta_1) / max_risk = 35 < 64).
     common = {"lookahead": 2, "rollout_count": 64, "ensemble_size": 4, "screen_fraction": 0.25}
+    common["rollout_growth"] = 1.0
     safe = CountingModel(0.0, members=4)
     make_shield(make_config(**common), safe).filter(obs, proposed, logits, step)
     # Clean screening (16 rollouts), then the remaining 48: every accepted block saw all 64.
