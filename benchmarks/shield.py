@@ -21,6 +21,7 @@ import argparse
 import json
 import os
 import platform
+import sys
 import time
 from collections import Counter
 from collections.abc import Sequence
@@ -378,7 +379,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--lookahead", type=int, default=5)
     parser.add_argument("--repeats", type=int, default=5, help="timed passes of each kind")
     parser.add_argument("--quick", action="store_true", help="tiny budget, no markdown update")
-    args = parser.parse_args(argv)
+    args = parser.parse_args(list(argv) if argv is not None else [])
     repeats, default_repeats = (1, 1) if args.quick else (args.repeats, 2)
     results = benchmark(
         k=args.rollout_count,
@@ -399,4 +400,4 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(main(sys.argv[1:]))
