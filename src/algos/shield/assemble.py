@@ -16,6 +16,7 @@ import torch
 from torch import nn
 
 from src.algos.networks import ActorCritic
+from src.algos.registry import lookup
 from src.algos.shield.config import ShieldConfig
 from src.algos.shield.kernels import Workspace
 from src.algos.shield.opponent_model import OpponentMLP, make_opponent_model
@@ -97,7 +98,7 @@ def build_shield(
     dims = {"n_agents": n_agents, "obs_dim": obs_dim, "n_actions": n_actions}
     world_model = make_world_model(config.wm_version, **dims, config=config, seed=wm_seed)
     opponent_model = make_opponent_model(config.om_version, **dims, config=config, seed=om_seed)
-    shield = SHIELD_VERSIONS[config.shield_version](
+    shield = lookup(SHIELD_VERSIONS, config.shield_version, "shield_version")(
         config=config,
         world_model=world_model,
         opponent_model=opponent_model,

@@ -17,6 +17,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from src.algos.registry import lookup
 from src.algos.shield.kernels import Workspace, softmax_last
 from src.algos.shield.replay import TransitionReplay
 
@@ -207,9 +208,7 @@ def make_opponent_model(
     version: str, *, n_agents: int, obs_dim: int, n_actions: int, config: Any, seed: int
 ) -> OpponentMLP:
     """Build the opponent model `version` (a key of OM_VERSIONS) from a ShieldConfig."""
-    if version not in OM_VERSIONS:
-        raise ValueError(f"unknown om_version {version!r}; known: {sorted(OM_VERSIONS)}")
-    return OM_VERSIONS[version](
+    return lookup(OM_VERSIONS, version, "om_version")(
         n_agents=n_agents, obs_dim=obs_dim, n_actions=n_actions, config=config, seed=seed
     )
 

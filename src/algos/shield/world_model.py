@@ -21,6 +21,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from src.algos.registry import lookup
 from src.algos.shield.kernels import Workspace
 from src.algos.shield.replay import TransitionReplay
 
@@ -278,9 +279,7 @@ def make_world_model(
     version: str, *, n_agents: int, obs_dim: int, n_actions: int, config: Any, seed: int
 ) -> EnsembleWorldModel:
     """Build the world model `version` (a key of WM_VERSIONS) from a ShieldConfig."""
-    if version not in WM_VERSIONS:
-        raise ValueError(f"unknown wm_version {version!r}; known: {sorted(WM_VERSIONS)}")
-    return WM_VERSIONS[version](
+    return lookup(WM_VERSIONS, version, "wm_version")(
         n_agents=n_agents, obs_dim=obs_dim, n_actions=n_actions, config=config, seed=seed
     )
 
