@@ -18,7 +18,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from src.algos.registry import lookup
-from src.algos.shield.kernels import Workspace, softmax_last
+from src.algos.shield.kernels import OptimizerState, Workspace, softmax_last
 from src.algos.shield.replay import TransitionReplay
 
 __all__ = [
@@ -75,7 +75,7 @@ def opponent_weight(mode: str, previous: float, *, valid_loss: float, n_actions:
     raise ValueError(f"shield_opponent_mode must be model, uniform or monotone_floor, got {mode!r}")
 
 
-class OpponentMLP(nn.Module):
+class OpponentMLP(OptimizerState, nn.Module):
     """v0: one parameter-shared MLP over [obs, agent one-hot] -> action logits, cross-entropy."""
 
     def __init__(
@@ -194,14 +194,6 @@ class OpponentMLP(nn.Module):
                 metrics["valid_loss"] = float(F.cross_entropy(logits, action))
                 metrics["valid_accuracy"] = float((logits.argmax(-1) == action).float().mean())
         return metrics
-
-    def extra_state(self) -> dict[str, Any]:
-        """Optimizer state (the parameters are in `state_dict`)."""
-        return {"optimizer": self.optimizer.state_dict()}
-
-    def load_extra_state(self, state: dict[str, Any]) -> None:
-        """Restore what `extra_state` returned."""
-        self.optimizer.load_state_dict(state["optimizer"])
 
 
 def make_opponent_model(

@@ -22,7 +22,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from src.algos.registry import lookup
-from src.algos.shield.kernels import Workspace
+from src.algos.shield.kernels import OptimizerState, Workspace
 from src.algos.shield.replay import TransitionReplay
 
 __all__ = ["WM_VERSIONS", "EnsembleWorldModel", "WorldModel", "make_world_model"]
@@ -52,7 +52,7 @@ def _init_stack(
     return nn.Parameter(weight), nn.Parameter(bias)
 
 
-class EnsembleWorldModel(nn.Module):
+class EnsembleWorldModel(OptimizerState, nn.Module):
     """v0: an ensemble of M ReLU MLPs, evaluated together with batched matmuls.
 
     Each member maps [normalised joint obs, one-hot joint action] to the normalised change of
@@ -265,14 +265,6 @@ class EnsembleWorldModel(nn.Module):
                     (predicted == (valid["cost"] > 0.5)).float().mean()
                 )
         return metrics
-
-    def extra_state(self) -> dict[str, Any]:
-        """Optimizer state (the parameters and buffers are in `state_dict`)."""
-        return {"optimizer": self.optimizer.state_dict()}
-
-    def load_extra_state(self, state: dict[str, Any]) -> None:
-        """Restore what `extra_state` returned."""
-        self.optimizer.load_state_dict(state["optimizer"])
 
 
 def make_world_model(

@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from src.algos.shield.config import ShieldConfig
 from src.envs.base import StepResult, VectorEnv
 
 MOVES = np.array([[0, 0], [0, 1], [0, -1], [-1, 0], [1, 0]])
@@ -209,3 +210,19 @@ class GridVectorEnv(VectorEnv):
 
     def close(self) -> None:
         return None
+
+
+def shield_config(**overrides: Any) -> ShieldConfig:
+    """A ShieldConfig with the base knobs of the tests (bayesian, summable, v0), overridden."""
+    base: dict[str, Any] = {
+        "max_risk": 0.1,
+        "shield_patience": 0,
+        "shield_opponent_mode": "monotone_floor",
+        "shield_reward_mode": "bayesian",
+        "shield_credible_delta": 0.05,
+        "shield_credible_schedule": "summable",
+        "wm_version": "v0",
+        "om_version": "v0",
+        "shield_version": "v0",
+    }
+    return ShieldConfig(**{**base, **overrides})

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from src.algos.networks import ActorCritic
-from src.algos.shield import SHIELD_VERSIONS, ShieldConfig
+from src.algos.shield import SHIELD_VERSIONS
 from src.algos.shield.diagnostics import (
     cost_calibration,
     model_lookahead_risk,
@@ -19,7 +19,7 @@ from src.algos.shield.diagnostics import (
 from src.algos.shield.replay import TransitionReplay
 from src.algos.shield.world_model import EnsembleWorldModel
 from src.envs.hazard_grid import HazardGridConfig, HazardGridVectorEnv
-from tests.algos.shield.shield_toys import N_ACTIONS, N_AGENTS, OBS_DIM, FixedPolicy
+from tests.algos.shield.shield_toys import N_ACTIONS, N_AGENTS, OBS_DIM, FixedPolicy, shield_config
 
 STAY, UP, DOWN, LEFT, RIGHT = range(5)
 
@@ -99,16 +99,8 @@ class ConstantCost:
 
 
 def test_model_risk_estimates_the_imagined_probability_and_restores_the_shield():
-    config = ShieldConfig(
-        max_risk=0.1,
-        shield_patience=0,
+    config = shield_config(
         shield_opponent_mode="uniform",
-        shield_reward_mode="bayesian",
-        shield_credible_delta=0.05,
-        shield_credible_schedule="summable",
-        wm_version="v0",
-        om_version="v0",
-        shield_version="v0",
         ensemble_size=2,
     )
     uniform = FixedPolicy([1.0 / N_ACTIONS] * N_ACTIONS)

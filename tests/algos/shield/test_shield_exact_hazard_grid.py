@@ -15,8 +15,9 @@ import numpy as np
 import pytest
 import torch
 
-from src.algos.shield import SHIELD_VERSIONS, ShieldConfig
+from src.algos.shield import SHIELD_VERSIONS
 from src.envs.registry import make_vector_env
+from tests.algos.shield.shield_toys import shield_config
 
 SIZE, N_AGENTS, N_ACTIONS = 6, 2, 5
 
@@ -143,16 +144,8 @@ def test_exact_hazard_grid_model_never_picks_an_unsafe_action_when_a_safe_one_ex
     )
     obs = env.reset(seed=3)
     model = ExactHazardGridModel(env.get_state(), env.obs_dim)
-    config = ShieldConfig(
-        max_risk=0.1,
-        shield_patience=0,
+    config = shield_config(
         shield_opponent_mode=mode,
-        shield_reward_mode="bayesian",
-        shield_credible_delta=0.05,
-        shield_credible_schedule="summable",
-        wm_version="v0",
-        om_version="v0",
-        shield_version="v0",
         rollout_count=200,
         lookahead=lookahead,
         ensemble_size=1,

@@ -18,25 +18,13 @@ from tests.algos.shield.shield_toys import (
     FixedPolicy,
     TinyGrid,
     exact_risk,
+    shield_config,
 )
 
 
 def make_config(**overrides) -> ShieldConfig:
-    values = {
-        "max_risk": 0.1,
-        "shield_patience": 0,
-        "shield_opponent_mode": "uniform",
-        "shield_reward_mode": "bayesian",
-        "shield_credible_delta": 0.05,
-        "shield_credible_schedule": "summable",
-        "wm_version": "v0",
-        "om_version": "v0",
-        "shield_version": "v0",
-        "rollout_count": 200,
-        "lookahead": 1,
-    }
-    values.update(overrides)
-    return ShieldConfig(**values)
+    values = {"shield_opponent_mode": "uniform", "rollout_count": 200, "lookahead": 1}
+    return shield_config(**{**values, **overrides})
 
 
 def make_shield(config, world_model, *, own=None, other=None, seed=0, max_steps=50) -> Shield:

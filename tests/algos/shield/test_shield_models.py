@@ -11,6 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from src.algos.shield import OM_VERSIONS, WM_VERSIONS, ShieldConfig
+from src.algos.shield.config import RUN_CONFIG_KEYS
 from src.algos.shield.opponent_model import (
     OpponentModel,
     floor_weight,
@@ -19,18 +20,10 @@ from src.algos.shield.opponent_model import (
 )
 from src.algos.shield.replay import TransitionReplay
 from src.algos.shield.world_model import WorldModel, make_world_model
-from tests.algos.shield.shield_toys import N_ACTIONS, N_AGENTS, OBS_DIM, TinyGrid
+from tests.algos.shield.shield_toys import N_ACTIONS, N_AGENTS, OBS_DIM, TinyGrid, shield_config
 
-CONFIG = ShieldConfig(
-    max_risk=0.1,
-    shield_patience=0,
+CONFIG = shield_config(
     shield_opponent_mode="monotone_floor",
-    shield_reward_mode="bayesian",
-    shield_credible_delta=0.05,
-    shield_credible_schedule="summable",
-    wm_version="v0",
-    om_version="v0",
-    shield_version="v0",
     ensemble_size=3,
     wm_hidden=(64, 64),
     wm_learning_rate=3e-3,
@@ -247,20 +240,7 @@ def test_shield_config_rejects_bad_values():
     ):
         with pytest.raises(ValueError, match=key):
             ShieldConfig(**{**base, key: bad})
-    run_config = {
-        k: base[k]
-        for k in (
-            "max_risk",
-            "shield_patience",
-            "shield_opponent_mode",
-            "shield_reward_mode",
-            "shield_credible_delta",
-            "shield_credible_schedule",
-            "wm_version",
-            "om_version",
-            "shield_version",
-        )
-    }
+    run_config = {k: base[k] for k in RUN_CONFIG_KEYS}
     cfg = ShieldConfig.from_run_config(
         {**run_config, "algo_params": {"rollout_count": 7, "gamma": 0.9}}
     )
