@@ -36,7 +36,8 @@ import numpy as np
 import torch
 
 from benchmarks.common import write_section
-from src.algos.train import build_trainer, make_run_config
+from src.algos.train import build_trainer
+from src.config.run import make_run_config
 from src.envs.registry import make_vector_env
 
 ROOT = Path(__file__).resolve().parents[1]

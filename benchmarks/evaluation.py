@@ -27,9 +27,12 @@ import torch
 
 from benchmarks.common import BENCHMARKS_MD, write_section
 from src.algos.policy import Actor, load_actor
-from src.algos.train import make_run_config, train_run
+from src.algos.train import train_run
+from src.config.evaluation import DEFAULT_EVAL_BATCH
+from src.config.run import make_run_config
 from src.envs.registry import make_vector_env
-from src.evaluation.evaluate import DEFAULT_EVAL_BATCH, collect_episodes, evaluate_run
+from src.evaluation.evaluate import collect_episodes, evaluate_run
+from src.runfiles import RunFiles
 
 SECTION_HEADING = "## Evaluation"
 
@@ -123,7 +126,7 @@ def measure(*, repeats: int = 5) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         run_dir = Path(tmp) / "run0"
         train_policy(run_dir)
-        config = json.loads((run_dir / "config.json").read_text())
+        config = json.loads(RunFiles(run_dir).config.read_text())
         params = {**config["env_params"], "n_agents": config["n_agents"], "max_steps": STEPS}
         actor = load_actor(run_dir, shielded=False)
         batch = DEFAULT_EVAL_BATCH

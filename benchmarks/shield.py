@@ -31,10 +31,12 @@ from typing import Any
 import torch
 
 from benchmarks.common import write_section
-from src.algos.ippo import IPPO, copy_seeds
-from src.algos.shield.config import ShieldConfig
+from src.algos.ippo import IPPO
+from src.algos.seeding import copy_seeds
 from src.algos.shield.trainer import ShieldedIPPO
-from src.algos.train import build_trainer, make_run_config, make_vector_env_for
+from src.algos.train import build_trainer, make_vector_env_for
+from src.config.run import RunConfig, make_run_config
+from src.config.shield import ShieldConfig
 
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "benchmarks" / "out"
@@ -67,7 +69,7 @@ def make_trainer(
         env_params={"max_steps": 100},
         algo_params=dict(shield_params or {}) if algo == "shield" else {},
     )
-    trainer = build_trainer(config, make_vector_env_for(config))
+    trainer = build_trainer(config, make_vector_env_for(RunConfig.from_dict(config)))
     # `train()` resets the env on its first call; collection is timed here without it.
     trainer._obs = trainer.env.reset(seed=copy_seeds(trainer.seed, num_envs))
     return trainer
@@ -167,13 +169,14 @@ def matmul_seconds(trainer: ShieldedIPPO, calls: Counter, repeats: int) -> float
 def record_filter_inputs(trainer: ShieldedIPPO) -> list[tuple[Any, ...]]:
     """Keep a copy of the inputs of every filter call the trainer makes from now on."""
     inputs: list[tuple[Any, ...]] = []
-    original = trainer.filter_actions
+    shield = trainer.shield
+    original = shield.filter
 
     def recorded(obs: Any, proposed: Any, logits: torch.Tensor, step: Any) -> Any:
         inputs.append((obs.copy(), proposed.copy(), logits.clone(), step.copy()))
         return original(obs, proposed, logits, step)
 
-    trainer.filter_actions = recorded  # type: ignore[method-assign]
+    shield.filter = recorded  # type: ignore[method-assign]
     return inputs
 
 

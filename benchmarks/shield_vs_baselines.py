@@ -44,7 +44,7 @@ from src.algos.metrics import (
     SHIELD_SECONDS,
 )
 from src.algos.networks import ActorCritic
-from src.algos.shield import load_shield_filter
+from src.algos.shield.assemble import load_shield
 from src.algos.shield.diagnostics import (
     cost_calibration,
     model_lookahead_risk,
@@ -54,9 +54,11 @@ from src.algos.shield.diagnostics import (
 )
 from src.algos.shield.replay import TransitionReplay
 from src.algos.train import make_vector_env_for, train_run
-from src.config import resolve_run_config, validate_workflow_config
+from src.config.run import RunConfig
+from src.config.workflow import resolve_run_config, validate_workflow_config
 from src.core.io import load_from_file
-from src.core.wandb import load_history
+from src.records import load_history
+from src.runfiles import RunFiles
 from src.stats import clopper_pearson_interval
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -67,7 +69,7 @@ ENVS = ("hazard_grid", "intersection")
 
 def window_stats(run_dir: Path, config: dict[str, Any]) -> dict[str, Any]:
     """Statistics of the episodes that start after the shield's patience."""
-    history = load_history(run_dir, "history.json")
+    history = load_history(run_dir, RunFiles.NAMES["history_json"])
     steps_per_update = config["num_envs"] * config["rollouts"]
     start = config["shield_patience"] * steps_per_update
     episodes = [ep for ep in history if ep.t_start > start]
@@ -124,17 +126,12 @@ def diagnose(
     offset by 10^6 from training); its transitions score the cost calibration, and every
     `every` steps each (copy, agent, candidate) gets its real and imagined lookahead risk.
     """
-    state = load_from_file(run_dir, "policy.pt")
-    shield = load_shield_filter(state, config).shield
-    network = state["network"]
-    net = ActorCritic(
-        obs_dim=network["obs_dim"],
-        n_agents=network["n_agents"],
-        n_actions=network["n_actions"],
-        hidden_sizes=network["hidden_sizes"],
-    )
-    net.load_state_dict(state["actor_critic"])
-    env = make_vector_env_for({**config, "seed": config["seed"] + 1_000_000})
+    files = RunFiles(run_dir)
+    state = load_from_file(files.root, files.policy.name)
+    net = ActorCritic.from_policy_state(state)
+    shield = load_shield(state, RunConfig.from_dict(config), net=net)
+    fresh = {**config, "seed_offset": config["seed_offset"] + 1_000_000}
+    env = make_vector_env_for(RunConfig.from_dict({**fresh, "seed": config["seed"] + 1_000_000}))
     try:
         obs = env.reset()
         a, d = env.n_agents, env.obs_dim
@@ -196,13 +193,13 @@ def run_all(runs: int, out_dir: Path, *, diagnostics: bool = False) -> list[dict
     for env in ENVS:
         for run_idx in range(runs):
             for algo in ALGOS:
-                config = resolve_run_config(workflow, env, algo, run_idx)
+                config = resolve_run_config(workflow, env, algo, run_idx).to_dict()
                 config["use_wandb"] = False
                 run_dir = out_dir / env / algo / f"run{run_idx}"
                 started = time.perf_counter()
                 train_run(config, run_dir, progress=False)
                 seconds = time.perf_counter() - started
-                updates = load_from_file(run_dir, "updates.json")
+                updates = load_from_file(run_dir, RunFiles.NAMES["updates_json"])
                 record = {
                     "env": env,
                     "algo": algo,

@@ -1,14 +1,18 @@
-"""Resumable training checkpoints under `<run dir>/checkpoint/`.
+"""Resumable training checkpoints under `<run dir>/checkpoint/`, in formats that run no code.
 
-Layout: `checkpoint/update-000012/{trainer.pt, state.pkl, complete.json}`. A checkpoint is
-written into a hidden temp folder, each file atomically through `save_to_file`, with
-`complete.json` last, then renamed into place in one `os.rename`; older checkpoints are
-removed only after that. A kill at any point therefore leaves either the previous complete
-checkpoint or the new one, never a half-written one that would be loaded.
+Layout: `checkpoint/update-000012/{tensors.pt, arrays.npz, state.json, complete.json}`. The
+trainer's state (`IPPO.state()`, any nesting of dicts, lists and tuples) is split by value
+type: tensors and torch state dicts (dicts with non-string keys, e.g. an optimizer's) go to
+`tensors.pt` (loaded with `weights_only=True`), NumPy arrays to `arrays.npz` (loaded with
+`allow_pickle=False`), everything else (numbers, strings, bools, None) stays in `state.json`,
+where a placeholder marks each moved value. Nothing is pickled, so a results folder copied
+from elsewhere can be resumed without running code from it; any other file in a checkpoint
+folder (e.g. a planted `state.pkl`) is never read.
 
-`trainer.pt` holds torch state (weights, optimiser, torch RNGs; `weights_only=True`);
-`state.pkl` holds what needs pickle (env state, NumPy and Python RNG states, history so far,
-subclass state). Both are written by the trainer itself, so unpickling them is trusted.
+A checkpoint is written into a hidden temp folder, each file atomically through
+`save_to_file`, with `complete.json` last, then renamed into place in one `os.rename`; older
+checkpoints are removed only after that. A kill at any point therefore leaves either the
+previous complete checkpoint or the new one, never a half-written one that would be loaded.
 """
 
 from __future__ import annotations
@@ -19,45 +23,113 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from src.core.io import load_from_file, save_to_file
+import numpy as np
+import torch
+
+from src.core.io import fsync_dir, load_from_file, save_to_file
+from src.runfiles import RunFiles
 
 __all__ = [
-    "CHECKPOINT_DIR",
+    "CHECKPOINT_FILES",
+    "join_state",
     "latest_checkpoint",
     "load_checkpoint",
     "remove_checkpoints",
     "save_checkpoint",
+    "split_state",
 ]
 
-CHECKPOINT_DIR = "checkpoint"
 _NAME = re.compile(r"^update-(\d{6,})$")
 _COMPLETE = "complete.json"
+_TENSORS = "tensors.pt"
+_ARRAYS = "arrays.npz"
+_STATE = "state.json"
+CHECKPOINT_FILES = (_TENSORS, _ARRAYS, _STATE, _COMPLETE)
+"""The files of one checkpoint, in the order they are written."""
+
+# Placeholder keys in state.json.
+_TENSOR, _ARRAY, _TUPLE = "__tensor__", "__array__", "__tuple__"
 
 
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+def split_state(
+    tree: Any, path: str = "state"
+) -> tuple[Any, dict[str, Any], dict[str, np.ndarray]]:
+    """Split a state tree into (JSON tree, torch values, arrays); see the module docstring.
+
+    Raises `TypeError` naming the path of a value none of the three formats holds.
+    """
+    tensors: dict[str, Any] = {}
+    arrays: dict[str, np.ndarray] = {}
+
+    def walk(value: Any, where: str) -> Any:
+        if value is None or type(value) in (str, bool, int, float):
+            return value
+        if isinstance(value, np.generic):
+            return value.item()
+        if isinstance(value, torch.Tensor):
+            key = f"t{len(tensors)}"
+            tensors[key] = value
+            return {_TENSOR: key}
+        if isinstance(value, np.ndarray):
+            if value.dtype == object:
+                raise TypeError(f"{where} is an object array, which a checkpoint cannot hold")
+            key = f"a{len(arrays)}"
+            arrays[key] = value
+            return {_ARRAY: key}
+        if isinstance(value, dict):
+            if all(isinstance(k, str) for k in value) and not {_TENSOR, _ARRAY, _TUPLE} & set(
+                value
+            ):
+                return {k: walk(v, f"{where}[{k!r}]") for k, v in value.items()}
+            # Torch state dicts key by parameter index: torch's own format keeps them as is.
+            key = f"t{len(tensors)}"
+            tensors[key] = value
+            return {_TENSOR: key}
+        if isinstance(value, tuple):
+            return {_TUPLE: [walk(v, f"{where}[{i}]") for i, v in enumerate(value)]}
+        if isinstance(value, list):
+            return [walk(v, f"{where}[{i}]") for i, v in enumerate(value)]
+        raise TypeError(
+            f"{where} is a {type(value).__module__}.{type(value).__qualname__}, which a "
+            "checkpoint cannot hold (dicts, lists, tuples, numbers, strings, arrays, tensors)"
+        )
+
+    return walk(tree, path), tensors, arrays
+
+
+def join_state(tree: Any, tensors: dict[str, Any], arrays: dict[str, np.ndarray]) -> Any:
+    """Inverse of `split_state`."""
+    if isinstance(tree, list):
+        return [join_state(v, tensors, arrays) for v in tree]
+    if isinstance(tree, dict):
+        if set(tree) == {_TENSOR}:
+            return tensors[tree[_TENSOR]]
+        if set(tree) == {_ARRAY}:
+            return arrays[tree[_ARRAY]]
+        if set(tree) == {_TUPLE}:
+            return tuple(join_state(v, tensors, arrays) for v in tree[_TUPLE])
+        return {k: join_state(v, tensors, arrays) for k, v in tree.items()}
+    return tree
 
 
 def save_checkpoint(trainer: Any, run_dir: str | Path) -> Path:
     """Write the trainer's state after update `trainer.update`; returns the checkpoint folder."""
-    root = Path(run_dir) / CHECKPOINT_DIR
+    root = RunFiles(run_dir).checkpoint
     root.mkdir(parents=True, exist_ok=True)
     name = f"update-{trainer.update:06d}"
     final, tmp = root / name, root / f".tmp-{name}"
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir()
-    save_to_file(trainer.torch_state(), tmp, "trainer.pt")
-    save_to_file(trainer.other_state(), tmp, "state.pkl")
+    tree, tensors, arrays = split_state(trainer.state())
+    save_to_file(tensors, tmp, _TENSORS)
+    save_to_file(arrays, tmp, _ARRAYS)
+    save_to_file(tree, tmp, _STATE)
     save_to_file({"update": trainer.update}, tmp, _COMPLETE)
     if final.exists():
         # Left by a run killed after this rename but before the clean-up below.
         shutil.rmtree(final)
     os.rename(tmp, final)
-    _fsync_dir(root)
+    fsync_dir(root)
     for other in root.iterdir():
         if other != final:
             shutil.rmtree(other, ignore_errors=True)
@@ -66,7 +138,7 @@ def save_checkpoint(trainer: Any, run_dir: str | Path) -> Path:
 
 def latest_checkpoint(run_dir: str | Path) -> Path | None:
     """The newest complete checkpoint folder of a run, or None if there is none."""
-    root = Path(run_dir) / CHECKPOINT_DIR
+    root = RunFiles(run_dir).checkpoint
     if not root.is_dir():
         return None
     found = []
@@ -81,16 +153,20 @@ def load_checkpoint(trainer: Any, path: str | Path) -> None:
     """Restore `trainer` from a checkpoint folder written by `save_checkpoint`."""
     path = Path(path)
     marker = load_from_file(path, _COMPLETE)
-    torch_state = load_from_file(path, "trainer.pt")
-    other = load_from_file(path, "state.pkl")
-    if int(marker["update"]) != int(other["update"]):
+    tensors = load_from_file(path, _TENSORS)
+    arrays = load_from_file(path, _ARRAYS)
+    tree = load_from_file(path, _STATE)
+    state = join_state(tree, tensors, arrays)
+    if not isinstance(state, dict) or "update" not in state:
+        raise ValueError(f"checkpoint {path / _STATE} holds no trainer state")
+    if int(marker["update"]) != int(state["update"]):
         raise ValueError(
             f"checkpoint {path} is inconsistent: marker says update {marker['update']}, "
-            f"state says {other['update']}"
+            f"state says {state['update']}"
         )
-    trainer.load_state(torch_state, other)
+    trainer.load_state(state)
 
 
 def remove_checkpoints(run_dir: str | Path) -> None:
     """Delete the run's checkpoint folder (after training completed)."""
-    shutil.rmtree(Path(run_dir) / CHECKPOINT_DIR, ignore_errors=True)
+    shutil.rmtree(RunFiles(run_dir).checkpoint, ignore_errors=True)

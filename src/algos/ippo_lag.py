@@ -1,6 +1,6 @@
 """Lagrangian IPPO: IPPO with a cost critic and a Lagrange multiplier on the violation risk.
 
-The constraint is P(violation in an episode) <= `max_risk` (DESIGN.md section 6). The cost
+The constraint is P(violation in an episode) <= `max_risk` (docs/design.md). The cost
 fed to the cost critic is the episode-violation indicator: 1 at the first step of an episode
 at which any agent's cost is > 0, else 0, so the undiscounted episode cost is exactly the
 indicator of "this episode violated" and its expectation is the violation probability.
@@ -17,62 +17,20 @@ trained alongside the reward critic.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping
-from dataclasses import dataclass
+from collections.abc import Mapping
 from typing import Any, ClassVar
 
 import numpy as np
 import torch
 
 from src.algos import metrics as M
-from src.algos.ippo import IPPO, IPPOConfig
+from src.algos.ippo import IPPO
+from src.algos.lagrange import LAG_VERSIONS
 from src.algos.maths import centre, compute_gae, value_loss
-from src.algos.registry import LAG_VERSIONS, lookup
+from src.checks import lookup
+from src.config.run import RunConfig
 
-__all__ = ["IPPOLag", "IPPOLagConfig", "episode_violation_signal"]
-
-
-@dataclass(frozen=True, kw_only=True)
-class IPPOLagConfig(IPPOConfig):
-    """IPPO's hyperparameters plus the cost critic's and the multiplier's."""
-
-    cost_gamma: float = 1.0
-    """Discount of the cost signal; 1 makes the cost return the episode-violation indicator."""
-    cost_gae_lambda: float = 0.95
-    """GAE lambda of the cost advantages."""
-    lambda_init: float = 0.0
-    """Initial multiplier of `lag_version: v0`."""
-    lagrangian_lr: float = 0.5
-    """Ascent step of `v0` per unit of (violation rate - max_risk)."""
-    pid_kp: float = 1.0
-    """Proportional gain of `lag_version: pid`."""
-    pid_ki: float = 0.5
-    """Integral gain of `pid`."""
-    pid_kd: float = 1.0
-    """Derivative gain of `pid` (acts only on rising violation rates)."""
-    pid_d_delay: int = 10
-    """Updates between the two smoothed rates whose difference is the derivative term."""
-    pid_ema_p: float = 0.5
-    """EMA weight smoothing the proportional term (0 = none)."""
-    pid_ema_d: float = 0.5
-    """EMA weight smoothing the rate used by the derivative term (0 = none)."""
-    pid_max_lambda: float = 100.0
-    """Upper limit of the pid multiplier."""
-
-    def __post_init__(self) -> None:
-        """IPPO's checks plus the multiplier's ranges."""
-        super().__post_init__()
-        for name in ("cost_gamma", "cost_gae_lambda"):
-            if not 0.0 <= getattr(self, name) <= 1.0:
-                raise ValueError(f"{name} must lie in [0, 1], got {getattr(self, name)!r}")
-        for name in ("pid_ema_p", "pid_ema_d"):
-            if not 0.0 <= getattr(self, name) < 1.0:
-                raise ValueError(f"{name} must lie in [0, 1), got {getattr(self, name)!r}")
-        if self.lagrangian_lr <= 0.0:
-            raise ValueError(f"lagrangian_lr must be > 0, got {self.lagrangian_lr!r}")
-        d = self.pid_d_delay
-        if isinstance(d, bool) or not isinstance(d, int) or d < 1:
-            raise ValueError(f"pid_d_delay must be an int >= 1, got {d!r}")
+__all__ = ["IPPOLag", "episode_violation_signal"]
 
 
 def episode_violation_signal(first_violation: torch.Tensor, n_agents: int) -> torch.Tensor:
@@ -86,32 +44,21 @@ def episode_violation_signal(first_violation: torch.Tensor, n_agents: int) -> to
 class IPPOLag(IPPO):
     """IPPO under the constraint P(violation in an episode) <= `max_risk`."""
 
-    config_cls: ClassVar[type[IPPOConfig]] = IPPOLagConfig
     uses_cost_critic: ClassVar[bool] = True
 
-    def __init__(
-        self,
-        run_config: Mapping[str, Any],
-        env: Any,
-        *,
-        extra_algo_params: Collection[str] = (),
-    ) -> None:
+    def __init__(self, config: RunConfig | Mapping[str, Any], env: Any) -> None:
         """IPPO plus the multiplier chosen by `lag_version` against `max_risk`."""
-        for key in ("max_risk", "lag_version"):
-            if key not in run_config:
-                raise ValueError(f"run config lacks the key {key!r} needed by ippo_lag")
-        super().__init__(run_config, env, extra_algo_params=extra_algo_params)
-        max_risk = float(run_config["max_risk"])
-        if not 0.0 <= max_risk <= 1.0:
-            raise ValueError(f"run config max_risk={max_risk!r}: must lie in [0, 1]")
-        self.max_risk = max_risk
-        make_multiplier = lookup(LAG_VERSIONS, run_config["lag_version"], "lag_version")
-        self.multiplier = make_multiplier(self.cfg, limit=max_risk)
+        super().__init__(config, env)
+        if self.config.lagrange is None:
+            raise ValueError(f"algo {self.config.algo!r} has no lagrange section")
+        self.lag = self.config.lagrange
+        self.max_risk = self.lag.max_risk
+        self.multiplier = lookup(LAG_VERSIONS, self.lag.lag_version, "lag_version")(self.lag)
         self._last_rate: float | None = None
 
     def prepare_batch(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         """Cost GAE, multiplier update, and the Lagrangian combination of the advantages."""
-        buf, cfg = self.buffer, self.cfg
+        buf, cfg = self.buffer, self.lag
         signal = episode_violation_signal(buf.first_violation, buf.n_agents)  # [T, E, A]
         with torch.no_grad():
             cost_values = self.net.cost_value(buf.inputs)
@@ -145,6 +92,10 @@ class IPPOLag(IPPO):
             clip_coef=self.cfg.clip_coef if self.cfg.clip_value_loss else None,
         )
         return {M.COST_VALUE_LOSS: self.cfg.vf_coef * loss}
+
+    def algo_config(self) -> dict[str, Any]:
+        """PPO's tunable hyperparameters and the multiplier's."""
+        return {**self.cfg.tunables(), **self.lag.tunables()}
 
     def after_update(self, update: int) -> dict[str, float]:
         """The multiplier and the gap between the rollout's violation rate and `max_risk`."""

@@ -4,15 +4,23 @@
 `lambda <- max(0, lambda + lr * (J_c - limit))`. `PIDLagrange` (`lag_version: pid`) is the
 PID-Lagrangian of Stooke, Achiam and Abbeel, "Responsive Safety in Reinforcement Learning by
 PID Lagrangian Methods" (ICML 2020), Algorithm 2, with the exponential smoothing of OmniSafe's
-`common/lagrange.py`. Both expose `update(cost) -> lambda`, `value` and a picklable state.
+`common/lagrange.py`. Both expose `update(cost) -> lambda`, `value` and a plain-value state.
+`LAG_VERSIONS` maps the run config's `lag_version` to a factory taking its `lagrange` section.
+Constructor arguments are checked by the rules of `LagrangeConfig`, the one place they live.
 """
 
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Callable
 from typing import Any
 
-__all__ = ["GradientLagrange", "PIDLagrange"]
+from src.checks import check_float
+from src.config.lagrange import LagrangeConfig
+
+__all__ = ["LAG_VERSIONS", "GradientLagrange", "PIDLagrange"]
+
+_RULES = LagrangeConfig.RULES
 
 
 class GradientLagrange:
@@ -20,11 +28,9 @@ class GradientLagrange:
 
     def __init__(self, *, limit: float, lr: float, init: float = 0.0) -> None:
         """`limit`: constraint threshold; `lr`: ascent step size; `init`: starting lambda."""
-        if lr <= 0.0:
-            raise ValueError(f"lagrangian lr must be > 0, got {lr}")
-        if init < 0.0:
-            raise ValueError(f"initial lambda must be >= 0, got {init}")
-        self.limit, self.lr, self.value = limit, lr, init
+        lr = _RULES["lagrangian_lr"]("lagrangian lr", lr)
+        init = _RULES["lambda_init"]("initial lambda", init)
+        self.limit, self.lr, self.value = check_float("limit", limit), lr, init
 
     def update(self, cost: float) -> float:
         """One ascent step on `lambda * (cost - limit)`; returns the new lambda."""
@@ -62,15 +68,14 @@ class PIDLagrange:
         max_value: float = 100.0,
     ) -> None:
         """Gains `kp`, `ki`, `kd` >= 0; EMA weights in [0, 1); lambda is capped at `max_value`."""
-        for name, gain in (("kp", kp), ("ki", ki), ("kd", kd)):
-            if gain < 0.0:
-                raise ValueError(f"pid gain {name} must be >= 0, got {gain}")
-        for name, alpha in (("ema_p", ema_p), ("ema_d", ema_d)):
-            if not 0.0 <= alpha < 1.0:
-                raise ValueError(f"pid {name} must lie in [0, 1), got {alpha}")
-        if d_delay < 1:
-            raise ValueError(f"pid d_delay must be >= 1, got {d_delay}")
-        self.limit, self.kp, self.ki, self.kd = limit, kp, ki, kd
+        kp, ki, kd = (
+            _RULES[f"pid_{n}"](f"pid {n}", g) for n, g in (("kp", kp), ("ki", ki), ("kd", kd))
+        )
+        ema_p = _RULES["pid_ema_p"]("pid ema_p", ema_p)
+        ema_d = _RULES["pid_ema_d"]("pid ema_d", ema_d)
+        d_delay = _RULES["pid_d_delay"]("pid d_delay", d_delay)
+        max_value = _RULES["pid_max_lambda"]("pid max_value", max_value)
+        self.limit, self.kp, self.ki, self.kd = check_float("limit", limit), kp, ki, kd
         self.ema_p, self.ema_d, self.max_value = ema_p, ema_d, max_value
         self.integral = 0.0
         self.delta_p = 0.0
@@ -107,3 +112,27 @@ class PIDLagrange:
         self.cost_d = float(state["cost_d"])
         self.cost_history = deque(state["cost_history"], maxlen=self.cost_history.maxlen)
         self.value = float(state["value"])
+
+
+def _gradient_multiplier(config: LagrangeConfig) -> GradientLagrange:
+    return GradientLagrange(limit=config.max_risk, lr=config.lagrangian_lr, init=config.lambda_init)
+
+
+def _pid_multiplier(config: LagrangeConfig) -> PIDLagrange:
+    return PIDLagrange(
+        limit=config.max_risk,
+        kp=config.pid_kp,
+        ki=config.pid_ki,
+        kd=config.pid_kd,
+        d_delay=config.pid_d_delay,
+        ema_p=config.pid_ema_p,
+        ema_d=config.pid_ema_d,
+        max_value=config.pid_max_lambda,
+    )
+
+
+# lag_version -> factory(LagrangeConfig) -> multiplier.
+LAG_VERSIONS: dict[str, Callable[[LagrangeConfig], GradientLagrange | PIDLagrange]] = {
+    "v0": _gradient_multiplier,
+    "pid": _pid_multiplier,
+}

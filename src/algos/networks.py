@@ -9,7 +9,8 @@ batched pass at update time.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import numpy as np
 import torch
@@ -122,6 +123,31 @@ class ActorCritic(nn.Module):
         if self.cost_critic is None:
             raise RuntimeError("this ActorCritic was built without a cost critic")
         return self.cost_critic(x).squeeze(-1)
+
+    @classmethod
+    def from_policy_state(
+        cls, state: Mapping[str, Any], *, where: str = "policy state"
+    ) -> ActorCritic:
+        """Rebuild the trained network from a policy.pt content (`network` and `actor_critic`).
+
+        The result is in evaluation mode. `where` names the source in errors.
+        """
+        for key in ("network", "actor_critic"):
+            if key not in state:
+                raise ValueError(f"{where} lacks the entry {key!r} (entries: {sorted(state)})")
+        shape = state["network"]
+        try:
+            net = cls(
+                obs_dim=int(shape["obs_dim"]),
+                n_agents=int(shape["n_agents"]),
+                n_actions=int(shape["n_actions"]),
+                hidden_sizes=tuple(int(h) for h in shape["hidden_sizes"]),
+                cost_critic=bool(shape.get("cost_critic", False)),
+            )
+            net.load_state_dict(state["actor_critic"])
+        except (KeyError, TypeError, RuntimeError) as error:
+            raise ValueError(f"{where}: the network does not match its weights: {error}") from None
+        return net.eval()
 
     def describe(self) -> dict[str, int | bool | list[int]]:
         """Constructor arguments, stored in `policy.pt` so the actor can be rebuilt."""

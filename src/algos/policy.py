@@ -8,64 +8,57 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import torch
 
+from src.algos.filters import ActionFilter
 from src.algos.networks import ActorCritic, add_agent_ids, sample_actions
 from src.algos.registry import get_algorithm
+from src.checks import check_int
+from src.config.run import RunConfig
 from src.core.io import load_from_file
+from src.runfiles import RunFiles
 
 __all__ = ["Actor", "load_actor"]
 
 
 class Actor:
-    """A trained stochastic policy over `[E, A, D]` observations, optionally shielded."""
+    """A trained stochastic policy over `[E, A, D]` observations, optionally filtered."""
 
     def __init__(
-        self,
-        *,
-        net: ActorCritic,
-        config: dict[str, Any],
-        shield_filter: Any | None = None,
+        self, *, net: ActorCritic, config: RunConfig, action_filter: ActionFilter | None = None
     ) -> None:
-        """`shield_filter` has `filter(obs, proposed, logits, episode_step)` (see the shield)."""
+        """`action_filter` (e.g. the trained shield) filters every proposal when given."""
         self.net = net.eval()
         self.config = config
-        self.algo: str = config["algo"]
-        self.env_name: str = config["env_name"]
-        self.shield_filter = shield_filter
+        self.algo = config.algo
+        self.env_name = config.env_name
+        self.action_filter = action_filter
         self.generator: torch.Generator | None = None
         self.num_envs = 0
         self.last_intervened: np.ndarray | None = None
 
     @property
     def shielded(self) -> bool:
-        """Whether actions pass through the shield."""
-        return self.shield_filter is not None
+        """Whether actions pass through a filter (the shield)."""
+        return self.action_filter is not None
 
     def reset(self, num_envs: int, seed: int) -> None:
-        """Start sampling for `num_envs` copies from a generator seeded with `seed`.
-
-        A shield filter with a `reset(num_envs, seed)` method is reset too.
-        """
-        if isinstance(num_envs, bool) or not isinstance(num_envs, int) or num_envs < 1:
-            raise ValueError(f"num_envs must be an int >= 1, got {num_envs!r}")
-        if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
-            raise ValueError(f"seed must be an int >= 0, got {seed!r}")
-        self.num_envs = num_envs
+        """Start sampling for `num_envs` copies from a generator seeded with `seed`; the
+        action filter is reset the same way."""
+        self.num_envs = check_int("num_envs", num_envs, low=1)
+        seed = check_int("seed", seed, low=0)
         self.generator = torch.Generator().manual_seed(seed)
-        reset = getattr(self.shield_filter, "reset", None)
-        if callable(reset):
-            reset(num_envs, seed)
+        if self.action_filter is not None:
+            self.action_filter.reset(num_envs, seed)
 
     @torch.inference_mode()
     def act(self, obs: np.ndarray, episode_step: np.ndarray) -> np.ndarray:
         """Sample actions `[E, A]` int64 for observations `[E, A, D]`.
 
         `episode_step` `[E]`: 1-based index, within its episode, of the step these actions
-        take. With a shield, the executed (filtered) actions are returned and the per-agent
+        take. With a filter, the executed (filtered) actions are returned and the per-agent
         intervention flags are kept in `last_intervened`.
         """
         if self.generator is None:
@@ -81,37 +74,29 @@ class Actor:
             )
         logits = self.net.logits(add_agent_ids(torch.from_numpy(obs)))  # [E, A, n_actions]
         proposed = sample_actions(logits, self.generator).numpy()  # [E, A]
-        if self.shield_filter is None:
+        if self.action_filter is None:
             return proposed
-        executed, intervened = self.shield_filter.filter(obs, proposed, logits, episode_step)
+        executed, intervened = self.action_filter.filter(obs, proposed, logits, episode_step)
         self.last_intervened = np.asarray(intervened, dtype=bool)
         return np.asarray(executed, dtype=np.int64)
 
 
 def load_actor(run_dir: str | Path, *, shielded: bool = True) -> Actor:
-    """Rebuild the final policy of a run from `run_dir/policy.pt`.
+    """Rebuild the final policy of a run from its policy.pt.
 
     For algorithms with a shield and `shielded=True`, the actions are filtered by the shield
-    that `src.algos.shield.load_shield_filter(policy_state, config)` rebuilds.
+    that `src.algos.shield.assemble.load_shield` rebuilds from the same file.
     """
-    state = load_from_file(Path(run_dir), "policy.pt")
-    for key in ("actor_critic", "network", "config"):
-        if key not in state:
-            raise ValueError(f"{Path(run_dir) / 'policy.pt'} lacks the entry {key!r}")
-    network = state["network"]
-    net = ActorCritic(
-        obs_dim=network["obs_dim"],
-        n_agents=network["n_agents"],
-        n_actions=network["n_actions"],
-        hidden_sizes=network["hidden_sizes"],
-        cost_critic=network["cost_critic"],
-    )
-    net.load_state_dict(state["actor_critic"])
-    config = state["config"]
-    shield_filter = None
-    if shielded and get_algorithm(config["algo"]).shielded:
-        # Imported here so that IPPO policies load without the shield package.
-        from src.algos.shield import load_shield_filter
+    path = RunFiles(run_dir).policy
+    state = load_from_file(path.parent, path.name)
+    if "config" not in state:
+        raise ValueError(f"{path} lacks the entry 'config' (entries: {sorted(state)})")
+    net = ActorCritic.from_policy_state(state, where=str(path))
+    config = RunConfig.from_dict(state["config"])
+    action_filter = None
+    if shielded and get_algorithm(config.algo).shielded:
+        # Imported here so that unshielded policies load without the shield package.
+        from src.algos.shield.assemble import load_shield
 
-        shield_filter = load_shield_filter(state, config)
-    return Actor(net=net, config=config, shield_filter=shield_filter)
+        action_filter = load_shield(state, config, net=net)
+    return Actor(net=net, config=config, action_filter=action_filter)

@@ -15,6 +15,7 @@ import pyarrow as pa
 from src.analysis.export import EVAL_SCHEMA, HISTORY_SCHEMA, UPDATES_SCHEMA, load_run_config
 from src.analysis.files import read_parquet, write_parquet
 from src.core.io import atomic_output
+from src.runfiles import RunFiles
 
 __all__ = ["CONFIGS_METADATA_KEY", "RUN_TABLES", "aggregate", "load_table"]
 
@@ -76,7 +77,7 @@ def aggregate(run_dirs: Sequence[str | Path], tables_dir: str | Path) -> None:
         seen[identity] = run_path
         configs.append(config)
         for name, schema in RUN_TABLES.items():
-            path = run_path / f"{name}.parquet"
+            path = getattr(RunFiles(run_path), name)
             table = read_parquet(path, schema)
             _check_identity(table, path, config)
             parts[name].append(table.replace_schema_metadata(None))

@@ -19,13 +19,14 @@ import pyarrow as pa
 
 from src.algos import metrics
 from src.analysis.files import CONFIG_METADATA_KEY, read_json, write_parquet
+from src.config.base import VERSION_KEYS
+from src.runfiles import RunFiles
 
 __all__ = [
     "EVAL_SCHEMA",
     "HISTORY_SCHEMA",
     "UPDATES_SCHEMA",
     "UPDATE_METRIC_KEYS",
-    "VERSION_KEYS",
     "config_from_metadata",
     "export_run",
     "history_table",
@@ -33,15 +34,6 @@ __all__ = [
     "table_with_config",
     "updates_table",
 ]
-
-# Config keys that select implementation variants; every eval row carries them.
-VERSION_KEYS: tuple[str, ...] = (
-    "ippo_version",
-    "lag_version",
-    "shield_version",
-    "wm_version",
-    "om_version",
-)
 
 HISTORY_SCHEMA = pa.schema(
     [
@@ -106,13 +98,14 @@ _UPDATE_FIXED = ("update", "global_step", "wall_time")
 
 
 def load_run_config(run_dir: str | Path) -> dict[str, Any]:
-    """Read `run_dir/config.json` and check the identity keys every export needs."""
-    config = read_json(Path(run_dir) / "config.json")
+    """Read the run's config.json and check the identity keys every export needs."""
+    path = RunFiles(run_dir).config
+    config = read_json(path)
     if not isinstance(config, dict):
-        raise ValueError(f"{Path(run_dir) / 'config.json'} must hold a JSON object")
+        raise ValueError(f"{path} must hold a JSON object")
     missing = [key for key in ("env_name", "algo", "run_idx") if key not in config]
     if missing:
-        raise ValueError(f"{Path(run_dir) / 'config.json'} lacks required keys: {missing}")
+        raise ValueError(f"{path} lacks required keys: {missing}")
     return config
 
 
@@ -217,16 +210,16 @@ def export_run(run_dir: str | Path, history_out: str | Path, updates_out: str | 
     per policy update (`UPDATES_SCHEMA`); both carry the run's config as metadata. Both tables
     are built before either file is written, so a bad input writes nothing.
     """
-    run_path = Path(run_dir)
-    config = load_run_config(run_path)
-    history = history_table(read_json(run_path / "history.json"), config)
-    updates = updates_table(read_json(run_path / "updates.json"), config)
+    files = RunFiles(run_dir)
+    config = load_run_config(run_dir)
+    history = history_table(read_json(files.history_json), config)
+    updates = updates_table(read_json(files.updates_json), config)
     for column, table in (("env", history), ("algo", history)):
         key = "env_name" if column == "env" else "algo"
         stray = set(table.column(column).to_pylist()) - {config[key]}
         if stray:
             raise ValueError(
-                f"{run_path / 'history.json'} has {column} values {stray} not {config[key]!r}"
+                f"{files.history_json} has {column} values {stray} not {config[key]!r}"
             )
     write_parquet(history, history_out)
     write_parquet(updates, updates_out)

@@ -27,6 +27,7 @@ from src.analysis.aggregate import load_table
 from src.analysis.style import (
     algo_color,
     figure_title,
+    has_shield,
     new_figure,
     plt,
     policy_label,
@@ -303,19 +304,21 @@ def return_vs_risk(evaluation: pd.DataFrame) -> Figure:
 
 
 def shield_interventions(updates: pd.DataFrame) -> Figure:
-    """Shield interventions per policy update against env steps, for the `shield` runs."""
-    shield = updates[(updates["algo"] == "shield")] if not updates.empty else updates
+    """Shield interventions per policy update against env steps, for the shielded runs."""
+    shield = updates[updates["algo"].map(has_shield).astype(bool)] if not updates.empty else updates
     if shield.empty or shield[SHIELD_INTERVENTIONS].isna().all():
         return _note_figure("no shield runs: no interventions to plot")
     envs = sorted(shield["env"].unique())
     fig, axes = new_figure(len(envs))
     for ax, env in zip(axes, envs, strict=True):
         env_rows = shield[shield["env"] == env]
-        # Runs of one config share their update steps: one bin per update.
-        edges = _grid(env_rows["global_step"].to_numpy(), int(env_rows.groupby("run").size().min()))
-        matrix = binned_run_means(env_rows, x="global_step", y=SHIELD_INTERVENTIONS, edges=edges)
-        x = _bin_positions(env_rows, x="global_step", edges=edges)
-        _curve(ax, x, matrix, algo="shield", shielded=True, limits=(0.0, np.inf))
+        for algo in sorted(env_rows["algo"].unique()):
+            rows = env_rows[env_rows["algo"] == algo]
+            # Runs of one config share their update steps: one bin per update.
+            edges = _grid(rows["global_step"].to_numpy(), int(rows.groupby("run").size().min()))
+            matrix = binned_run_means(rows, x="global_step", y=SHIELD_INTERVENTIONS, edges=edges)
+            x = _bin_positions(rows, x="global_step", edges=edges)
+            _curve(ax, x, matrix, algo=algo, shielded=True, limits=(0.0, np.inf))
         ax.set_xlabel("env steps")
         ax.set_ylabel("interventions per update (count)")
         ax.set_title(env)

@@ -19,6 +19,7 @@ matplotlib.use("Agg")  # figures are written to files by workflow jobs without a
 import matplotlib.pyplot as plt
 from matplotlib.figure import Figure
 
+from src.algos.registry import ALGORITHMS
 from src.core.io import atomic_output
 
 __all__ = [
@@ -27,6 +28,7 @@ __all__ = [
     "OKABE_ITO",
     "algo_color",
     "figure_title",
+    "has_shield",
     "new_figure",
     "policy_label",
     "policy_linestyle",
@@ -66,14 +68,20 @@ def algo_color(algo: str) -> str:
     return _SPARE_COLORS[zlib.crc32(algo.encode("utf-8")) % len(_SPARE_COLORS)]
 
 
+def has_shield(algo: str) -> bool:
+    """Whether `algo` is a registered algorithm whose actions pass through a shield."""
+    spec = ALGORITHMS.get(algo)
+    return spec is not None and spec.shielded
+
+
 def policy_label(algo: str, shielded: bool) -> str:
-    """Legend label of a policy: the algorithm, marked when a shield run is shown unshielded."""
-    return f"{algo} (shield off)" if algo == "shield" and not shielded else algo
+    """Legend label of a policy: the algorithm, marked when a shielded one is shown unshielded."""
+    return f"{algo} (shield off)" if has_shield(algo) and not shielded else algo
 
 
 def policy_linestyle(algo: str, shielded: bool) -> str:
-    """Solid for deployed policies, dashed for a shield run's base policy."""
-    return "--" if algo == "shield" and not shielded else "-"
+    """Solid for deployed policies, dashed for a shielded algorithm's base policy."""
+    return "--" if has_shield(algo) and not shielded else "-"
 
 
 def new_figure(

@@ -22,7 +22,7 @@ from scipy import stats
 
 from src.analysis.aggregate import load_table
 from src.analysis.files import write_text
-from src.analysis.style import policy_label
+from src.analysis.style import has_shield, policy_label
 from src.core.io import atomic_output
 
 __all__ = [
@@ -117,12 +117,13 @@ def summary_frame(history: pd.DataFrame, evaluation: pd.DataFrame) -> pd.DataFra
         *(f"p_violation_h{h}" for h in horizons),
     ]
     if per_eval.empty:
-        runs = train.assign(shielded=train["algo"] == "shield")
+        runs = train.assign(shielded=train["algo"].map(has_shield).astype(bool))
     else:
         runs = per_eval.merge(train, on=_RUN_KEYS, how="outer")
-        runs["shielded"] = runs["shielded"].fillna(runs["algo"] == "shield").astype(bool)
-        # Training metrics belong to the policy as trained: shield runs were trained shielded.
-        off = (runs["algo"] == "shield") & ~runs["shielded"]
+        shield = runs["algo"].map(has_shield).astype(bool)
+        runs["shielded"] = runs["shielded"].fillna(shield).astype(bool)
+        # Training metrics belong to the policy as trained: shielded runs were trained shielded.
+        off = shield & ~runs["shielded"]
         runs.loc[off, ["train_return", "train_cost"]] = math.nan
     rows = []
     # Deployed policy first, then a shield run's base policy.

@@ -47,7 +47,9 @@ import pandas as pd
 
 from src.core.io import atomic_output, load_from_file, load_from_file_if_exists, save_to_file
 from src.core.logging import log
-from src.core.wandb import load_history, log_history, start_run
+from src.core.wandb import log_history, start_run
+from src.records import load_history
+from src.runfiles import RunFiles
 
 __all__ = [
     "UPLOAD_LATER",
@@ -63,8 +65,9 @@ WANDB_HOST = "api.wandb.ai"
 MANIFEST = "manifest.json"
 DONE = "upload.done"
 SYNCED = "synced"
-# Inputs of one run that its wandb run shows; a change to any of them makes a new run.
-RUN_INPUTS = ("config.json", "history.json", "eval.parquet")
+# Files of one run that its wandb run shows (attributes of RunFiles); a change to any of them,
+# or to its videos, makes a new run.
+RUN_INPUTS = ("config", "history_json", "eval")
 WANDB_CLI_ENV_VAR = "SAFE_MARL_WANDB_CLI"
 # Rerunning the rule, not a manual `wandb sync`, leaves the per-run markers that keep a run
 # from being uploaded twice.
@@ -73,7 +76,8 @@ UPLOAD_LATER = "snakemake --cores 1 --forcerun wandb_upload"
 
 def find_run_dirs(results_dir: str | Path) -> list[Path]:
     """The run folders (`runs/{env}/{algo}/run{idx}` holding a config.json), sorted."""
-    return sorted(path.parent for path in Path(results_dir).glob("runs/*/*/run*/config.json"))
+    config = RunFiles.NAMES["config"]
+    return sorted(path.parent for path in Path(results_dir).glob(f"runs/*/*/run*/{config}"))
 
 
 def credentials_available() -> str | None:
@@ -93,8 +97,9 @@ def credentials_available() -> str | None:
 
 def _fingerprint(run_dir: Path) -> str:
     digest = hashlib.sha256()
-    paths = [run_dir / name for name in RUN_INPUTS]
-    paths += sorted((run_dir / "videos").glob("*.mp4"))
+    files = RunFiles(run_dir)
+    paths = [getattr(files, name) for name in RUN_INPUTS]
+    paths += sorted(files.videos.glob("*.mp4"))
     for path in paths:
         if not path.is_file():
             raise FileNotFoundError(f"{path} is missing: run the workflow up to this run first")
@@ -107,7 +112,8 @@ def _log_run(run_dir: Path, wandb_dir: Path, figures: list[Path], summary: Path)
     """Create the offline run of one training run; return its folder (None if disabled)."""
     import wandb  # here, not at the top: importing wandb takes a second
 
-    config = load_from_file(run_dir, "config.json")
+    files = RunFiles(run_dir)
+    config = load_from_file(files.root, files.config.name)
     # Offline whatever the environment says (uploading is the separate `wandb sync` step),
     # unless the config disables wandb.
     mode = "disabled" if config.get("wandb_mode") == "disabled" else "offline"
@@ -116,14 +122,14 @@ def _log_run(run_dir: Path, wandb_dir: Path, figures: list[Path], summary: Path)
     try:
         if run.disabled:
             return None
-        log_history(run, load_history(run_dir, "history.json"))
+        log_history(run, load_history(files.root, files.history_json.name))
         # Media and tables go to the summary, so the history keeps one row per episode.
-        run.summary["eval"] = wandb.Table(dataframe=pd.read_parquet(run_dir / "eval.parquet"))
+        run.summary["eval"] = wandb.Table(dataframe=pd.read_parquet(files.eval))
         if summary.is_file():
             run.summary["summary"] = wandb.Table(dataframe=pd.read_csv(summary))
         for figure in figures:
             run.summary[f"figures/{figure.stem}"] = wandb.Image(str(figure))
-        for video in sorted((run_dir / "videos").glob("*.mp4")):
+        for video in sorted(files.videos.glob("*.mp4")):
             try:
                 run.summary[f"videos/{video.stem}"] = wandb.Video(str(video), format="mp4")
             except Exception as error:  # wandb raises several types for media it cannot read

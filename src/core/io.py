@@ -13,8 +13,11 @@
   with ``allow_pickle=False``.
 - ``.pt``: torch state, i.e. nested dicts / lists / tuples of tensors and plain values such as
   ``state_dict()``; loads with ``torch.load(weights_only=True, map_location="cpu")``.
-- ``.pkl``: any picklable object. Loading a pickle runs arbitrary code: only for trusted files
-  the pipeline wrote itself (e.g. env state in a checkpoint).
+- ``.pkl``: any picklable object, written for callers' own use. Unpickling runs code from the
+  file, so ``load_from_file`` refuses ``.pkl`` (``UnsafeFormatError``, naming the path): a
+  results folder copied from elsewhere must never run code when it is read. The pipeline
+  writes and reads no pickle; ``load_trusted_pickle`` is the explicit opt-in for a pickle the
+  caller wrote itself.
 
 JSON and YAML hold what JSON holds: tuples come back as lists, dataclasses as dicts, and in JSON
 non-string dict keys come back as strings. Non-finite floats are written as ``NaN`` /
@@ -47,9 +50,13 @@ may never leave ``dir``: absolute paths and ``..`` components that climb above `
 refused. The check is lexical, so a sub-folder of ``dir`` that is a symlink (e.g. to scratch
 storage) is allowed.
 
+Loaders read regular files only: a FIFO, device or socket under a result's name is refused
+(``FileAccessError``) instead of blocking or reading endlessly.
+
 Errors all derive from ``PersistenceError`` and carry ``.path`` and ``.format``:
 
 - ``UnsupportedFormatError(PersistenceError, ValueError)``: unknown suffix.
+- ``UnsafeFormatError(UnsupportedFormatError)``: ``.pkl`` given to ``load_from_file``.
 - ``UnsafePathError(PersistenceError, ValueError)``: ``filename`` leaves ``dir``.
 - ``MissingFileError(PersistenceError, FileNotFoundError)``: nothing to load.
 - ``CorruptFileError(PersistenceError, ValueError)``: the file is not valid in its format.
@@ -71,6 +78,7 @@ import pickle
 import re
 import secrets
 import socket
+import stat
 import zipfile
 from collections.abc import Callable, Iterator
 from pathlib import Path, PurePosixPath
@@ -86,13 +94,16 @@ __all__ = [
     "MissingFileError",
     "PersistenceError",
     "SerializationError",
+    "UnsafeFormatError",
     "UnsafePathError",
     "UnsupportedFormatError",
     "atomic_output",
     "create_dir",
+    "fsync_dir",
     "load_from_file",
     "load_from_file_if_exists",
     "load_parquet_table",
+    "load_trusted_pickle",
     "save_to_file",
 ]
 
@@ -113,6 +124,10 @@ class PersistenceError(Exception):
 
 class UnsupportedFormatError(PersistenceError, ValueError):
     """The filename's suffix is not one of ``SUPPORTED_FORMATS``."""
+
+
+class UnsafeFormatError(UnsupportedFormatError):
+    """A format whose loading would run code from the file (pickle)."""
 
 
 class UnsafePathError(PersistenceError, ValueError):
@@ -532,7 +547,8 @@ def _remove_stale_temps(target: Path) -> None:
                 os.unlink(entry.path)
 
 
-def _fsync_dir(directory: Path) -> None:
+def fsync_dir(directory: str | Path) -> None:
+    """Flush a folder's entries to disk (after a rename in it), where the file system can."""
     fd = os.open(directory, os.O_RDONLY)
     try:
         os.fsync(fd)
@@ -555,7 +571,7 @@ def _make_dirs(folder: Path) -> None:
     # A new folder's own entry must reach the disk too, or a crash could lose the whole folder
     # with the file that was fsynced into it.
     for created in reversed(missing):
-        _fsync_dir(created.parent)
+        fsync_dir(created.parent)
 
 
 @contextlib.contextmanager
@@ -574,7 +590,7 @@ def _published(target: Path, *, keep_suffix: bool) -> Iterator[Path]:
         finally:
             os.close(fd)
         os.replace(tmp, target)
-        _fsync_dir(target.parent)
+        fsync_dir(target.parent)
     finally:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
@@ -694,6 +710,16 @@ def save_to_file(obj: Any, dir: str | Path, filename: str) -> Path:
 
 def _load(target: Path, fmt: str, reader: _Reader) -> Any:
     try:
+        mode = os.stat(target).st_mode
+    except OSError:
+        mode = None  # open() below reports the reason
+    if mode is not None and not stat.S_ISREG(mode) and not stat.S_ISDIR(mode):
+        raise FileAccessError(
+            f"cannot read {target} ({fmt}): not a regular file (a FIFO, device or socket)",
+            path=target,
+            format=fmt,
+        )
+    try:
         fh = open(target, "rb")  # noqa: SIM115 - closed below; errors of open are told apart
     except FileNotFoundError as exc:
         missing = MissingFileError(f"{target} ({fmt}) does not exist", path=target, format=fmt)
@@ -722,16 +748,42 @@ def _load(target: Path, fmt: str, reader: _Reader) -> Any:
             ) from exc
 
 
+def _refuse_pickle(target: Path, fmt: str) -> None:
+    if fmt == ".pkl":
+        raise UnsafeFormatError(
+            f"refusing to load {target}: unpickling runs code from the file; results are "
+            "never pickled (use load_trusted_pickle only for a pickle you wrote yourself)",
+            path=target,
+            format=fmt,
+        )
+
+
 def load_from_file(dir: str | Path, filename: str) -> Any:
     """Load ``dir/filename``, written by ``save_to_file``, in the format given by the suffix.
 
     Raises ``MissingFileError`` (a ``FileNotFoundError``) if it does not exist and
     ``CorruptFileError`` (a ``ValueError``) if it is not valid in its format; both name the
-    path and the format. ``.pt`` loads with ``weights_only=True`` onto the CPU; ``.pkl`` runs
-    pickle, so load only files the pipeline wrote itself.
+    path and the format. ``.pt`` loads with ``weights_only=True`` onto the CPU and ``.npz``
+    with ``allow_pickle=False``; ``.pkl`` is refused (``UnsafeFormatError``): nothing read
+    from a results folder may run code.
     """
     target, fmt = _resolve_target(dir, filename, "dir")
+    _refuse_pickle(target, fmt)
     return _load(target, fmt, _FORMATS[fmt][1])
+
+
+def load_trusted_pickle(dir: str | Path, filename: str) -> Any:
+    """Unpickle ``dir/filename``: the explicit opt-in for a ``.pkl`` the caller wrote itself.
+
+    Unpickling runs code from the file. The pipeline never calls this; it exists so that a
+    user's own pickle, written with ``save_to_file``, can be read back deliberately.
+    """
+    target, fmt = _resolve_target(dir, filename, "dir")
+    if fmt != ".pkl":
+        raise UnsupportedFormatError(
+            f"{target}: load_trusted_pickle reads .pkl files, got {fmt!r}", path=target, format=fmt
+        )
+    return _load(target, fmt, _read_pkl)
 
 
 def load_from_file_if_exists(
@@ -745,6 +797,7 @@ def load_from_file_if_exists(
     filename that leaves ``directory`` is refused.
     """
     target, fmt = _resolve_target(directory, filename, "directory")
+    _refuse_pickle(target, fmt)
     try:
         return _load(target, fmt, _FORMATS[fmt][1])
     except MissingFileError:

@@ -1,7 +1,7 @@
 """First-violation times and per-horizon statistics of evaluation episodes (pure functions).
 
-DESIGN.md section 7: episode i has first violation time T_i (1-based step at which some agent's
-cost is > 0; none if it never happens). For a horizon H, k = #{T_i <= H} and p = k / N.
+docs/design.md, "Evaluation": episode i has first violation time T_i (1-based step at which some
+agent's cost is > 0; none if it never happens). For a horizon H, k = #{T_i <= H} and p = k / N.
 Episodes that end before H are *censored*: they count as safe after their end, and their return
 and cost over the first H steps are those of the whole episode.
 """

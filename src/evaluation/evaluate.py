@@ -1,40 +1,30 @@
-"""Final-policy evaluation of a run (DESIGN.md section 7), written to `eval.parquet`.
+"""Final-policy evaluation of a run (docs/design.md), written to `eval.parquet`.
 
 `final_policy_eval_episodes` episodes, episode i seeded `final_policy_eval_seed_offset + i` for
 every algorithm (paired comparisons), run in batches of env copies of one `VectorEnv`; the
-hidden training cap is lifted to the largest horizon. `shield` runs are evaluated twice: with
-the shield (deployed policy) and without it (base policy).
+hidden training cap is lifted to the largest horizon. Shielded algorithms are evaluated twice
+(their spec's `eval_modes`): with the shield (deployed policy) and without it (base policy).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Protocol
 
 import numpy as np
 import pandas as pd
 
 from src.algos.policy import load_actor
-from src.analysis.export import EVAL_SCHEMA, VERSION_KEYS, load_run_config, table_with_config
+from src.algos.registry import get_algorithm
+from src.analysis.export import EVAL_SCHEMA, load_run_config, table_with_config
 from src.analysis.files import write_parquet
+from src.config.base import VERSION_KEYS
+from src.config.run import RunConfig
 from src.envs.registry import make_vector_env
-from src.evaluation.episodes import EpisodeBatch, check_horizons, horizon_summary
+from src.evaluation.episodes import EpisodeBatch, horizon_summary
 
-__all__ = [
-    "DEFAULT_EVAL_BATCH",
-    "collect_episodes",
-    "env_params_of",
-    "eval_settings",
-    "evaluate_run",
-]
-
-# Env copies per batch unless the config sets `final_policy_eval_num_envs`. The actor samples
-# all copies of a batch from one generator, so the numbers depend on this size: it is part of
-# the evaluation's definition, like the seeds.
-DEFAULT_EVAL_BATCH = 100
-
-SHIELD_ALGO = "shield"
+__all__ = ["collect_episodes", "evaluate_run"]
 
 
 class StepResultLike(Protocol):
@@ -128,98 +118,52 @@ def collect_episodes(
     return EpisodeBatch(reward=reward, cost=cost, violation=violation, length=length)
 
 
-def eval_settings(config: Mapping[str, Any]) -> dict[str, Any]:
-    """Read and check the evaluation settings of a resolved run config."""
-    required = (
-        "final_policy_eval_episodes",
-        "final_policy_eval_horizons",
-        "final_policy_eval_seed_offset",
-        "final_policy_eval_confidence",
-    )
-    missing = [key for key in required if key not in config]
-    if missing:
-        raise ValueError(f"run config lacks evaluation keys: {missing}")
-    episodes = config["final_policy_eval_episodes"]
-    if not isinstance(episodes, int) or isinstance(episodes, bool) or episodes < 0:
-        raise ValueError(f"final_policy_eval_episodes must be an integer >= 0, got {episodes!r}")
-    horizons = check_horizons(config["final_policy_eval_horizons"])
-    confidence = config["final_policy_eval_confidence"]
-    if not isinstance(confidence, float | int) or not 0.0 < confidence < 1.0:
-        raise ValueError(f"final_policy_eval_confidence must lie in (0, 1), got {confidence!r}")
-    batch = config.get("final_policy_eval_num_envs", DEFAULT_EVAL_BATCH)
-    if not isinstance(batch, int) or isinstance(batch, bool) or batch < 1:
-        raise ValueError(f"final_policy_eval_num_envs must be an integer >= 1, got {batch!r}")
-    return {
-        "episodes": episodes,
-        "horizons": sorted(int(h) for h in horizons),
-        "seed_offset": int(config["final_policy_eval_seed_offset"]),
-        "confidence": float(confidence),
-        "batch_size": min(batch, max(episodes, 1)),
-    }
-
-
-def env_params_of(config: Mapping[str, Any], **overrides: Any) -> dict[str, Any]:
-    """The env constructor parameters of a run: `env_params`, `n_agents`, then `overrides`."""
-    params = dict(config.get("env_params") or {})
-    if "n_agents" not in params:
-        if "n_agents" not in config:
-            raise ValueError("run config lacks n_agents (neither a key nor in env_params)")
-        params["n_agents"] = config["n_agents"]
-    params.update(overrides)
-    return params
-
-
-def _rows(
-    config: Mapping[str, Any], summary: pd.DataFrame, *, shielded: bool, confidence: float
-) -> pd.DataFrame:
+def _rows(config: RunConfig, summary: pd.DataFrame, *, shielded: bool) -> pd.DataFrame:
     frame = summary.copy()
-    frame.insert(0, "env", config["env_name"])
-    frame.insert(1, "algo", config["algo"])
-    frame.insert(2, "run", int(config["run_idx"]))
+    frame.insert(0, "env", config.env_name)
+    frame.insert(1, "algo", config.algo)
+    frame.insert(2, "run", config.run_idx)
     frame.insert(4, "shielded", shielded)
+    confidence = config.evaluation.final_policy_eval_confidence
     frame.insert(frame.columns.get_loc("ci_high") + 1, "confidence", confidence)
     for key in VERSION_KEYS:
-        frame[key] = str(config.get(key, ""))
+        frame[key] = config.version(key)
     return frame
 
 
 def evaluate_run(run_dir: str | Path, out_path: str | Path) -> pd.DataFrame:
     """Evaluate a run's final policy and write `eval.parquet` (one row per horizon and shield mode).
 
-    Reads `run_dir/config.json` and `run_dir/policy.pt`. With `final_policy_eval_episodes: 0`
-    the file is written with the schema and no rows. Returns the table as a DataFrame with the
-    columns of `src.analysis.export.EVAL_SCHEMA`.
+    Reads the run's config.json and policy.pt. With `final_policy_eval_episodes: 0` the file
+    is written with the schema and no rows. Returns the table as a DataFrame with the columns
+    of `src.analysis.export.EVAL_SCHEMA`.
     """
-    config = load_run_config(run_dir)
-    settings = eval_settings(config)
+    raw = load_run_config(run_dir)
+    config = RunConfig.from_dict(raw)
+    settings = config.evaluation
     frames: list[pd.DataFrame] = []
-    if settings["episodes"] > 0:
-        max_steps = max(settings["horizons"])
+    if settings.episodes > 0:
         # Lift the hidden training cap to the largest horizon.
-        params = env_params_of(config, max_steps=max_steps)
-        seeds = [settings["seed_offset"] + i for i in range(settings["episodes"])]
-        modes = (True, False) if config["algo"] == SHIELD_ALGO else (False,)
-        for shielded in modes:
+        params = config.env.constructor_params(max_steps=settings.max_horizon)
+        for shielded in get_algorithm(config.algo).eval_modes:
             actor = load_actor(run_dir, shielded=shielded)
             batch = collect_episodes(
                 make_vec=lambda copies: make_vector_env(
-                    config["env_name"], num_envs=copies, seed=None, **params
+                    config.env_name, num_envs=copies, seed=None, **params
                 ),
                 actor=actor,
-                seeds=seeds,
-                max_steps=max_steps,
-                batch_size=settings["batch_size"],
-                actor_seed=settings["seed_offset"],
+                seeds=settings.seeds,
+                max_steps=settings.max_horizon,
+                batch_size=settings.batch_size,
+                actor_seed=settings.final_policy_eval_seed_offset,
             )
             summary = horizon_summary(
-                batch, settings["horizons"], confidence=settings["confidence"]
+                batch, settings.horizons, confidence=settings.final_policy_eval_confidence
             )
-            frames.append(
-                _rows(config, summary, shielded=shielded, confidence=settings["confidence"])
-            )
+            frames.append(_rows(config, summary, shielded=shielded))
     result = (
         pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=EVAL_SCHEMA.names)
     )
-    table = table_with_config(result, EVAL_SCHEMA, config)
+    table = table_with_config(result, EVAL_SCHEMA, raw)
     write_parquet(table, out_path)
     return table.to_pandas()

@@ -15,11 +15,11 @@ import numpy as np
 from src.algos.policy import load_actor
 from src.analysis.export import load_run_config
 from src.analysis.style import plt
+from src.config.run import RunConfig
 from src.core.io import atomic_output
 from src.core.wrappers import apply_hidden_episode_cap, infer_episode_cap
 from src.core.wrappers.record_video_parallel import RecordVideo
 from src.envs.registry import make_env
-from src.evaluation.evaluate import env_params_of
 
 __all__ = ["POSTER_NAME", "EvenFrames", "make_poster", "render_run"]
 
@@ -100,15 +100,15 @@ def render_run(run_dir: str | Path, video_dir: str | Path, *, episodes: int) -> 
     """
     if not isinstance(episodes, int) or isinstance(episodes, bool) or episodes < 1:
         raise ValueError(f"episodes must be an integer >= 1, got {episodes!r}")
-    config = load_run_config(run_dir)
+    config = RunConfig.from_dict(load_run_config(run_dir))
     video_path = Path(video_dir)
-    prefix = f"{config['env_name']}-{config['algo']}-run{config['run_idx']}"
-    seed_offset = int(config.get("final_policy_eval_seed_offset", 0))
-    params = env_params_of(config)
+    prefix = f"{config.env_name}-{config.algo}-run{config.run_idx}"
+    seed_offset = config.evaluation.final_policy_eval_seed_offset
+    params = config.env.constructor_params()
 
     actor = load_actor(run_dir, shielded=True)
     env = RecordVideo(
-        make_env(config["env_name"], render_mode="rgb_array", **params),
+        make_env(config.env_name, render_mode="rgb_array", **params),
         str(video_path),
         episode_trigger=lambda _: True,
         name_prefix=prefix,
@@ -152,7 +152,5 @@ def render_run(run_dir: str | Path, video_dir: str | Path, *, episodes: int) -> 
     empty = [str(v) for v in videos if not v.is_file() or v.stat().st_size == 0]
     if empty:
         raise RuntimeError(f"RecordVideo did not write these videos: {empty}")
-    title = (
-        f"{config['env_name']} / {config['algo']} / run {config['run_idx']} (seed {seed_offset})"
-    )
+    title = f"{config.env_name} / {config.algo} / run {config.run_idx} (seed {seed_offset})"
     return [*videos, make_poster(poster.select(), video_path / POSTER_NAME, title=title)]

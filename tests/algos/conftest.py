@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from src.algos.train import make_run_config
+from src.config.run import make_run_config
 
 
 def toy_config(**overrides: Any) -> dict[str, Any]:

@@ -7,7 +7,8 @@ import pytest
 import torch
 
 from src.algos.policy import load_actor
-from src.algos.train import make_run_config, train_run
+from src.algos.train import train_run
+from src.config.run import make_run_config
 from src.core.io import load_from_file
 from src.envs.registry import make_vector_env
 

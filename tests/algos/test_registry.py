@@ -2,31 +2,28 @@
 
 from __future__ import annotations
 
-import importlib.util
-
 import pytest
 
-from src.algos.ippo import IPPO
-from src.algos.registry import ALGORITHMS, IPPO_VERSIONS, LAG_VERSIONS, get_algorithm, lookup
+from src.algos.ippo import IPPO, IPPO_VERSIONS
+from src.algos.lagrange import LAG_VERSIONS
+from src.algos.registry import ALGORITHMS, get_algorithm, versions_of
 from src.algos.train import build_trainer
+from src.checks import lookup
+from src.config.run import SECTIONS, RunConfig
 from tests.algos.conftest import toy_config
 from tests.algos.toy_env import make_toy_env
-
-
-def _importable(module: str) -> bool:
-    try:
-        return importlib.util.find_spec(module) is not None
-    except ModuleNotFoundError:
-        return False
 
 
 @pytest.mark.parametrize("name", sorted(ALGORITHMS))
 def test_every_algorithm_builds_a_trainer(name):
     spec = get_algorithm(name)
-    if not _importable(spec.module):
-        pytest.skip(f"{spec.module} is not available")
-    trainer_cls = spec.trainer()
+    config = RunConfig.from_dict(toy_config(algo=name))
+    trainer_cls = spec.trainer(config.base)
     assert issubclass(trainer_cls, IPPO)
+    assert set(spec.sections) <= set(SECTIONS) and "ppo" in spec.sections
+    for key in spec.version_keys:
+        assert config.version(key) in versions_of(key)
+    assert spec.eval_modes == ((True, False) if spec.shielded else (False,))
     if spec.shielded:
         return  # the shield's own tests train it; it needs its config keys and models
     config = toy_config(algo=name, timesteps=4 * 16)
@@ -39,7 +36,7 @@ def test_every_algorithm_builds_a_trainer(name):
 def test_every_ippo_version_trains(version):
     config = toy_config(ippo_version=version, timesteps=4 * 16)
     trainer = build_trainer(config, make_toy_env(config))
-    assert isinstance(trainer, IPPO_VERSIONS[version]())
+    assert isinstance(trainer, IPPO_VERSIONS[version])
     trainer.train(progress=False)
 
 

@@ -14,13 +14,15 @@ import pytest
 import torch
 
 from src.algos.checkpoint import latest_checkpoint, save_checkpoint
-from src.algos.ippo import PAUSE_ENV_VAR
-from src.algos.train import build_trainer, make_run_config, train_run
+from src.algos.train import build_trainer, train_run
+from src.config.run import make_run_config
 from src.core.io import load_from_file
 from tests.algos.conftest import toy_config
 from tests.algos.toy_env import make_toy_env
 
 ROOT = Path(__file__).resolve().parents[2]
+# Its sitecustomize pauses training where RELIABILITY_PAUSE_TRAINING says.
+FAULTS = ROOT / "tests" / "reliability" / "fault_injection"
 SCRIPT = (
     "import json, sys\n"
     "from src.algos.train import train_run\n"
@@ -49,7 +51,11 @@ def _config(algo: str) -> dict:
 def _start_and_kill(config: dict, out_dir: Path, pause_at: str) -> None:
     """Run train_run in a child that pauses at `pause_at`; SIGKILL it once it is there."""
     marker = out_dir.parent / f"{out_dir.name}.paused"
-    env = {**os.environ, PAUSE_ENV_VAR: f"{pause_at}:{marker}", "PYTHONPATH": str(ROOT)}
+    env = {
+        **os.environ,
+        "RELIABILITY_PAUSE_TRAINING": f"{pause_at}:{marker}",
+        "PYTHONPATH": os.pathsep.join((str(ROOT), str(FAULTS))),
+    }
     child = subprocess.Popen(
         [sys.executable, "-c", SCRIPT, json.dumps(config), str(out_dir)],
         cwd=ROOT,
@@ -120,5 +126,5 @@ def test_half_written_checkpoint_is_ignored(tmp_path):
     # A later checkpoint killed before its marker was written must not be picked up.
     broken = tmp_path / "checkpoint" / "update-000009"
     broken.mkdir()
-    (broken / "state.pkl").write_bytes(b"half")
+    (broken / "state.json").write_bytes(b"half")
     assert latest_checkpoint(tmp_path).name == f"update-{trainer.update:06d}"

@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from src.config.run import RunConfig
 from src.envs.base import StepResult, VectorEnv, check_actions, resolve_seeds
 
 
@@ -115,11 +116,12 @@ class RiskyContextEnv(VectorEnv):
         return frame
 
 
-def make_toy_env(config: dict) -> RiskyContextEnv:
+def make_toy_env(config: RunConfig | dict) -> RiskyContextEnv:
     """`make_env` for train_run: the toy env sized by the run config."""
+    config = RunConfig.from_dict(config)
     return RiskyContextEnv(
-        num_envs=config["num_envs"],
-        n_agents=config["n_agents"],
-        seed=config["seed"],
-        **config["env_params"],
+        num_envs=config.ppo.num_envs,
+        n_agents=config.env.n_agents,
+        seed=config.seed,
+        **config.env.params,
     )

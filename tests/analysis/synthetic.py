@@ -9,8 +9,10 @@ import numpy as np
 import pandas as pd
 
 from src.algos import metrics
-from src.analysis.export import EVAL_SCHEMA, VERSION_KEYS, export_run, table_with_config
+from src.analysis.export import EVAL_SCHEMA, export_run, table_with_config
 from src.analysis.files import write_parquet
+from src.config.base import VERSION_KEYS
+from src.config.run import make_run_config
 from src.evaluation.episodes import EpisodeBatch, horizon_summary
 
 HORIZONS = (1, 10, 50, 100, 200)
@@ -19,22 +21,19 @@ PROFILE = {"ippo": (0.02, 1.0), "ippo_lag": (0.006, 0.8), "shield": (0.002, 0.7)
 
 
 def make_config(env: str, algo: str, run: int, *, episodes: int = 50) -> dict:
-    """A resolved run config with the keys the evaluation and exports read."""
-    return {
-        "env_name": env,
-        "algo": algo,
-        "run_idx": run,
-        "seed": run,
-        "n_agents": 2,
-        "num_envs": 4,
-        "env_params": {"max_steps": 50},
-        "algo_params": {},
-        "final_policy_eval_episodes": episodes,
-        "final_policy_eval_horizons": list(HORIZONS),
-        "final_policy_eval_seed_offset": 1_000_000,
-        "final_policy_eval_confidence": 0.95,
-        **{key: "v0" for key in VERSION_KEYS},
-    }
+    """A resolved run config (flat form), as the workflow writes it into config.json."""
+    return make_run_config(
+        env_name=env,
+        algo=algo,
+        run_idx=run,
+        n_agents=2,
+        num_envs=4,
+        env_params={"max_steps": 50},
+        final_policy_eval_episodes=episodes,
+        final_policy_eval_horizons=HORIZONS,
+        final_policy_eval_seed_offset=1_000_000,
+        final_policy_eval_confidence=0.95,
+    )
 
 
 def make_history(env: str, algo: str, run: int, *, episodes: int = 60, seed: int = 0) -> list[dict]:

@@ -11,10 +11,10 @@ import pytest
 
 from src.analysis import wandb_upload
 from src.analysis.wandb_upload import credentials_available, upload_experiment, wandb_command
-from src.config import resolve_run_config, validate_workflow_config
+from src.config.workflow import resolve_run_config, validate_workflow_config
 from src.core.io import save_to_file
-from src.core.wandb import EpisodeLog
-from src.core.wandb_file import find_run_files, read_history
+from src.records import EpisodeLog
+from tests.wandb_file import find_run_files, read_history
 
 RUNS = (("hazard_grid", "ippo", 0), ("hazard_grid", "shield", 0))
 
@@ -72,7 +72,7 @@ def results(tmp_path: Path) -> Path:
     root = tmp_path / "wb"
     for index, (env, algo, run) in enumerate(RUNS):
         run_dir = root / "runs" / env / algo / f"run{run}"
-        config = resolve_run_config(workflow_config, env, algo, run)
+        config = resolve_run_config(workflow_config, env, algo, run).to_dict()
         save_to_file(config, run_dir, "config.json")
         save_to_file(_history(env, algo, run, episodes=5 + index), run_dir, "history.json")
         eval_frame = pd.DataFrame(

@@ -31,12 +31,14 @@ from src.core.io import (
     MissingFileError,
     PersistenceError,
     SerializationError,
+    UnsafeFormatError,
     UnsafePathError,
     UnsupportedFormatError,
     create_dir,
     load_from_file,
     load_from_file_if_exists,
     load_parquet_table,
+    load_trusted_pickle,
     save_to_file,
 )
 
@@ -311,7 +313,7 @@ def test_pt_load_uses_weights_only(tmp_path: Path) -> None:
 def test_pkl_round_trip_of_arbitrary_objects(tmp_path: Path) -> None:
     state = {"rng": np.random.default_rng(3).bit_generator.state, "obj": Opaque(5)}
     save_to_file(state, tmp_path, "checkpoint/env.pkl")
-    loaded = load_from_file(tmp_path, "checkpoint/env.pkl")
+    loaded = load_trusted_pickle(tmp_path, "checkpoint/env.pkl")
     assert loaded["rng"] == state["rng"] and loaded["obj"].value == 5
 
 
@@ -348,13 +350,13 @@ def test_new_folders_and_the_rename_are_fsynced(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     synced: list[Path] = []
-    real = core_io._fsync_dir
+    real = core_io.fsync_dir
 
     def record(directory: Path) -> None:
         synced.append(Path(directory))
         real(directory)
 
-    monkeypatch.setattr(core_io, "_fsync_dir", record)
+    monkeypatch.setattr(core_io, "fsync_dir", record)
     save_to_file({"a": 1}, tmp_path, "a/b/x.json")
     # Each created folder's entry in its parent, then the rename in the final folder.
     assert synced == [tmp_path, tmp_path / "a", tmp_path / "a" / "b"]
@@ -464,23 +466,59 @@ GARBAGE = {
 }
 
 
+def _load(directory: Path, name: str) -> Any:
+    """load_from_file, or the explicit pickle opt-in for .pkl (which load_from_file refuses)."""
+    if name.endswith(".pkl"):
+        return load_trusted_pickle(directory, name)
+    return load_from_file(directory, name)
+
+
 @pytest.mark.parametrize("fmt", SUPPORTED_FORMATS)
 def test_garbage_file_raises_corrupt_error_naming_path_and_format(tmp_path: Path, fmt: str) -> None:
     path = tmp_path / f"bad{fmt}"
     path.write_bytes(GARBAGE[fmt])
     with pytest.raises(CorruptFileError) as info:
-        load_from_file(tmp_path, path.name)
+        _load(tmp_path, path.name)
     assert isinstance(info.value, ValueError)
     assert str(path) in str(info.value) and fmt in str(info.value)
-    with pytest.raises(CorruptFileError):
-        load_from_file_if_exists(tmp_path, path.name, default="unused")
+    if fmt != ".pkl":
+        with pytest.raises(CorruptFileError):
+            load_from_file_if_exists(tmp_path, path.name, default="unused")
 
 
 @pytest.mark.parametrize("fmt", SUPPORTED_FORMATS)
 def test_empty_file_is_corrupt(tmp_path: Path, fmt: str) -> None:
     (tmp_path / f"empty{fmt}").write_bytes(b"")
     with pytest.raises(CorruptFileError, match="empty"):
-        load_from_file(tmp_path, f"empty{fmt}")
+        _load(tmp_path, f"empty{fmt}")
+
+
+class _Payload:
+    """Unpickling it would create the marker file: the code a planted pickle would run."""
+
+    def __init__(self, marker: Path) -> None:
+        self.marker = marker
+
+    def __reduce__(self) -> tuple:
+        return (Path.touch, (self.marker,))
+
+
+def test_pickles_are_never_loaded_from_a_results_folder(tmp_path: Path) -> None:
+    marker = tmp_path / "payload-ran"
+    save_to_file([_Payload(marker)], tmp_path, "planted.pkl")
+    for load in (load_from_file, load_from_file_if_exists):
+        with pytest.raises(UnsafeFormatError, match=r"planted\.pkl.*runs code"):
+            load(tmp_path, "planted.pkl")
+    assert not marker.exists()
+    # The explicit opt-in does unpickle, which is why nothing in the pipeline calls it.
+    load_trusted_pickle(tmp_path, "planted.pkl")
+    assert marker.exists()
+
+
+def test_a_fifo_under_a_result_name_is_refused_not_waited_on(tmp_path: Path) -> None:
+    os.mkfifo(tmp_path / "x.json")
+    with pytest.raises(FileAccessError, match=r"x\.json.*not a regular file"):
+        load_from_file(tmp_path, "x.json")
 
 
 @pytest.mark.parametrize(
@@ -498,7 +536,7 @@ def test_truncated_file_is_corrupt(tmp_path: Path, filename: str, obj: Any) -> N
     data = path.read_bytes()
     path.write_bytes(data[: len(data) // 2])
     with pytest.raises(CorruptFileError):
-        load_from_file(tmp_path, filename)
+        _load(tmp_path, filename)
 
 
 def test_npy_file_under_npz_name_is_corrupt(tmp_path: Path) -> None:
@@ -558,7 +596,7 @@ def test_failure_midway_keeps_previous_file_and_removes_temp(
     with pytest.raises(type(error) if isinstance(error, KeyboardInterrupt) else SerializationError):
         save_to_file(payload, tmp_path, "state.pkl")
     assert (tmp_path / "state.pkl").read_bytes() == before
-    assert load_from_file(tmp_path, "state.pkl") == {"version": 1}
+    assert load_trusted_pickle(tmp_path, "state.pkl") == {"version": 1}
     assert _temp_files(tmp_path) == []
 
 
@@ -619,10 +657,10 @@ def test_sigkill_midway_keeps_previous_file_and_next_save_sweeps_temp(tmp_path: 
     finally:
         proc.send_signal(signal.SIGKILL)
         proc.wait()
-    assert load_from_file(tmp_path, "state.pkl") == {"version": 1}
+    assert load_trusted_pickle(tmp_path, "state.pkl") == {"version": 1}
     # The killed writer could not clean up; the next save of the same file does.
     save_to_file({"version": 2}, tmp_path, "state.pkl")
-    assert load_from_file(tmp_path, "state.pkl") == {"version": 2}
+    assert load_trusted_pickle(tmp_path, "state.pkl") == {"version": 2}
     assert _temp_files(tmp_path) == []
 
 

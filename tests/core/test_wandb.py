@@ -17,13 +17,12 @@ from hypothesis import strategies as st
 from src.core.io import save_to_file
 from src.core.wandb import (
     ConfigError,
-    EpisodeLog,
     create_base_config,
-    load_history,
     log_history,
     start_run,
 )
-from src.core.wandb_file import find_run_files, read_history, read_records
+from src.records import EpisodeLog, load_history
+from tests.wandb_file import find_run_files, read_history, read_records
 
 # ------------------------------------------------------------------------------------------
 # The seed contract (../shared/seed/core_utilities_api.md), written out here verbatim.

@@ -8,9 +8,9 @@ import zlib
 import pytest
 from wandb.proto.wandb_internal_pb2 import Record
 
-from src.core import wandb_file
 from src.core.wandb import create_base_config, log_history, start_run
-from src.core.wandb_file import WandbFileError, find_run_files, read_history, read_records
+from tests import wandb_file
+from tests.wandb_file import WandbFileError, find_run_files, read_history, read_records
 
 BLOCK = 32768
 HEADER = b":W&B" + struct.pack("<HB", 0xBEE1, 0)

@@ -12,8 +12,9 @@ import pytest
 
 import src.evaluation.evaluate as evaluate_module
 from src.analysis.export import EVAL_SCHEMA, config_from_metadata
+from src.config.run import RunConfig
 from src.envs.base import StepResult
-from src.evaluation.evaluate import collect_episodes, env_params_of, eval_settings, evaluate_run
+from src.evaluation.evaluate import collect_episodes, evaluate_run
 from tests.analysis.synthetic import make_config
 
 N_AGENTS = 2
@@ -249,7 +250,7 @@ def test_same_config_gives_the_same_numbers(tmp_path: Path, scripted: dict) -> N
 )
 def test_bad_eval_settings_are_rejected(override: dict, message: str) -> None:
     with pytest.raises(ValueError, match=message):
-        eval_settings({**make_config("scripted", "ippo", 0), **override})
+        RunConfig.from_dict({**make_config("scripted", "ippo", 0), **override})
 
 
 def test_missing_config_is_a_clear_error_and_writes_nothing(tmp_path: Path) -> None:
@@ -263,7 +264,8 @@ def test_missing_config_is_a_clear_error_and_writes_nothing(tmp_path: Path) -> N
 
 def test_env_params_come_from_the_config() -> None:
     config = make_config("scripted", "ippo", 0)
-    assert env_params_of(config, max_steps=200) == {"max_steps": 200, "n_agents": 2}
+    env = RunConfig.from_dict(config).env
+    assert env.constructor_params(max_steps=200) == {"max_steps": 200, "n_agents": 2}
     del config["n_agents"]
     with pytest.raises(ValueError, match="n_agents"):
-        env_params_of(config)
+        RunConfig.from_dict(config)

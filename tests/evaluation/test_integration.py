@@ -7,12 +7,13 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from src.algos.train import make_run_config, train_run
+from src.algos.train import train_run
 from src.analysis.aggregate import aggregate, load_table
 from src.analysis.export import EVAL_SCHEMA, HISTORY_SCHEMA, config_from_metadata, export_run
 from src.analysis.figures import FIGURE_NAMES, make_figures
 from src.analysis.files import read_parquet
 from src.analysis.tables import make_summary
+from src.config.run import make_run_config
 from src.evaluation.evaluate import evaluate_run
 from src.evaluation.render import POSTER_NAME, render_run
 

@@ -56,8 +56,9 @@ def trained_run_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """One tiny ippo run on hazard_grid with every file the pipeline writes into a run folder:
     config.json, policy.pt, history.json, updates.json, eval.parquet, history.parquet and
     updates.parquet. Tests copy it (`trained_run`) before damaging anything."""
-    from src.algos.train import make_run_config, train_run
+    from src.algos.train import train_run
     from src.analysis.export import export_run
+    from src.config.run import make_run_config
     from src.evaluation.evaluate import evaluate_run
 
     run_dir = tmp_path_factory.mktemp("template") / "runs" / "hazard_grid" / "ippo" / "run0"

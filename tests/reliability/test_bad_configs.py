@@ -17,7 +17,7 @@ from typing import Any, NamedTuple
 import pytest
 import yaml
 
-from src.config import WorkflowConfigError, check_workflow_config
+from src.config.workflow import WorkflowConfigError, check_workflow_config
 from tests.reliability.helpers import REPO, child_env
 
 TEST_CONFIG = REPO / ".test" / "config.yaml"

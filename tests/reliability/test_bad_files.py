@@ -33,6 +33,7 @@ from src.core.io import (
     save_to_file,
 )
 from tests.reliability.helpers import (
+    REPO,
     child_env,
     flipped,
     folder_state,
@@ -41,6 +42,9 @@ from tests.reliability.helpers import (
 )
 
 FORMATS = (".pt", ".parquet", ".json", ".npz")
+
+# Its sitecustomize pauses training where RELIABILITY_PAUSE_TRAINING says.
+FAULTS = REPO / "tests" / "reliability" / "fault_injection"
 
 
 def _good_object(suffix: str) -> Any:
@@ -255,7 +259,7 @@ def test_damaged_training_output_is_named_by_export(trained_run: Path, name: str
 
 @pytest.mark.parametrize("kind", DAMAGES)
 def test_damaged_history_is_named_by_load_history(trained_run: Path, kind: str):
-    from src.core.wandb import load_history
+    from src.records import load_history
 
     history = trained_run / "history.json"
     data = history.read_bytes()
@@ -325,7 +329,8 @@ def test_damaged_aggregate_table_is_named_by_summary_and_figures(
 
 TRAIN_SCRIPT = """
 import sys
-from src.algos.train import make_run_config, train_run
+from src.algos.train import train_run
+from src.config.run import make_run_config
 config = make_run_config(
     env_name="hazard_grid", algo="ippo", num_envs=2, timesteps=256, rollouts=32,
     mini_batches=2, env_params={"max_steps": 20}, checkpoint_every=1,
@@ -337,13 +342,14 @@ train_run(config, sys.argv[1], progress=False)
 @pytest.fixture(scope="module")
 def killed_training(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A run folder whose training was SIGKILLed right after its first checkpoint."""
-    from src.algos.ippo import PAUSE_ENV_VAR
-
     root = tmp_path_factory.mktemp("killed")
     run_dir, marker = root / "run0", root / "paused"
     process = subprocess.Popen(
         [sys.executable, "-c", TRAIN_SCRIPT, str(run_dir)],
-        env=child_env(**{PAUSE_ENV_VAR: f"after_checkpoint:1:{marker}"}),
+        env=child_env(
+            RELIABILITY_PAUSE_TRAINING=f"after_checkpoint:1:{marker}",
+            PYTHONPATH=os.pathsep.join((str(REPO), str(FAULTS))),
+        ),
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
         start_new_session=True,
@@ -359,12 +365,13 @@ def killed_training(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return run_dir
 
 
-@pytest.mark.parametrize("name", ["trainer.pt", "state.pkl", "complete.json"])
+@pytest.mark.parametrize("name", ["tensors.pt", "arrays.npz", "state.json", "complete.json"])
 def test_damaged_checkpoint_is_named_and_no_policy_is_written(
     killed_training: Path, tmp_path: Path, name: str
 ):
     from src.algos.checkpoint import latest_checkpoint
-    from src.algos.train import make_run_config, train_run
+    from src.algos.train import train_run
+    from src.config.run import make_run_config
 
     run_dir = tmp_path / "run0"
     shutil.copytree(killed_training, run_dir)

@@ -4,7 +4,7 @@ The `.test/config.yaml` experiment runs once without interruption (the reference
 in another folder where the Snakemake process group is SIGKILLed four times:
 
 1. during training: every train job stops in the middle of its third policy update, after the
-   checkpoint of update 2 (the trainer's `SAFE_MARL_TEST_PAUSE_AT` hook);
+   checkpoint of update 2 (`fault_injection/pause_training.py`, a training callback);
 2. while a video is written: ffmpeg has finished the hidden temporary mp4, which is not yet
    renamed into place (`fault_injection/sitecustomize.py` stops `os.replace`);
 3. while Parquet is written: the export job of a run has published `history.parquet` and is
@@ -481,7 +481,6 @@ def test_killed_four_times_then_rerun_equals_an_uninterrupted_run(
     reference: Path, frozen_repo: Path, tmp_path: Path
 ):
     from src.algos.checkpoint import latest_checkpoint
-    from src.algos.ippo import PAUSE_ENV_VAR
 
     workdir = new_workdir(tmp_path, frozen_repo)
     pause = "RELIABILITY_PAUSE_BEFORE_REPLACE"
@@ -502,7 +501,7 @@ def test_killed_four_times_then_rerun_equals_an_uninterrupted_run(
             "--cores",
             str(len(ALGOS)),
             ready=all_checkpointed,
-            **{PAUSE_ENV_VAR: f"mid_update:2:{marker}"},
+            RELIABILITY_PAUSE_TRAINING=f"mid_update:2:{marker}",
         )
         checkpoints = sorted(runs.glob("*/run0/checkpoint/update-*"))
         assert [p.parent.parent.parent.name for p in checkpoints] == sorted(ALGOS)

@@ -28,7 +28,7 @@ from src.analysis import wandb_upload
 from src.analysis.wandb_upload import upload_experiment
 from src.core.io import load_from_file, save_to_file
 from src.core.logging import configure_logging
-from src.core.wandb_file import find_run_files, read_history
+from tests.wandb_file import find_run_files, read_history
 
 FAKE_KEY = "0123456789abcdef" * 3 + "01234567"  # 40 characters, like a real key
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from src.config import (
+from src.config.workflow import (
     WorkflowConfigError,
     check_workflow_config,
     iter_runs,
@@ -68,7 +68,7 @@ def test_defaults_are_filled_in_nested_objects():
 def test_resolved_run_config_matches_create_base_config():
     config = validate_workflow_config(_minimal())
     config["algo_params"] = {"ippo": {"hidden_sizes": [32, 32]}}
-    resolved = resolve_run_config(config, "hazard_grid", "ippo", 1)
+    resolved = resolve_run_config(config, "hazard_grid", "ippo", 1).to_dict()
     base = create_base_config(
         "hazard_grid",
         **{k: v for k, v in config["base"].items() if k != "final_policy_eval_horizons"},
@@ -95,7 +95,7 @@ def test_seed_is_seed_offset_plus_run_index():
     config = _minimal()
     config["base"] = {"seed_offset": 100}
     config = validate_workflow_config(config)
-    assert [resolve_run_config(config, "hazard_grid", "ippo", i)["seed"] for i in (0, 1)] == [
+    assert [resolve_run_config(config, "hazard_grid", "ippo", i).seed for i in (0, 1)] == [
         100,
         101,
     ]
@@ -180,7 +180,7 @@ def test_resolve_refuses_runs_outside_the_config():
 
 
 def test_schema_file_is_the_shipped_one():
-    from src.config import SCHEMA_PATH
+    from src.config.workflow import SCHEMA_PATH
 
     assert SCHEMA_PATH == REPO / "workflow" / "schemas" / "config.schema.yaml"
     assert Path(SCHEMA_PATH).is_file()

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import re
 import zipfile
 from pathlib import Path
 
@@ -12,7 +14,8 @@ import yaml
 
 from src.analysis.export import EVAL_SCHEMA, HISTORY_SCHEMA, UPDATES_SCHEMA
 from src.analysis.files import read_parquet
-from src.core.wandb_file import read_history
+from src.code_inputs import import_closure
+from tests.wandb_file import read_history
 from tests.workflow.conftest import REPO, job_counts, snakemake
 
 pytestmark = pytest.mark.slow
@@ -80,9 +83,35 @@ def check_experiment(experiment: Path) -> None:
     assert "upload off" in outcome
 
 
-def test_test_config_runs_end_to_end(results_dir: Path):
+RECORDER = Path(__file__).resolve().parent / "record_imports"
+
+
+def _rule_scripts() -> dict[str, str]:
+    """Rule name -> its script, and a check that its `code` input is that script's closure."""
+    scripts = {}
+    for path in sorted((REPO / "workflow" / "rules").glob("*.smk")):
+        for block in re.split(r"\n(?=rule )", path.read_text(encoding="utf-8")):
+            rule = re.match(r"rule (\w+):", block)
+            script = re.search(r'script:\s*"\.\./scripts/(\w+)\.py"', block)
+            if rule and script:
+                assert f'code=script_code("{script.group(1)}")' in block, (
+                    f"rule {rule.group(1)} in {path.name} does not list its script's code"
+                )
+                scripts[rule.group(1)] = script.group(1)
+    return scripts
+
+
+def test_test_config_runs_end_to_end(results_dir: Path, tmp_path: Path):
+    imports = tmp_path / "imports"
+    imports.mkdir()
+    env = {
+        "SAFE_MARL_RECORD_IMPORTS": str(imports),
+        "PYTHONPATH": os.pathsep.join(
+            p for p in (str(RECORDER), os.environ.get("PYTHONPATH")) if p
+        ),
+    }
     args = ("--configfile", ".test/config.yaml", "--config", f"results_dir={results_dir}")
-    done = snakemake("--cores", "2", *args, timeout=1200)
+    done = snakemake("--cores", "2", *args, timeout=1200, env=env)
     assert done.returncode == 0, done.stdout[-5000:] + done.stderr[-5000:]
     counts = job_counts(done.stdout + done.stderr)
     runs = len(CONFIG["envs"]) * len(CONFIG["algos"]) * CONFIG["num_runs"]
@@ -91,10 +120,44 @@ def test_test_config_runs_end_to_end(results_dir: Path):
     experiment = results_dir / CONFIG["experiment_tag"]
     check_experiment(experiment)
 
+    # Every src module a job imported is an input of its rule (the script's import closure),
+    # and every rule that runs a script lists that closure.
+    scripts = _rule_scripts()
+    records = [json.loads(p.read_text()) for p in imports.glob("*.json")]
+    assert {r["script"] for r in records} == {f"{s}.py" for s in scripts.values()}
+    for record in records:
+        closure = {
+            str(p.resolve())
+            for p in import_closure(REPO / "workflow" / "scripts" / record["script"])
+        }
+        missing = sorted(set(record["files"]) - closure)
+        assert not missing, f"{record['script']} imported {missing}, not inputs of its rule"
+
     # Nothing is left to do: a second call runs no job.
     again = snakemake("-n", *args)
     assert again.returncode == 0, again.stderr
     assert "Nothing to be done" in again.stdout + again.stderr
+
+    # Changing a module reruns exactly the jobs whose code imports it, and what follows them.
+    every_job = {rule: n for rule, n in counts.items() if rule not in ("all", "total")}
+    for module, expected in (
+        ("src/algos/maths.py", every_job),
+        ("src/analysis/figures.py", {"figures": 1, "wandb_upload": 1}),
+        ("src/analysis/video_page.py", {"video_page": 1, "wandb_upload": 1}),
+    ):
+        path = REPO / module
+        before = path.stat()
+        try:
+            os.utime(path)
+            dry = snakemake("-n", *args)
+        finally:
+            os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))
+        assert dry.returncode == 0, dry.stderr
+        marked = {
+            rule: n for rule, n in job_counts(dry.stdout + dry.stderr).items() if rule != "total"
+        }
+        marked.pop("all", None)
+        assert marked == expected, f"touching {module} marks {marked}"
 
     report = experiment / "report.zip"
     made = snakemake(*args, "--report", str(report))

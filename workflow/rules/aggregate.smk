@@ -5,9 +5,7 @@ rule aggregate:
         evals=all_runs(RUN["eval"]),
         histories=all_runs(RUN["history"]),
         updates=all_runs(RUN["updates"]),
-        code=src_files(
-            "analysis/aggregate.py", "analysis/export.py", "analysis/files.py"
-        ),
+        code=script_code("aggregate"),
     output:
         eval_parquet=TABLES["eval_parquet"],
         eval_csv=report(

@@ -1,6 +1,5 @@
 """Config validation, the only copy of the results path templates, and target builders."""
 
-import glob
 import os
 import sys
 from pathlib import Path
@@ -13,12 +12,15 @@ REPO = Path(workflow.basedir).resolve()
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from src.config import (
+from src.code_inputs import import_closure
+from src.config.workflow import (
     WorkflowConfigError,
     check_workflow_config,
     iter_runs,
     resolve_run_config,
 )
+from src.lock import LOCK_ENV_VAR, LockHeldError, ResultsLock, job_environment
+from src.runfiles import RunFiles
 
 # ---------------------------------------------------------------- the config
 # Without --configfile the default experiment runs, with any --config values on top. A given
@@ -50,19 +52,11 @@ except WorkflowConfigError as error:
     sys.exit(1)
 
 
-# ---------------------------------------------------------------- path templates (DESIGN.md 3)
+# ---------------------------------------------------------------- path templates
+# The run folder's file names come from src/runfiles.py (RunFiles), the one place they live.
 RESULTS = f"{config['results_dir']}/{config['experiment_tag']}"
 RUN_DIR = f"{RESULTS}/runs/{{env}}/{{algo}}/run{{idx}}"
-RUN = {
-    "config": f"{RUN_DIR}/config.json",
-    "policy": f"{RUN_DIR}/policy.pt",
-    "history_json": f"{RUN_DIR}/history.json",
-    "updates_json": f"{RUN_DIR}/updates.json",
-    "history": f"{RUN_DIR}/history.parquet",
-    "updates": f"{RUN_DIR}/updates.parquet",
-    "eval": f"{RUN_DIR}/eval.parquet",
-    "videos": f"{RUN_DIR}/videos",
-}
+RUN = RunFiles.templates(RUN_DIR)
 TABLES_DIR = f"{RESULTS}/tables"
 # Files written by src.analysis.aggregate.aggregate (all runs concatenated).
 TABLES = {
@@ -78,14 +72,38 @@ WANDB_DONE = f"{WANDB_DIR}/upload.done"
 ENVIRONMENT = "../../environment.yml"
 
 
+# ---------------------------------------------------------------- one workflow per results folder
+# Snakemake locks its working directory only; two workflows started from different folders
+# with the same results_dir would race on the same files. The results folder gets a lock of
+# its own while jobs run (src/lock.py); a second workflow is refused in one line.
+RESULTS_LOCK = ResultsLock(RESULTS)
+
+
+onstart:
+    try:
+        RESULTS_LOCK.acquire()
+    except LockHeldError as error:
+        print(f"refused: {error}", file=sys.stderr)
+        sys.exit(1)
+    os.environ[LOCK_ENV_VAR] = job_environment(RESULTS_LOCK)
+
+
+onsuccess:
+    RESULTS_LOCK.release()
+
+
+onerror:
+    RESULTS_LOCK.release()
+
+
 def run_log(stage):
     """Log file of one stage of one run."""
-    return f"{RUN_DIR}/logs/{stage}.log"
+    return str(RunFiles(RUN_DIR).log(stage))
 
 
 def run_benchmark(stage):
     """Benchmark file (time, memory) of one stage of one run."""
-    return f"{RUN_DIR}/logs/{stage}.benchmark.tsv"
+    return str(RunFiles(RUN_DIR).benchmark(stage))
 
 
 def experiment_log(stage):
@@ -100,24 +118,18 @@ wildcard_constraints:
 
 
 # ---------------------------------------------------------------- input helpers
-def src_files(*parts):
-    """The `src/` code a rule runs, as inputs, so that changing it reruns what it affects.
-
-    Each part is a package folder (every .py below it) or a file under src/.
-    """
-    files = {str(REPO / "src" / "__init__.py")}
-    for part in parts:
-        path = REPO / "src" / part
-        if path.suffix == ".py":
-            files.update(glob.glob(str(path)))
-        else:
-            files.update(glob.glob(str(path / "**" / "*.py"), recursive=True))
-    return sorted(os.path.relpath(name) for name in files)
+def script_code(script):
+    """The code a rule's script runs (workflow/scripts/{script}.py and its import closure),
+    as inputs, so that changing a module reruns exactly the jobs that run it."""
+    closure = import_closure(REPO / "workflow" / "scripts" / f"{script}.py", root=REPO)
+    return [os.path.relpath(path) for path in closure]
 
 
 def run_config(wildcards):
-    """The resolved config of the run named by the wildcards."""
-    return resolve_run_config(config, wildcards.env, wildcards.algo, int(wildcards.idx))
+    """The resolved config of the run named by the wildcards, in its flat (JSON) form."""
+    return resolve_run_config(
+        config, wildcards.env, wildcards.algo, int(wildcards.idx)
+    ).to_dict()
 
 
 def all_runs(template):

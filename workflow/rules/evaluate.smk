@@ -3,9 +3,7 @@ rule evaluate:
     input:
         config=RUN["config"],
         policy=RUN["policy"],
-        code=src_files(
-            "core", "envs", "algos", "evaluation", "analysis/export.py", "stats.py"
-        ),
+        code=script_code("evaluate"),
     output:
         RUN["eval"],
     log:

@@ -4,7 +4,7 @@ rule export:
         config=RUN["config"],
         history=RUN["history_json"],
         updates=RUN["updates_json"],
-        code=src_files("core", "analysis/export.py", "analysis/files.py"),
+        code=script_code("export"),
     output:
         history=RUN["history"],
         updates=RUN["updates"],

@@ -2,12 +2,7 @@ rule figures:
     """Violation probability against horizon, learning curves and the other figures."""
     input:
         tables=list(TABLES.values()),
-        code=src_files(
-            "analysis/figures.py",
-            "analysis/style.py",
-            "analysis/aggregate.py",
-            "analysis/files.py",
-        ),
+        code=script_code("figures"),
     output:
         report(
             directory(FIGURES_DIR),
@@ -31,9 +26,7 @@ rule summary:
     """The summary table of the final policies (CSV, Markdown, LaTeX)."""
     input:
         tables=list(TABLES.values()),
-        code=src_files(
-            "analysis/tables.py", "analysis/aggregate.py", "analysis/files.py"
-        ),
+        code=script_code("summary"),
     output:
         csv=report(SUMMARY["csv"], caption="../report/summary.rst", category="Tables"),
         md=SUMMARY["md"],

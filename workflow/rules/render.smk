@@ -3,7 +3,7 @@ rule render:
     input:
         config=RUN["config"],
         policy=RUN["policy"],
-        code=src_files("core", "envs", "algos", "evaluation", "stats.py"),
+        code=script_code("render"),
     output:
         directory(RUN["videos"]),
     log:

@@ -2,7 +2,7 @@ rule video_page:
     """An HTML page playing every run's videos, registered as a report directory."""
     input:
         videos=all_runs(RUN["videos"]),
-        code=src_files("analysis/video_page.py"),
+        code=script_code("video_page"),
     output:
         report(
             directory(VIDEO_PAGE_DIR),

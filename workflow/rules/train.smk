@@ -1,7 +1,7 @@
 rule train:
     """Train one (env, algo, run): policy, episode history and per-update metrics."""
     input:
-        code=src_files("core", "envs", "algos", "stats.py"),
+        code=script_code("train"),
     output:
         config=RUN["config"],
         policy=RUN["policy"],

@@ -10,7 +10,7 @@ rule wandb_upload:
         figures=FIGURES_DIR,
         summary=SUMMARY["csv"],
         video_page=VIDEO_PAGE_DIR,
-        code=src_files("core", "analysis/wandb_upload.py"),
+        code=script_code("wandb_upload"),
     output:
         WANDB_DONE,
     log:

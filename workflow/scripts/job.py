@@ -10,7 +10,8 @@ REPO = Path(__file__).resolve().parents[2]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from src.core.logging import configure_logging, log_to_file  # noqa: E402 (needs the path above)
+from src.core.logging import configure_logging, log, log_to_file  # noqa: E402 (needs the path)
+from src.lock import LockHeldError, check_job_lock  # noqa: E402 (needs the path above)
 
 
 def start_job(snakemake: Any, *, console: bool = False) -> None:
@@ -27,3 +28,8 @@ def start_job(snakemake: Any, *, console: bool = False) -> None:
     stream = open(path, "a", encoding="utf-8", buffering=1)  # noqa: SIM115 (lives as long as the job)
     sys.stdout = stream
     sys.stderr = stream
+    try:
+        check_job_lock()
+    except LockHeldError as error:
+        log(str(error), type="lock", console=True)
+        raise SystemExit(1) from None

@@ -8,4 +8,8 @@ start_job(snakemake)
 
 from src.algos.train import train_run  # noqa: E402 (after the log redirect: import warnings land in the log)
 
-train_run(snakemake.params.run_config, Path(snakemake.output.config).parent)
+train_run(
+    snakemake.params.run_config,
+    Path(snakemake.output.config).parent,
+    threads=snakemake.threads,
+)

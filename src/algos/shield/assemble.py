@@ -1,46 +1,42 @@
 """Assembling a shield from its parts, for training and for the deployed (evaluated) policy.
 
-`build_shield` is the one place the world model, opponent model, replay and shield are built
-from a ShieldConfig, with seeds derived from the run seed; `load_shield_filter` rebuilds the
-trained shield from policy.pt (`ShieldedIPPO.extra_policy_state`).
+`build_shield` is the one place the world model, opponent model and shield are built from a
+ShieldConfig, with seeds derived from the run seed; `load_shield` rebuilds the trained shield
+from policy.pt (`ShieldedIPPO.extra_policy_state`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
 import torch
 from torch import nn
 
 from src.algos.networks import ActorCritic
-from src.algos.registry import lookup
-from src.algos.shield.config import ShieldConfig
+from src.algos.seeding import derived_seeds
+from src.algos.shield.budget import BudgetShield
+from src.algos.shield.critic import RiskCritic
 from src.algos.shield.kernels import Workspace
 from src.algos.shield.opponent_model import OpponentMLP, make_opponent_model
-from src.algos.shield.shield import SHIELD_VERSIONS, PolicyLogits, Shield, ShieldStats
+from src.algos.shield.shield import PolicyLogits, Shield
 from src.algos.shield.world_model import EnsembleWorldModel, make_world_model
+from src.checks import lookup
+from src.config.run import RunConfig
+from src.config.shield import ShieldConfig
 
 __all__ = [
     "POLICY_STATE_KEY",
-    "ShieldFilter",
+    "SHIELD_VERSIONS",
     "ShieldParts",
     "actor_policy_logits",
     "build_shield",
-    "derived_seeds",
-    "load_shield_filter",
+    "load_shield",
 ]
 
 # Key of the shield's entry in policy.pt.
 POLICY_STATE_KEY = "shield"
-
-
-def derived_seeds(seed: int, count: int) -> list[int]:
-    """`count` independent 63-bit seeds for the shield's generators, derived from the run seed."""
-    state = np.random.SeedSequence([int(seed), 0x5E1D]).generate_state(count, dtype=np.uint64)
-    return [int(s >> np.uint64(1)) for s in state]
 
 
 def actor_policy_logits(net: ActorCritic) -> PolicyLogits:
@@ -76,11 +72,63 @@ def actor_policy_logits(net: ActorCritic) -> PolicyLogits:
 
 @dataclass
 class ShieldParts:
-    """A shield with the models it owns."""
+    """A shield with the models it owns (those its version uses; the others are None)."""
 
-    shield: Shield
+    shield: Shield | BudgetShield
     world_model: EnsembleWorldModel
-    opponent_model: OpponentMLP
+    opponent_model: OpponentMLP | None = None
+    critic: RiskCritic | None = None
+
+
+def _build_v0(
+    config: ShieldConfig,
+    dims: dict[str, int],
+    *,
+    max_steps: int,
+    policy_logits: PolicyLogits,
+    seeds: list[int],
+) -> ShieldParts:
+    """v0: per-agent next-step risk against sampled opponents (the first shield)."""
+    wm_seed, om_seed, shield_seed = seeds
+    world_model = make_world_model(config.wm_version, **dims, config=config, seed=wm_seed)
+    opponent_model = make_opponent_model(config.om_version, **dims, config=config, seed=om_seed)
+    shield = Shield(
+        config=config,
+        world_model=world_model,
+        opponent_model=opponent_model,
+        policy_logits=policy_logits,
+        max_steps=max_steps,
+        seed=shield_seed,
+        **dims,
+    )
+    return ShieldParts(shield=shield, world_model=world_model, opponent_model=opponent_model)
+
+
+def _build_v1(
+    config: ShieldConfig,
+    dims: dict[str, int],
+    *,
+    max_steps: int,
+    policy_logits: PolicyLogits,
+    seeds: list[int],
+) -> ShieldParts:
+    """v1: joint action, episode excess-risk budget, learned safest continuation."""
+    wm_seed, critic_seed, _ = seeds
+    world_model = make_world_model(config.wm_version, **dims, config=config, seed=wm_seed)
+    critic = RiskCritic(
+        **dims,
+        ensemble_size=config.ensemble_size,
+        hidden=tuple(config.critic_hidden),
+        learning_rate=config.critic_learning_rate,
+        tau=config.critic_tau,
+        seed=critic_seed,
+    )
+    shield = BudgetShield(config=config, world_model=world_model, critic=critic, **dims)
+    return ShieldParts(shield=shield, world_model=world_model, critic=critic)
+
+
+# shield_version -> builder of the shield and the models it owns.
+SHIELD_VERSIONS: dict[str, Callable[..., ShieldParts]] = {"v0": _build_v0, "v1": _build_v1}
 
 
 def build_shield(
@@ -93,88 +141,47 @@ def build_shield(
     policy_logits: PolicyLogits,
     seed: int,
 ) -> ShieldParts:
-    """World model, opponent model and shield of the configured versions, seeded from `seed`."""
-    wm_seed, om_seed, shield_seed = derived_seeds(seed, 3)
+    """The shield of `config.shield_version` and its models, seeded from `seed`."""
+    build = lookup(SHIELD_VERSIONS, config.shield_version, "shield_version")
     dims = {"n_agents": n_agents, "obs_dim": obs_dim, "n_actions": n_actions}
-    world_model = make_world_model(config.wm_version, **dims, config=config, seed=wm_seed)
-    opponent_model = make_opponent_model(config.om_version, **dims, config=config, seed=om_seed)
-    shield = lookup(SHIELD_VERSIONS, config.shield_version, "shield_version")(
-        config=config,
-        world_model=world_model,
-        opponent_model=opponent_model,
-        policy_logits=policy_logits,
+    return build(
+        config,
+        dims,
         max_steps=max_steps,
-        seed=shield_seed,
-        **dims,
+        policy_logits=policy_logits,
+        seeds=derived_seeds(seed, 3),
     )
-    return ShieldParts(shield=shield, world_model=world_model, opponent_model=opponent_model)
 
 
-class ShieldFilter:
-    """The deployed shield: `filter(obs, proposed, logits, episode_step)` as in training."""
+def load_shield(
+    policy_state: Mapping[str, Any], config: RunConfig, *, net: ActorCritic
+) -> Shield | BudgetShield:
+    """Rebuild the trained shield of a shielded run from its policy.pt content.
 
-    def __init__(self, shield: Shield) -> None:
-        """Wrap a shield whose models hold trained weights."""
-        self.shield = shield
-
-    def reset(self, num_envs: int, seed: int) -> None:
-        """Reseed the shield's sampling generator, as `Actor.reset(num_envs, seed)` does."""
-        if isinstance(num_envs, bool) or not isinstance(num_envs, int) or num_envs < 1:
-            raise ValueError(f"num_envs must be an int >= 1, got {num_envs!r}")
-        self.shield.generator.manual_seed(derived_seeds(seed, 3)[2])
-        self.shield.stats = ShieldStats()
-
-    def filter(
-        self,
-        obs: np.ndarray,
-        proposed: np.ndarray,
-        logits: torch.Tensor,
-        episode_step: np.ndarray,
-    ) -> tuple[np.ndarray, np.ndarray]:
-        """obs [E, A, D], proposed [E, A], logits [E, A, n], episode_step [E] (1-based step of
-        the actions in their episode) -> executed [E, A] int64, intervened [E, A] bool."""
-        return self.shield.filter(obs, proposed, logits, episode_step)
-
-
-def load_shield_filter(policy_state: Mapping[str, Any], config: Mapping[str, Any]) -> ShieldFilter:
-    """Rebuild the trained shield of a `shield` run from its policy.pt content and run config.
-
-    `policy_state` is the dict loaded from policy.pt (actor weights under `actor_critic`, the
-    network shape under `network`, the shield under `shield`); `config` the resolved run config
-    (its `seed` seeds the shield's sampling until `reset`).
+    `policy_state` is the dict loaded from policy.pt (the shield under `shield`), `config` the
+    run's config (its `seed` seeds v0's sampling until `reset`), `net` the run's trained
+    actor-critic (the policy inside v0's imagination).
     """
     if POLICY_STATE_KEY not in policy_state:
         raise ValueError(
             f"policy state has no {POLICY_STATE_KEY!r} entry: not a shield run "
             f"(keys: {sorted(policy_state)})"
         )
-    for key in ("actor_critic", "network"):
-        if key not in policy_state:
-            raise ValueError(f"policy state lacks {key!r} (keys: {sorted(policy_state)})")
-    if "seed" not in config:
-        raise ValueError("run config lacks 'seed'")
     saved = policy_state[POLICY_STATE_KEY]
-    shield_config = ShieldConfig(**saved["config"])
-    network = dict(policy_state["network"])
-    net = ActorCritic(
-        obs_dim=int(network["obs_dim"]),
-        n_agents=int(network["n_agents"]),
-        n_actions=int(network["n_actions"]),
-        hidden_sizes=tuple(network["hidden_sizes"]),
-        cost_critic=bool(network.get("cost_critic", False)),
-    )
-    net.load_state_dict(policy_state["actor_critic"])
-    net.eval()
     parts = build_shield(
-        shield_config,
+        ShieldConfig(**saved["config"]),
         n_agents=net.n_agents,
         obs_dim=net.obs_dim,
         n_actions=net.n_actions,
         max_steps=int(saved["max_steps"]),
         policy_logits=actor_policy_logits(net),
-        seed=int(config["seed"]),
+        seed=config.seed,
     )
     parts.world_model.load_state_dict(saved["world_model"])
-    parts.opponent_model.load_state_dict(saved["opponent_model"])
-    parts.shield.opponent_weight = float(saved["opponent_weight"])
-    return ShieldFilter(parts.shield)
+    if parts.opponent_model is not None:
+        parts.opponent_model.load_state_dict(saved["opponent_model"])
+        parts.shield.opponent_weight = float(saved["opponent_weight"])
+    if parts.critic is not None:
+        parts.critic.load_state_dict(saved["critic"])
+        parts.shield.calibration = float(saved["calibration"])
+    return parts.shield

@@ -1,4 +1,4 @@
-"""Risk bounds of the shield, the credible-level schedule and the rollout count per step.
+"""Risk bounds of the shields, the credible-level schedule, rollout counts and calibration.
 
 A candidate action is judged by k violations in K imagined rollouts. The bound u(k, K, delta_t)
 is an upper bound on the violation probability that holds with probability >= 1 - delta_t:
@@ -29,10 +29,10 @@ import math
 import numpy as np
 from numpy.typing import ArrayLike
 
-from src.algos.shield.config import CREDIBLE_SCHEDULES, REWARD_MODES
+from src.config.base import CREDIBLE_SCHEDULES, REWARD_MODES
 from src.stats import beta_posterior_upper, clopper_pearson_upper
 
-__all__ = ["credible_delta", "risk_bound", "rollouts_for_step"]
+__all__ = ["calibration_factor", "credible_delta", "risk_bound", "rollouts_for_step"]
 
 
 def credible_delta(step: ArrayLike, *, delta: float, schedule: str) -> np.ndarray:
@@ -95,8 +95,6 @@ def rollouts_for_step(
         raise ValueError(f"base must be an int >= 1, got {base!r}")
     if not growth >= 1.0:
         raise ValueError(f"growth must be >= 1, got {growth!r}")
-    if not 0.0 < max_risk < 1.0:
-        raise ValueError(f"max_risk must lie in (0, 1), got {max_risk!r}")
     if not isinstance(max_steps, int) or max_steps < 1:
         raise ValueError(f"max_steps must be an int >= 1, got {max_steps!r}")
     if not isinstance(multiple_of, int) or multiple_of < 1:
@@ -110,3 +108,31 @@ def rollouts_for_step(
         needed = np.ceil(growth * np.log(1.0 / delta_t) / max_risk).astype(np.int64)
         k_t = np.maximum(k_t, needed)
     return -(-k_t // multiple_of) * multiple_of
+
+
+def calibration_factor(
+    *, predicted: ArrayLike, observed: ArrayLike, delta: float, mode: str
+) -> float:
+    """c >= 1 with c * mean(predicted) >= a (1 - delta) upper bound on the true event rate.
+
+    `predicted` are a model's probabilities of an event on held-out transitions, `observed`
+    whether it happened (0/1). With k events in n transitions, the true rate of such
+    transitions is at most u(k, n, delta) (`risk_bound` in `mode`) with probability
+    >= 1 - delta; a model whose probabilities average to less is scaled up by c to meet it.
+    1 when there is nothing to check or the model already predicts enough.
+
+    >>> calibration_factor(predicted=[0.1] * 100, observed=[1] * 20 + [0] * 80,
+    ...                    delta=0.05, mode="mean")
+    2.0
+    """
+    p = np.asarray(predicted, dtype=np.float64).reshape(-1)
+    o = np.asarray(observed, dtype=np.float64).reshape(-1)
+    if p.shape != o.shape:
+        raise ValueError(f"predicted and observed differ in size: {p.size} vs {o.size}")
+    if p.size == 0:
+        return 1.0
+    upper = float(risk_bound(k=int(o.sum()), n=p.size, delta=delta, mode=mode))
+    mean = float(p.mean())
+    if mean <= 0.0:
+        return 1.0 if upper <= 0.0 else 1.0 / max(mean, 1e-12)
+    return max(1.0, upper / mean)

@@ -17,9 +17,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from src.algos.registry import lookup
-from src.algos.shield.kernels import OptimizerState, Workspace, softmax_last
+from src.algos.shield.kernels import Workspace, softmax_last
+from src.algos.shield.optimizer_state import OptimizerState
 from src.algos.shield.replay import TransitionReplay
+from src.checks import lookup
 
 __all__ = [
     "OM_VERSIONS",

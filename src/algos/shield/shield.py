@@ -1,4 +1,4 @@
-"""The shield: a batched filter of proposed joint actions (DESIGN.md section 6).
+"""The v0 shield: a batched filter of proposed actions, one agent at a time (docs/design.md).
 
 For every agent a of every env copy e, at the 1-based episode step t:
 
@@ -33,12 +33,13 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from src.algos.seeding import derived_seeds
 from src.algos.shield.bounds import credible_delta, risk_bound, rollouts_for_step
-from src.algos.shield.config import ShieldConfig
 from src.algos.shield.opponent_model import OpponentModel
 from src.algos.shield.world_model import WorldModel
+from src.config.shield import ShieldConfig
 
-__all__ = ["SHIELD_VERSIONS", "PolicyLogits", "Shield", "ShieldStats"]
+__all__ = ["PolicyLogits", "Shield", "ShieldStats"]
 
 PolicyLogits = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 """obs [N, D] of agent `agent` [N] (int64) -> the policy's action log-probabilities up to a
@@ -104,6 +105,12 @@ class Shield:
         self.generator = torch.Generator().manual_seed(seed)
         # Uniform-mixing weight of the opponents; the trainer updates it after each model fit.
         self.opponent_weight = 0.0 if config.shield_opponent_mode == "model" else 1.0
+        self.stats = ShieldStats()
+
+    def reset(self, num_envs: int, seed: int) -> None:
+        """Reseed the shield's sampling for a new sequence of episodes (the deployed policy's
+        `Actor.reset(num_envs, seed)`), and start its counters afresh."""
+        self.generator.manual_seed(derived_seeds(seed, 3)[2])
         self.stats = ShieldStats()
 
     def rollouts_for(self, step: np.ndarray) -> np.ndarray:
@@ -345,6 +352,3 @@ class Shield:
             logits.detach().float(),
             step.astype(np.int64),
         )
-
-
-SHIELD_VERSIONS: dict[str, type[Shield]] = {"v0": Shield}

@@ -1,24 +1,26 @@
-"""ShieldedIPPO: IPPO whose actions pass through the shield (DESIGN.md section 6).
+"""ShieldedIPPO: IPPO whose actions pass through a shield (docs/design.md).
 
-Only the trainer's extension points are overridden:
+Only the trainer's extension points are used:
 
-- `filter_actions`: passive (returns the proposal) for the first `shield_patience` policy
-  updates, then the shield filters the proposals;
-- `observe`: every real transition goes into the models' replay (also while passive);
-- `after_update`: fits the world and opponent models on the replay, updates the opponent
-  mixing weight, logs the shield's counters, arms the shield once patience has passed;
+- `action_filter`: the identity for the first `shield_patience` policy updates (the shield
+  only watches and its models learn), then the shield;
+- `observe`: every real transition goes into the models' replay (also while watching);
+- `after_update`: fits the models on the replay (world model; v0's opponent model and its
+  mixing weight; v1's safety critic and the world model's calibration factor), logs the
+  shield's counters, arms the shield once patience has passed;
 - `extra_state` / `load_extra_state`: models, optimisers, replay, generators, counters;
-- `extra_policy_state`: the trained models and the shield config, for `load_shield_filter`.
+- `extra_policy_state`: the trained models and the shield config, for `load_shield`.
 
-What the policy learns from. The PPO buffer holds the *executed* action (after the shield) and
-its log-probability under the current policy, pi(a_exec | s) (the trainer does this for every
-subclass). Reasons: the reward and next state were produced by a_exec, so (s, a_exec, advantage)
-is the only consistent sample; crediting the refused proposal would attribute consequences to an
-action that never ran. Taking pi(a_exec | s) as the "old" log-probability (instead of the
-shielded behaviour policy's probability of a_exec, which has no closed form) makes the first
-PPO ratio exactly 1 and the clipped surrogate a trust region around pi itself, so the update
-stays a proper PPO step on pi. It also teaches the base policy to propose the actions the shield
-lets through, which the unshielded evaluation of the final policy measures.
+What the policy learns from depends on the shield version.
+
+- v0 (kept so that old results reproduce): the PPO buffer holds the *executed* action and its
+  log-probability under the current policy, pi(a_exec | s), with no correction for the shield
+  having changed the behaviour.
+- v1: the shield is part of the policy's environment. The buffer holds the policy's own
+  *proposal* and its log-probability (so the PPO ratio and the advantage estimate are exactly
+  on-policy for the environment "shield, then env"), and every overridden agent-step costs the
+  agent `intervention_penalty` of reward. The policy thus learns what its proposals lead to
+  through the shield, and to propose what the shield lets through.
 """
 
 from __future__ import annotations
@@ -32,17 +34,14 @@ import numpy as np
 import torch
 
 from src.algos import metrics as M
+from src.algos.filters import Unfiltered
 from src.algos.ippo import IPPO
-from src.algos.shield.assemble import (
-    POLICY_STATE_KEY,
-    actor_policy_logits,
-    build_shield,
-    derived_seeds,
-)
-from src.algos.shield.config import ShieldConfig
+from src.algos.seeding import derived_seeds
+from src.algos.shield.assemble import POLICY_STATE_KEY, actor_policy_logits, build_shield
+from src.algos.shield.bounds import calibration_factor, credible_delta
 from src.algos.shield.opponent_model import opponent_weight
 from src.algos.shield.replay import TransitionReplay
-from src.algos.shield.shield import ShieldStats
+from src.config.run import RunConfig
 from src.envs.base import joint_observation
 
 __all__ = ["ShieldedIPPO"]
@@ -51,11 +50,12 @@ __all__ = ["ShieldedIPPO"]
 class ShieldedIPPO(IPPO):
     """IPPO with a shield; see the module docstring."""
 
-    def __init__(self, run_config: Mapping[str, Any], env: Any) -> None:
+    def __init__(self, config: RunConfig | Mapping[str, Any], env: Any) -> None:
         """Build the IPPO trainer, then the shield's models, replay and filter."""
-        super().__init__(run_config, env, extra_algo_params=ShieldConfig.tunable_names())
-        self.shield_cfg = ShieldConfig.from_run_config(run_config)
-        cfg = self.shield_cfg
+        super().__init__(config, env)
+        if self.config.shield is None:
+            raise ValueError(f"algo {self.config.algo!r} has no shield section")
+        self.shield_cfg = cfg = self.config.shield
         parts = build_shield(
             cfg,
             n_agents=env.n_agents,
@@ -68,6 +68,10 @@ class ShieldedIPPO(IPPO):
         self.shield = parts.shield
         self.world_model = parts.world_model
         self.opponent_model = parts.opponent_model
+        self.critic = parts.critic
+        self.fits = 0  # model fits so far (the calibration's confidence schedule counts them)
+        if self.critic is not None:
+            self.learns_from_proposals = True
         replay_seed, fit_seed = derived_seeds(self.seed + 1, 2)
         self.replay = TransitionReplay(
             capacity=cfg.replay_size,
@@ -78,22 +82,22 @@ class ShieldedIPPO(IPPO):
         )
         # Minibatches of model training draw from this generator only (not the policy's).
         self.fit_generator = torch.Generator().manual_seed(fit_seed)
-        self.armed = cfg.shield_patience == 0
+        self._set_armed(cfg.shield_patience == 0)
         self._armed_this_update = self.armed
+
+    def _set_armed(self, armed: bool) -> None:
+        """Arm the shield (it filters the proposals) or let it only watch."""
+        self.armed = armed
+        self.action_filter = self.shield if armed else Unfiltered()
 
     # ------------------------------------------------------------------ hooks
 
-    def filter_actions(
-        self,
-        obs: np.ndarray,
-        proposed: np.ndarray,
-        logits: torch.Tensor,
-        episode_step: np.ndarray,
-    ) -> tuple[np.ndarray, np.ndarray]:
-        """The shield's choice once armed; the proposal unchanged while it only watches."""
-        if not self.armed:
-            return super().filter_actions(obs, proposed, logits, episode_step)
-        return self.shield.filter(obs, proposed, logits, episode_step)
+    def shaped_reward(self, reward: np.ndarray, intervened: np.ndarray) -> np.ndarray:
+        """v1: each overridden agent-step costs `intervention_penalty` of reward."""
+        if self.critic is None:
+            return reward
+        penalty = self.shield_cfg.intervention_penalty
+        return (reward - penalty * np.asarray(intervened, dtype=np.float32)).astype(np.float32)
 
     def observe(self, obs: np.ndarray, executed: np.ndarray, result: Any) -> None:
         """Store the real transition (obs -> final_obs, executed actions) in the replay."""
@@ -116,75 +120,144 @@ class ShieldedIPPO(IPPO):
         fit = {"n_samples": n_samples, "batch_size": cfg.model_batch_size}
         fit["max_valid"] = cfg.max_valid_batch
         wm = self.world_model.fit(self.replay, **fit, generator=self.fit_generator)
-        om = self.opponent_model.fit(self.replay, **fit, generator=self.fit_generator)
-        self.shield.opponent_weight = opponent_weight(
-            cfg.shield_opponent_mode,
-            self.shield.opponent_weight,
-            valid_loss=om["valid_loss"],
-            n_actions=self.env.n_actions,
-        )
-        stats = self.shield.stats
-        self.shield.stats = ShieldStats()
-        row = {
+        self.fits += 1
+        row: dict[str, float | None] = {
             M.SHIELD_ARMED: float(self._armed_this_update),
-            M.SHIELD_INTERVENTIONS: float(stats.interventions),
-            M.SHIELD_NO_SAFE_ACTION: float(stats.no_safe_action),
-            M.SHIELD_MEAN_BOUND: stats.mean_bound,
-            M.SHIELD_OPPONENT_WEIGHT: self.shield.opponent_weight,
-            M.SHIELD_SECONDS: stats.seconds,
-            M.SHIELD_MODEL_SECONDS: time.perf_counter() - started,
             M.WM_TRAIN_LOSS: wm["train_loss"],
             M.WM_VALID_LOSS: wm["valid_loss"],
             M.WM_COST_ACCURACY: wm["cost_accuracy"],
-            M.OM_TRAIN_LOSS: om["train_loss"],
-            M.OM_VALID_LOSS: om["valid_loss"],
-            M.OM_VALID_ACCURACY: om["valid_accuracy"],
         }
+        if self.opponent_model is not None:
+            om = self.opponent_model.fit(self.replay, **fit, generator=self.fit_generator)
+            self.shield.opponent_weight = opponent_weight(
+                cfg.shield_opponent_mode,
+                self.shield.opponent_weight,
+                valid_loss=om["valid_loss"],
+                n_actions=self.env.n_actions,
+            )
+            row[M.SHIELD_OPPONENT_WEIGHT] = self.shield.opponent_weight
+            row[M.OM_TRAIN_LOSS] = om["train_loss"]
+            row[M.OM_VALID_LOSS] = om["valid_loss"]
+            row[M.OM_VALID_ACCURACY] = om["valid_accuracy"]
+        if self.critic is not None:
+            critic = self.critic.fit(
+                self.replay,
+                self.world_model,
+                steps=cfg.critic_steps,
+                batch_size=cfg.critic_batch_size,
+                generator=self.fit_generator,
+            )
+            self.shield.calibration = self._calibration()
+            row[M.CRITIC_LOSS] = critic["loss"]
+            row[M.SHIELD_CALIBRATION] = self.shield.calibration
+        stats = self.shield.stats
+        self.shield.stats = type(stats)()
+        row[M.SHIELD_INTERVENTIONS] = float(stats.interventions)
+        row[M.SHIELD_NO_SAFE_ACTION] = float(stats.no_safe_action)
+        row[M.SHIELD_MEAN_BOUND] = stats.mean_bound
+        row[M.SHIELD_SECONDS] = stats.seconds
+        if self.critic is not None:
+            row[M.SHIELD_BUDGET] = stats.mean_budget
+            row[M.SHIELD_INFEASIBLE] = float(stats.infeasible_starts)
+        row[M.SHIELD_MODEL_SECONDS] = time.perf_counter() - started
         # `update` is 0-based: after it, update + 1 updates are done.
-        self.armed = update + 1 >= cfg.shield_patience
+        self._set_armed(update + 1 >= cfg.shield_patience)
         self._armed_this_update = self.armed
         # Undefined values (nothing to validate yet, no decision made) are nulls, as in IPPO.
         return {k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in row.items()}
 
+    def _calibration(self) -> float:
+        """v1: the calibration factor of the world model's team risk on held-out transitions.
+
+        The shield's risk for a transition is the worst member's; on the latest held-out real
+        transitions, k violations in n against the mean of those risks give
+        `bounds.calibration_factor` at confidence 1 - delta_f, delta_f from
+        `shield_credible_schedule` over the run's model fits (f = 1, 2, ...).
+        """
+        cfg = self.shield_cfg
+        if self.replay.valid.size == 0:
+            return 1.0
+        valid = self.replay.valid.latest(cfg.max_valid_batch)
+        members = self.world_model.ensemble_size
+        with torch.no_grad():
+            obs = valid["obs"].unsqueeze(0).expand(members, *valid["obs"].shape)
+            action = valid["action"].unsqueeze(0).expand(members, *valid["action"].shape)
+            _, risk, _ = self.world_model.predict(obs, action)
+        predicted = risk.squeeze(-1).amax(dim=0).numpy()
+        observed = valid["cost"].amax(dim=1).numpy()
+        delta = float(
+            credible_delta(
+                self.fits,
+                delta=cfg.shield_credible_delta,
+                schedule=cfg.shield_credible_schedule,
+            )
+        )
+        return calibration_factor(
+            predicted=predicted, observed=observed, delta=delta, mode=cfg.shield_reward_mode
+        )
+
     def extra_state(self) -> dict[str, Any]:
         """Models, optimisers, replay, generators and counters."""
-        return {
+        state: dict[str, Any] = {
             "world_model": self.world_model.state_dict(),
             "world_model_extra": self.world_model.extra_state(),
-            "opponent_model": self.opponent_model.state_dict(),
-            "opponent_model_extra": self.opponent_model.extra_state(),
             "replay": self.replay.state_dict(),
             "fit_generator": self.fit_generator.get_state(),
-            "shield_generator": self.shield.generator.get_state(),
-            "opponent_weight": self.shield.opponent_weight,
             "stats": vars(self.shield.stats).copy(),
             "armed": self.armed,
             "armed_this_update": self._armed_this_update,
+            "fits": self.fits,
         }
+        if self.opponent_model is not None:
+            state["opponent_model"] = self.opponent_model.state_dict()
+            state["opponent_model_extra"] = self.opponent_model.extra_state()
+            state["shield_generator"] = self.shield.generator.get_state()
+            state["opponent_weight"] = self.shield.opponent_weight
+        if self.critic is not None:
+            state["critic"] = self.critic.state_dict()
+            state["critic_extra"] = self.critic.extra_state()
+            state["calibration"] = self.shield.calibration
+            state["budget"] = self.shield.budget.copy()
+        return state
 
     def load_extra_state(self, state: dict[str, Any]) -> None:
         """Restore what `extra_state` returned."""
         self.world_model.load_state_dict(state["world_model"])
         self.world_model.load_extra_state(state["world_model_extra"])
-        self.opponent_model.load_state_dict(state["opponent_model"])
-        self.opponent_model.load_extra_state(state["opponent_model_extra"])
         self.replay.load_state_dict(state["replay"])
         self.fit_generator.set_state(state["fit_generator"])
-        self.shield.generator.set_state(state["shield_generator"])
-        self.shield.opponent_weight = float(state["opponent_weight"])
-        self.shield.stats = ShieldStats(**state["stats"])
-        self.armed = bool(state["armed"])
+        self.shield.stats = type(self.shield.stats)(**state["stats"])
+        self._set_armed(bool(state["armed"]))
         self._armed_this_update = bool(state["armed_this_update"])
+        self.fits = int(state["fits"])
+        if self.opponent_model is not None:
+            self.opponent_model.load_state_dict(state["opponent_model"])
+            self.opponent_model.load_extra_state(state["opponent_model_extra"])
+            self.shield.generator.set_state(state["shield_generator"])
+            self.shield.opponent_weight = float(state["opponent_weight"])
+        if self.critic is not None:
+            self.critic.load_state_dict(state["critic"])
+            self.critic.load_extra_state(state["critic_extra"])
+            self.shield.calibration = float(state["calibration"])
+            self.shield.budget = np.array(state["budget"], dtype=np.float64)
+
+    def algo_config(self) -> dict[str, Any]:
+        """PPO's tunable hyperparameters (the shield's are in policy.pt's `shield` entry)."""
+        return self.cfg.tunables()
 
     def extra_policy_state(self) -> dict[str, Any]:
-        """The trained shield for policy.pt: config, model weights, opponent weight, cap."""
-        return {
-            POLICY_STATE_KEY: {
-                "config": self.shield_cfg.to_dict(),
-                "world_model": self.world_model.state_dict(),
-                "opponent_model": self.opponent_model.state_dict(),
-                "opponent_weight": float(self.shield.opponent_weight),
-                "max_steps": int(self.env.max_steps),
-                "armed": bool(self.armed),
-            }
+        """The trained shield for policy.pt: config, model weights, cap and the version's own
+        values (v0's opponent weight, v1's calibration factor)."""
+        saved: dict[str, Any] = {
+            "config": self.shield_cfg.to_dict(),
+            "world_model": self.world_model.state_dict(),
+            "max_steps": int(self.env.max_steps),
+            "armed": bool(self.armed),
         }
+        if self.opponent_model is not None:
+            saved["opponent_model"] = self.opponent_model.state_dict()
+            saved["opponent_weight"] = float(self.shield.opponent_weight)
+        if self.critic is not None:
+            saved["critic"] = self.critic.state_dict()
+            saved["calibration"] = float(self.shield.calibration)
+        return {POLICY_STATE_KEY: saved}

@@ -8,6 +8,12 @@ without members (e.g. the exact dynamics of a test grid) has `ensemble_size = 1`
 
 Costs are per agent (probability that agent a's cost is > 0 at that step), so an agent's shield
 can judge its own violations, collisions included, without being blamed for another agent's.
+`TeamWorldModel` (v1, the v1 shield's) predicts the event the constraint is about instead,
+P(some agent's cost > 0 at the step), from a cost model shared by the agents: each agent's cost
+depends on its own observation and action and on the others' actions, the same function for
+every agent, so every transition teaches it A times and it generalises to joint actions the
+replay rarely holds. The agents' probabilities combine as 1 - prod_a (1 - p_a), which can only
+overstate the team's risk when their costs are positively correlated (a collision costs both).
 """
 
 from __future__ import annotations
@@ -21,11 +27,19 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from src.algos.registry import lookup
-from src.algos.shield.kernels import OptimizerState, Workspace
+from src.algos.shield.kernels import Workspace
+from src.algos.shield.optimizer_state import OptimizerState
 from src.algos.shield.replay import TransitionReplay
+from src.checks import lookup
 
-__all__ = ["WM_VERSIONS", "EnsembleWorldModel", "WorldModel", "make_world_model"]
+__all__ = [
+    "WM_VERSIONS",
+    "AgentCostModel",
+    "EnsembleWorldModel",
+    "TeamWorldModel",
+    "WorldModel",
+    "make_world_model",
+]
 
 
 @runtime_checkable
@@ -267,9 +281,192 @@ class EnsembleWorldModel(OptimizerState, nn.Module):
         return metrics
 
 
+class AgentCostModel(OptimizerState, nn.Module):
+    """An ensemble of M agent-shared MLPs: P(agent a's cost > 0 at this step), [M, N, A].
+
+    Agent a's input is its own normalised observation, the one-hot of its own action, the
+    one-hots of the other agents' actions (in agent order) and the one-hot of its index.
+    """
+
+    def __init__(
+        self,
+        *,
+        n_agents: int,
+        obs_dim: int,
+        n_actions: int,
+        ensemble_size: int,
+        hidden: tuple[int, ...],
+        learning_rate: float,
+        generator: torch.Generator,
+    ) -> None:
+        """Members drawn from `generator`."""
+        super().__init__()
+        a, d, n = n_agents, obs_dim, n_actions
+        self.n_agents, self.obs_dim, self.n_actions = a, d, n
+        self.ensemble_size = ensemble_size
+        self.in_dim = d + a * n + a
+        self.weights = nn.ParameterList()
+        self.biases = nn.ParameterList()
+        for fan_in, fan_out in itertools.pairwise((self.in_dim, *hidden, 1)):
+            w, b = _init_stack(ensemble_size, fan_in, fan_out, generator)
+            self.weights.append(w)
+            self.biases.append(b)
+        others = [[j for j in range(a) if j != i] for i in range(a)]
+        # Column of agent a's action (own first, then the others) in the action one-hots.
+        order = torch.tensor([[i, *rest] for i, rest in enumerate(others)], dtype=torch.int64)
+        self.register_buffer("order", order)  # [A, A]
+        self.register_buffer("offset", torch.arange(a) * n)  # [A]
+        self.register_buffer("obs_mean", torch.zeros(d))
+        self.register_buffer("obs_std", torch.ones(d))
+        self.optimizer = torch.optim.Adam(self.parameters(), lr=learning_rate)
+
+    def logits(self, joint_obs: torch.Tensor, joint_action: torch.Tensor) -> torch.Tensor:
+        """[M, N, A*D], [M, N, A] -> logits [M, N, A] (row (m, n) by member m)."""
+        m, n, _ = joint_obs.shape
+        a, d = self.n_agents, self.obs_dim
+        x = torch.zeros(m, n, a, self.in_dim)
+        x[..., :d] = (joint_obs.view(m, n, a, d) - self.obs_mean) / self.obs_std
+        actions = joint_action[..., self.order]  # [M, N, A, A]: own action first
+        x[..., d : d + a * self.n_actions].scatter_(3, actions + self.offset, 1.0)
+        x[..., d + a * self.n_actions :] = torch.eye(a)
+        x = x.view(m, n * a, self.in_dim)
+        last = len(self.weights) - 1
+        for i, (w, b) in enumerate(zip(self.weights, self.biases, strict=True)):
+            x = torch.baddbmm(b, x, w)
+            if i < last:
+                x = torch.relu(x)
+        return x.view(m, n, a)
+
+    def fit_step(self, rows: dict[str, torch.Tensor]) -> float:
+        """One Adam step on member-major rows ([M, B, ...]); returns the mean loss."""
+        logit = self.logits(rows["obs"], rows["action"])
+        loss = F.binary_cross_entropy_with_logits(logit, rows["cost"])
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        self.optimizer.step()
+        return float(loss.detach())
+
+
+class TeamWorldModel(nn.Module):
+    """v1: joint dynamics (next joint obs, done) and the team's one-step violation risk.
+
+    `predict` has the WorldModel interface with one cost column, the team's risk
+    1 - prod_a (1 - p_a) of the agent-shared `AgentCostModel`; the next joint obs and the done
+    probability come from an `EnsembleWorldModel` (whose per-agent cost outputs go unused).
+    """
+
+    cost_dim = 1
+
+    def __init__(
+        self,
+        *,
+        n_agents: int,
+        obs_dim: int,
+        n_actions: int,
+        ensemble_size: int,
+        hidden: tuple[int, ...],
+        learning_rate: float,
+        seed: int,
+    ) -> None:
+        """Both parts drawn from generators seeded from `seed`."""
+        super().__init__()
+        self.ensemble_size = ensemble_size
+        self.n_agents, self.obs_dim, self.n_actions = n_agents, obs_dim, n_actions
+        self.dynamics = EnsembleWorldModel(
+            n_agents=n_agents,
+            obs_dim=obs_dim,
+            n_actions=n_actions,
+            ensemble_size=ensemble_size,
+            hidden=hidden,
+            learning_rate=learning_rate,
+            seed=seed,
+        )
+        self.costs = AgentCostModel(
+            n_agents=n_agents,
+            obs_dim=obs_dim,
+            n_actions=n_actions,
+            ensemble_size=ensemble_size,
+            hidden=hidden,
+            learning_rate=learning_rate,
+            generator=torch.Generator().manual_seed(seed + 1),
+        )
+
+    def agent_risk(self, joint_obs: torch.Tensor, joint_action: torch.Tensor) -> torch.Tensor:
+        """Each agent's probability of a cost at this step, [M, N, A]."""
+        return torch.sigmoid(self.costs.logits(joint_obs, joint_action))
+
+    def predict(
+        self, joint_obs: torch.Tensor, joint_action: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(next joint obs [M, N, A*D], team risk [M, N, 1], done probability [M, N])."""
+        next_obs, _, done = self.dynamics.predict(joint_obs, joint_action)
+        safe = (1.0 - self.agent_risk(joint_obs, joint_action)).prod(dim=-1, keepdim=True)
+        return next_obs, 1.0 - safe, done
+
+    def fit(
+        self,
+        replay: TransitionReplay,
+        *,
+        n_samples: int,
+        batch_size: int,
+        max_valid: int,
+        generator: torch.Generator,
+    ) -> dict[str, float]:
+        """Train both parts on about `n_samples` replay rows per member; score held-out rows.
+
+        Returns the dynamics' train_loss and valid_loss, the cost model's cost_loss and
+        cost_valid_loss, and cost_accuracy: how often the team risk's side of 1/2 matches
+        whether some agent's cost was > 0 (NaN when undefined).
+        """
+        metrics = self.dynamics.fit(
+            replay,
+            n_samples=n_samples,
+            batch_size=batch_size,
+            max_valid=max_valid,
+            generator=generator,
+        )
+        metrics.update(cost_loss=math.nan, cost_valid_loss=math.nan, cost_accuracy=math.nan)
+        if replay.train.size == 0:
+            return metrics
+        obs = replay.train.latest(replay.train.size)["obs"]
+        per_agent = obs.view(-1, self.obs_dim)
+        std = per_agent.std(dim=0, unbiased=False)
+        self.costs.obs_mean.copy_(per_agent.mean(dim=0))
+        self.costs.obs_std.copy_(torch.where(std > 1e-6, std, torch.ones_like(std)))
+        steps = max(1, math.ceil(n_samples / batch_size))
+        total = sum(
+            self.costs.fit_step(replay.sample_train((self.ensemble_size, batch_size), generator))
+            for _ in range(steps)
+        )
+        metrics["cost_loss"] = total / steps
+        if replay.valid.size > 0:
+            with torch.no_grad():
+                valid = replay.valid.latest(max_valid)
+                rows = {
+                    k: v.unsqueeze(0).expand(self.ensemble_size, *v.shape) for k, v in valid.items()
+                }
+                logit = self.costs.logits(rows["obs"], rows["action"])
+                metrics["cost_valid_loss"] = float(
+                    F.binary_cross_entropy_with_logits(logit, rows["cost"])
+                )
+                team = 1.0 - (1.0 - torch.sigmoid(logit)).prod(dim=-1).mean(dim=0)
+                observed = valid["cost"].amax(dim=-1)
+                metrics["cost_accuracy"] = float(((team > 0.5) == (observed > 0.5)).float().mean())
+        return metrics
+
+    def extra_state(self) -> dict[str, Any]:
+        """Both optimizers' states (the parameters are in `state_dict`)."""
+        return {"dynamics": self.dynamics.extra_state(), "costs": self.costs.extra_state()}
+
+    def load_extra_state(self, state: dict[str, Any]) -> None:
+        """Restore what `extra_state` returned."""
+        self.dynamics.load_extra_state(state["dynamics"])
+        self.costs.load_extra_state(state["costs"])
+
+
 def make_world_model(
     version: str, *, n_agents: int, obs_dim: int, n_actions: int, config: Any, seed: int
-) -> EnsembleWorldModel:
+) -> EnsembleWorldModel | TeamWorldModel:
     """Build the world model `version` (a key of WM_VERSIONS) from a ShieldConfig."""
     return lookup(WM_VERSIONS, version, "wm_version")(
         n_agents=n_agents, obs_dim=obs_dim, n_actions=n_actions, config=config, seed=seed
@@ -290,4 +487,21 @@ def _v0(
     )
 
 
-WM_VERSIONS: dict[str, Callable[..., EnsembleWorldModel]] = {"v0": _v0}
+def _v1(*, n_agents: int, obs_dim: int, n_actions: int, config: Any, seed: int) -> TeamWorldModel:
+    return TeamWorldModel(
+        n_agents=n_agents,
+        obs_dim=obs_dim,
+        n_actions=n_actions,
+        ensemble_size=config.ensemble_size,
+        hidden=tuple(config.wm_hidden),
+        learning_rate=config.wm_learning_rate,
+        seed=seed,
+    )
+
+
+# wm_version -> factory. v0: per-agent costs on the joint input (the v0 shield's); v1: the
+# team's risk from an agent-shared cost model (the v1 shield's).
+WM_VERSIONS: dict[str, Callable[..., EnsembleWorldModel | TeamWorldModel]] = {
+    "v0": _v0,
+    "v1": _v1,
+}

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from src.algos.shield.config import ShieldConfig
+from src.config.shield import ShieldConfig
 from src.envs.base import StepResult, VectorEnv
 
 MOVES = np.array([[0, 0], [0, 1], [0, -1], [-1, 0], [1, 0]])

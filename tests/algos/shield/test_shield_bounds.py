@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from scipy import stats
 
 from src.algos.shield.bounds import credible_delta, risk_bound, rollouts_for_step
-from src.algos.shield.config import ShieldConfig
+from src.config.shield import ShieldConfig
 
 GRID_K = [1, 2, 5, 10, 37, 100, 256, 1000]
 GRID_DELTA = [1e-6, 1e-3, 0.01, 0.05, 0.2, 0.5]

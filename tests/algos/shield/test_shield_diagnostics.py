@@ -9,7 +9,6 @@ import pytest
 import torch
 
 from src.algos.networks import ActorCritic
-from src.algos.shield import SHIELD_VERSIONS
 from src.algos.shield.diagnostics import (
     cost_calibration,
     model_lookahead_risk,
@@ -17,6 +16,7 @@ from src.algos.shield.diagnostics import (
     true_lookahead_risk,
 )
 from src.algos.shield.replay import TransitionReplay
+from src.algos.shield.shield import Shield
 from src.algos.shield.world_model import EnsembleWorldModel
 from src.envs.hazard_grid import HazardGridConfig, HazardGridVectorEnv
 from tests.algos.shield.shield_toys import N_ACTIONS, N_AGENTS, OBS_DIM, FixedPolicy, shield_config
@@ -104,7 +104,7 @@ def test_model_risk_estimates_the_imagined_probability_and_restores_the_shield()
         ensemble_size=2,
     )
     uniform = FixedPolicy([1.0 / N_ACTIONS] * N_ACTIONS)
-    shield = SHIELD_VERSIONS["v0"](
+    shield = Shield(
         config=config,
         world_model=ConstantCost(0.1, members=2),
         opponent_model=uniform,

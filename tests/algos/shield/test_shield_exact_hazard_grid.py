@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 import torch
 
-from src.algos.shield import SHIELD_VERSIONS
+from src.algos.shield.shield import Shield
 from src.envs.registry import make_vector_env
 from tests.algos.shield.shield_toys import shield_config
 
@@ -150,7 +150,7 @@ def test_exact_hazard_grid_model_never_picks_an_unsafe_action_when_a_safe_one_ex
         lookahead=lookahead,
         ensemble_size=1,
     )
-    shield = SHIELD_VERSIONS["v0"](
+    shield = Shield(
         config=config,
         world_model=model,
         opponent_model=Fixed(other),

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 import torch
 
-from src.algos.shield import SHIELD_VERSIONS, ShieldConfig
 from src.algos.shield.shield import Shield
+from src.config.shield import ShieldConfig
 from tests.algos.shield.shield_toys import (
     N_ACTIONS,
     N_AGENTS,
@@ -29,7 +29,7 @@ def make_config(**overrides) -> ShieldConfig:
 
 def make_shield(config, world_model, *, own=None, other=None, seed=0, max_steps=50) -> Shield:
     uniform = [1.0 / N_ACTIONS] * N_ACTIONS
-    return SHIELD_VERSIONS[config.shield_version](
+    return Shield(
         config=config,
         world_model=world_model,
         opponent_model=FixedPolicy(other or uniform),

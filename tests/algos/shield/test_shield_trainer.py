@@ -12,10 +12,12 @@ import torch
 from src.algos import metrics as M
 from src.algos.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
 from src.algos.ippo import IPPO
+from src.algos.networks import ActorCritic
 from src.algos.policy import load_actor
-from src.algos.shield import load_shield_filter
+from src.algos.shield.assemble import load_shield
 from src.algos.shield.trainer import ShieldedIPPO
-from src.algos.train import make_run_config, train_run
+from src.algos.train import train_run
+from src.config.run import RunConfig, make_run_config
 from tests.algos.shield.shield_toys import GridVectorEnv
 
 SMALL = {
@@ -106,13 +108,17 @@ def test_resume_is_bit_for_bit(tmp_path):
 
     first = ShieldedIPPO(config, GridVectorEnv(num_envs=2, slip=0.1))
 
-    def stop_after_two(t):
-        if t.update == 2:
-            save_checkpoint(t, tmp_path)
-            raise Stop
+    class StopAfterTwo:
+        def on_epoch_end(self, trainer, epoch):
+            pass
+
+        def on_update_end(self, trainer):
+            if trainer.update == 2:
+                save_checkpoint(trainer, tmp_path)
+                raise Stop
 
     with pytest.raises(Stop):
-        first.train(on_update=stop_after_two, progress=False)
+        first.train(callbacks=[StopAfterTwo()], progress=False)
     resumed = ShieldedIPPO(config, GridVectorEnv(num_envs=2, slip=0.1))
     load_checkpoint(resumed, latest_checkpoint(tmp_path))
     resumed.train(progress=False)
@@ -164,13 +170,15 @@ def test_policy_file_rebuilds_the_deployed_shield(tmp_path):
     assert not base.shielded
     # The filter alone, from the policy file's content.
     state = torch.load(tmp_path / "policy.pt", weights_only=True)
-    shield_filter = load_shield_filter(state, state["config"])
-    executed, intervened = shield_filter.filter(
+    net = ActorCritic.from_policy_state(state)
+    config = RunConfig.from_dict(state["config"])
+    shield = load_shield(state, config, net=net)
+    executed, intervened = shield.filter(
         obs, np.zeros((3, 2), dtype=np.int64), torch.zeros(3, 2, 5), np.ones(3, dtype=np.int64)
     )
     assert executed.shape == (3, 2) and intervened.dtype == bool
     with pytest.raises(ValueError, match="shield"):
-        load_shield_filter({k: v for k, v in state.items() if k != "shield"}, state["config"])
+        load_shield({k: v for k, v in state.items() if k != "shield"}, config, net=net)
 
 
 def test_unknown_algo_params_are_rejected():

@@ -36,3 +36,45 @@ if _SPEC:
         _real_replace(src, dst, src_dir_fd=src_dir_fd, dst_dir_fd=dst_dir_fd)
 
     os.replace = _pausing_replace
+
+
+# With `RELIABILITY_PAUSE_TRAINING="<phase>:<update>:<marker path>"` set, every `train_run` of
+# the process gets a `pause_training.PauseAt` callback: training stops for good at that point
+# (after writing the marker), so the test can SIGKILL it there. The callback is added when
+# `src.algos.train` is first imported; nothing is imported before.
+_TRAIN_SPEC = os.environ.get("RELIABILITY_PAUSE_TRAINING")
+
+if _TRAIN_SPEC:
+    import importlib.abc
+    import importlib.util
+    import sys
+    from typing import Any
+
+    class _AddPause(importlib.abc.MetaPathFinder):
+        """Wraps `train_run` of `src.algos.train` as the module is loaded."""
+
+        def find_spec(self, name: str, path: Any = None, target: Any = None) -> Any:
+            if name != "src.algos.train":
+                return None
+            sys.meta_path.remove(self)
+            spec = importlib.util.find_spec(name)
+            if spec is None or spec.loader is None:
+                return spec
+            execute = spec.loader.exec_module
+
+            def exec_module(module: Any) -> None:
+                execute(module)
+                from pause_training import PauseAt
+
+                real = module.train_run
+
+                def train_run(*args: Any, callbacks: Any = (), **kwargs: Any) -> None:
+                    pause = PauseAt.from_spec(_TRAIN_SPEC)
+                    real(*args, callbacks=[*callbacks, pause], **kwargs)
+
+                module.train_run = train_run
+
+            spec.loader.exec_module = exec_module  # type: ignore[method-assign]
+            return spec
+
+    sys.meta_path.insert(0, _AddPause())

@@ -1,0 +1,188 @@
+"""The v1 shield's safety critic: each world-model member's least risk-to-go, V_m(s).
+
+V*(s) is the smallest probability, over all ways the team could act from joint observation s
+on, that some agent violates before the episode terminates: the risk of the safest
+continuation (the *backup*). It satisfies the Bellman equation of first-passage risk,
+
+    V*(s) = min_a  r(s, a) + (1 - r(s, a)) (1 - d(s, a)) V*(s'(s, a)),
+
+with r the team's one-step violation probability, d the probability that the step ends the
+episode and s' the successor. `RiskCritic` holds one V_m per world-model member m and learns
+it by fitted value iteration *in that member's model*: replay states are expanded over every
+joint action, the member predicts (r, d, s'), a slowly moving target copy values s', and V_m
+regresses on the minimum. Each member is thus a complete, self-consistent model of the
+backup's risk; the shield takes the worst of them, so disagreement widens its bound.
+
+Termination is the only end the critic knows (the hidden episode cap is not observed), so
+V_m bounds the backup's risk over the rest of the episode however long it runs.
+"""
+
+from __future__ import annotations
+
+import copy
+import itertools
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from src.algos.shield.optimizer_state import OptimizerState
+from src.algos.shield.replay import TransitionReplay
+from src.algos.shield.world_model import TeamWorldModel
+
+__all__ = ["RiskCritic", "joint_actions"]
+
+
+# logit of the critics' starting value (about 0.001).
+_START_LOGIT = -7.0
+
+
+def joint_actions(n_agents: int, n_actions: int) -> torch.Tensor:
+    """Every joint action, [n_actions ** n_agents, n_agents] int64, agent 0 slowest-varying.
+
+    >>> joint_actions(2, 2).tolist()
+    [[0, 0], [0, 1], [1, 0], [1, 1]]
+    """
+    grid = itertools.product(range(n_actions), repeat=n_agents)
+    return torch.tensor(list(grid), dtype=torch.int64).reshape(-1, n_agents)
+
+
+def _init_stack(
+    members: int, fan_in: int, fan_out: int, generator: torch.Generator
+) -> tuple[nn.Parameter, nn.Parameter]:
+    bound = 1.0 / math.sqrt(fan_in)
+    weight = (torch.rand(members, fan_in, fan_out, generator=generator) * 2 - 1) * bound
+    bias = (torch.rand(members, 1, fan_out, generator=generator) * 2 - 1) * bound
+    return nn.Parameter(weight), nn.Parameter(bias)
+
+
+class _Members(nn.Module):
+    """M stacked MLPs, joint obs [M, N, J] -> logit [M, N] (row (m, n) through member m)."""
+
+    def __init__(
+        self, members: int, joint_dim: int, hidden: tuple[int, ...], generator: torch.Generator
+    ) -> None:
+        super().__init__()
+        self.weights = nn.ParameterList()
+        self.biases = nn.ParameterList()
+        for fan_in, fan_out in itertools.pairwise((joint_dim, *hidden, 1)):
+            w, b = _init_stack(members, fan_in, fan_out, generator)
+            self.weights.append(w)
+            self.biases.append(b)
+        # Value iteration of a first-passage risk converges to V* from below (V* is the least
+        # fixed point of its Bellman operator: a parked, safe state keeps any value it starts
+        # with), so every member starts near V = 0, not at sigmoid(0) = 1/2.
+        with torch.no_grad():
+            self.weights[-1].mul_(0.01)
+            self.biases[-1].fill_(_START_LOGIT)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        last = len(self.weights) - 1
+        for i, (w, b) in enumerate(zip(self.weights, self.biases, strict=True)):
+            x = torch.baddbmm(b, x, w)
+            if i < last:
+                x = torch.relu(x)
+        return x.squeeze(-1)
+
+
+class RiskCritic(OptimizerState, nn.Module):
+    """V_m(s) for every world-model member m, learned by fitted value iteration (see module)."""
+
+    def __init__(
+        self,
+        *,
+        n_agents: int,
+        obs_dim: int,
+        n_actions: int,
+        ensemble_size: int,
+        hidden: tuple[int, ...],
+        learning_rate: float,
+        tau: float,
+        seed: int,
+    ) -> None:
+        """Members drawn from a generator seeded with `seed`; the target starts as a copy."""
+        super().__init__()
+        self.n_agents, self.obs_dim, self.n_actions = n_agents, obs_dim, n_actions
+        self.ensemble_size = ensemble_size
+        self.joint_dim = n_agents * obs_dim
+        self.tau = tau
+        generator = torch.Generator().manual_seed(seed)
+        self.members = _Members(ensemble_size, self.joint_dim, hidden, generator)
+        self.target = copy.deepcopy(self.members).requires_grad_(False)
+        self.register_buffer("obs_mean", torch.zeros(self.joint_dim))
+        self.register_buffer("obs_std", torch.ones(self.joint_dim))
+        self.register_buffer("actions", joint_actions(n_agents, n_actions))
+        self.optimizer = torch.optim.Adam(self.members.parameters(), lr=learning_rate)
+
+    def _normal(self, joint_obs: torch.Tensor) -> torch.Tensor:
+        return (joint_obs - self.obs_mean) / self.obs_std
+
+    def values(self, joint_obs: torch.Tensor) -> torch.Tensor:
+        """V_m of joint_obs [M, N, J] (row (m, n) by member m) -> [M, N] in [0, 1]."""
+        if joint_obs.dim() != 3 or joint_obs.shape[0] != self.ensemble_size:
+            raise ValueError(
+                f"joint_obs must be [{self.ensemble_size}, N, {self.joint_dim}], "
+                f"got {tuple(joint_obs.shape)}"
+            )
+        return torch.sigmoid(self.members(self._normal(joint_obs)))
+
+    def all_members(self, joint_obs: torch.Tensor) -> torch.Tensor:
+        """Every member's V of the same joint_obs [N, J] -> [M, N]."""
+        m = self.ensemble_size
+        return self.values(joint_obs.unsqueeze(0).expand(m, *joint_obs.shape))
+
+    def backup_targets(
+        self, world_model: TeamWorldModel, joint_obs: torch.Tensor
+    ) -> torch.Tensor:
+        """min over joint actions of member m's r + (1 - r)(1 - d) V_target(s'): [M, B].
+
+        `joint_obs` is [M, B, J] (member m's states in row m).
+        """
+        m, b, j = joint_obs.shape
+        n = self.actions.shape[0]
+        obs = joint_obs.unsqueeze(2).expand(m, b, n, j).reshape(m, b * n, j)
+        act = self.actions.unsqueeze(0).expand(b, n, self.n_agents).reshape(1, b * n, -1)
+        next_obs, risk, done = world_model.predict(obs, act.expand(m, -1, -1))
+        next_value = torch.sigmoid(self.target(self._normal(next_obs)))
+        risk = risk.squeeze(-1)
+        q = risk + (1.0 - risk) * (1.0 - done) * next_value
+        return q.view(m, b, n).amin(dim=2)
+
+    def fit(
+        self,
+        replay: TransitionReplay,
+        world_model: TeamWorldModel,
+        *,
+        steps: int,
+        batch_size: int,
+        generator: torch.Generator,
+    ) -> dict[str, float]:
+        """`steps` value-iteration steps on replay states; returns the mean loss (NaN if none)."""
+        if replay.train.size == 0 or steps == 0:
+            return {"loss": math.nan}
+        data = replay.train.latest(replay.train.size)
+        states = torch.cat([data["obs"], data["next_obs"]])
+        std = states.std(dim=0, unbiased=False)
+        self.obs_mean.copy_(states.mean(dim=0))
+        self.obs_std.copy_(torch.where(std > 1e-6, std, torch.ones_like(std)))
+        total = 0.0
+        m = self.ensemble_size
+        for _ in range(steps):
+            rows = replay.sample_train((m, batch_size), generator)
+            # Both ends of real transitions, so states near the episode's end are covered.
+            obs = torch.cat([rows["obs"], rows["next_obs"]], dim=1)  # [M, 2B, J]
+            with torch.no_grad():
+                target = self.backup_targets(world_model, obs)
+            logit = self.members(self._normal(obs))
+            loss = F.binary_cross_entropy_with_logits(logit, target)
+            self.optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            self.optimizer.step()
+            with torch.no_grad():
+                for live, slow in zip(
+                    self.members.parameters(), self.target.parameters(), strict=True
+                ):
+                    slow.lerp_(live, self.tau)
+            total += float(loss.detach())
+        return {"loss": total / steps}

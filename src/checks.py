@@ -1,0 +1,175 @@
+"""The one home of value checks: every config value and public argument is checked here.
+
+Each check takes the name to report and the value, returns the value normalised to a plain
+Python type (NumPy scalars become `int`/`float`/`bool`, sequences become tuples) and raises
+`ConfigError` (a `ValueError`) whose message is one line naming the key and the value:
+``max_risk=1.5: must be a float in (0.0, 1.0)``.
+
+>>> check_int("num_envs", 8, low=1)
+8
+>>> check_float("max_risk", 0.1, low=0.0, high=1.0, open_high=True)
+0.1
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, TypeVar
+
+import numpy as np
+
+__all__ = [
+    "ConfigError",
+    "check_bool",
+    "check_choice",
+    "check_float",
+    "check_int",
+    "check_int_tuple",
+    "check_mapping",
+    "check_probability",
+    "check_str",
+    "fail",
+    "is_int",
+    "lookup",
+]
+
+
+T = TypeVar("T")
+
+
+class ConfigError(ValueError):
+    """A config value or argument is missing, of the wrong type or out of range.
+
+    The message is one line naming the key and the bad value.
+    """
+
+
+def fail(name: str, value: Any, requirement: str) -> ConfigError:
+    """The error for `name` = `value` not meeting `requirement` (``must be ...``)."""
+    hint = ""
+    if isinstance(value, str) and requirement.startswith(("an int", "a float")):
+        # PyYAML reads `3e-4` (no dot) as a string, a common way to end up here.
+        hint = " (got a string; write numbers without quotes, e.g. 3.0e-4 in YAML)"
+    return ConfigError(f"{name}={value!r}: must be {requirement}{hint}")
+
+
+def is_int(value: Any) -> bool:
+    """Whether `value` is an integer (Python or NumPy) and not a bool."""
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool | np.bool_)
+
+
+def check_int(name: str, value: Any, *, low: int | None = None, high: int | None = None) -> int:
+    """An int in [low, high] (either end may be open-ended with None)."""
+    if low is not None and high is not None:
+        requirement = f"an int in [{low}, {high}]"
+    elif low is not None:
+        requirement = f"an int >= {low}"
+    elif high is not None:
+        requirement = f"an int <= {high}"
+    else:
+        requirement = "an int"
+    if not is_int(value):
+        raise fail(name, value, requirement)
+    if (low is not None and value < low) or (high is not None and value > high):
+        raise fail(name, value, requirement)
+    return int(value)
+
+
+def check_float(
+    name: str,
+    value: Any,
+    *,
+    low: float | None = None,
+    high: float | None = None,
+    open_low: bool = True,
+    open_high: bool = False,
+) -> float:
+    """A finite real in the interval from `low` to `high`; the ends are open unless told.
+
+    `low` is excluded by default (``> low``) and `high` included (``<= high``); None leaves
+    that side unbounded.
+    """
+    left = "(" if open_low else "["
+    right = ")" if open_high else "]"
+    if low is not None and high is not None:
+        requirement = f"a float in {left}{low}, {high}{right}"
+    elif low is not None:
+        requirement = f"a float {'>' if open_low else '>='} {low}"
+    elif high is not None:
+        requirement = f"a float {'<' if open_high else '<='} {high}"
+    else:
+        requirement = "a finite float"
+    if isinstance(value, bool | np.bool_) or not isinstance(value, numbers.Real):
+        raise fail(name, value, requirement)
+    number = float(value)
+    if not math.isfinite(number):
+        raise fail(name, value, requirement)
+    if low is not None and (number < low or (open_low and number == low)):
+        raise fail(name, value, requirement)
+    if high is not None and (number > high or (open_high and number == high)):
+        raise fail(name, value, requirement)
+    return number
+
+
+def check_probability(name: str, value: Any, *, open_interval: bool = True) -> float:
+    """A probability: in (0, 1) by default, in [0, 1] with `open_interval=False`."""
+    return check_float(
+        name, value, low=0.0, high=1.0, open_low=open_interval, open_high=open_interval
+    )
+
+
+def check_bool(name: str, value: Any) -> bool:
+    """A bool (NumPy bools included)."""
+    if not isinstance(value, bool | np.bool_):
+        raise fail(name, value, "a bool (true or false)")
+    return bool(value)
+
+
+def check_str(name: str, value: Any) -> str:
+    """A non-empty string."""
+    if not isinstance(value, str) or not value.strip():
+        raise fail(name, value, "a non-empty string")
+    return value
+
+
+def check_choice(name: str, value: Any, choices: Iterable[str]) -> str:
+    """One of `choices`."""
+    options = tuple(choices)
+    if not isinstance(value, str) or value not in options:
+        raise fail(name, value, f"one of {', '.join(options)}")
+    return value
+
+
+def check_int_tuple(
+    name: str, value: Any, *, low: int = 1, high: int = 4096, max_len: int = 16
+) -> tuple[int, ...]:
+    """A non-empty sequence of at most `max_len` ints in [low, high] (e.g. layer widths)."""
+    requirement = f"a non-empty list of at most {max_len} ints in [{low}, {high}]"
+    if isinstance(value, str | bytes) or not isinstance(value, Sequence | np.ndarray):
+        raise fail(name, value, requirement)
+    items = list(value)
+    if not 0 < len(items) <= max_len or not all(
+        is_int(item) and low <= item <= high for item in items
+    ):
+        raise fail(name, value, requirement)
+    return tuple(int(item) for item in items)
+
+
+def check_mapping(name: str, value: Any) -> dict[str, Any]:
+    """A mapping with string keys, as a plain dict."""
+    if not isinstance(value, Mapping) or not all(isinstance(key, str) for key in value):
+        raise fail(name, value, "a mapping with string keys")
+    return dict(value)
+
+
+def lookup(registry: Mapping[str, T], name: Any, kind: str) -> T:
+    """`registry[name]`, or a `ValueError` naming `kind`, the bad name and the known ones.
+
+    >>> lookup({"v0": 1}, "v0", "lag_version")
+    1
+    """
+    if not isinstance(name, str) or name not in registry:
+        raise ValueError(f"unknown {kind} {name!r}; known: {sorted(registry)}")
+    return registry[name]

@@ -1,0 +1,244 @@
+"""`RunConfig`: the typed, frozen config of one training run, checked once when it is built.
+
+A run config is the output of `create_base_config` for the run's env (the *base*: checked key
+by key there) plus the run's identity and settings:
+
+```
+algo: str, run_idx: int, seed: int      # seed = seed_offset + run_idx
+env_params: dict                         # the env's own parameters (make_vector_env / make_env)
+algo_params: dict                        # tunable fields of the algorithm's sections
+threads: int                             # torch threads of the training job
+checkpoint_every: int                    # policy updates between checkpoints
+```
+
+`RunConfig.from_dict` checks what the base does not (the identity, the settings, the
+implementation versions that apply to the algorithm, the `algo_params` against the sections
+the algorithm's spec names) and builds the typed sections: `env`, `ppo`, `evaluation`, and
+`lagrange` or `shield` where the algorithm has them. Trainers, evaluation and analysis read
+the sections and check nothing again. `to_dict` gives back the flat form (config.json).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from src.checks import ConfigError, check_int, check_mapping, check_str, fail
+from src.config.base import REQUIRED_BASE_KEYS, create_base_config
+from src.config.evaluation import EvalConfig
+from src.config.lagrange import LagrangeConfig
+from src.config.ppo import PPOConfig
+from src.config.section import Section
+from src.config.shield import ShieldConfig
+
+__all__ = ["RUN_KEYS", "SECTIONS", "EnvConfig", "RunConfig", "make_run_config"]
+
+# Keys a run config adds to the base config.
+RUN_KEYS = ("algo", "run_idx", "seed", "env_params", "algo_params", "threads", "checkpoint_every")
+# Torch threads a training job may ask for (more than any machine here has cores; the job
+# uses no more than the threads it is granted and the machine's CPUs).
+MAX_THREADS = 256
+# Keys config.json adds after training (provenance); they are not part of the config.
+METADATA_KEYS = ("git_commit", "git_dirty", "package_versions")
+# Section name (as in AlgorithmSpec.sections) -> its dataclass.
+SECTIONS: dict[str, type[Section]] = {
+    "ppo": PPOConfig,
+    "lagrange": LagrangeConfig,
+    "shield": ShieldConfig,
+}
+
+
+@dataclass(frozen=True, kw_only=True)
+class EnvConfig:
+    """The env of a run: registry name, agent count and the env's own parameters."""
+
+    name: str
+    """Registry name (`env_name`)."""
+    n_agents: int
+    """Number of agents."""
+    params: Mapping[str, Any] = field(default_factory=dict)
+    """The env's own parameters (`env_params`), checked by the env's constructor."""
+
+    def constructor_params(self, **overrides: Any) -> dict[str, Any]:
+        """Keyword arguments of make_env / make_vector_env: params, n_agents, then overrides."""
+        return {**self.params, "n_agents": self.n_agents, **overrides}
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunConfig:
+    """One training run, typed. Build it with `from_dict` (which checks it)."""
+
+    algo: str
+    """Algorithm name, a key of `src.algos.registry.ALGORITHMS`."""
+    run_idx: int
+    """Index of the run in its (env, algo) group."""
+    seed: int
+    """Seed of everything random in training: `seed_offset + run_idx`."""
+    threads: int
+    """Torch threads of the training job."""
+    checkpoint_every: int
+    """Policy updates between resume points."""
+    env: EnvConfig
+    """The env."""
+    ppo: PPOConfig
+    """The PPO loop."""
+    evaluation: EvalConfig
+    """The final-policy evaluation."""
+    lagrange: LagrangeConfig | None = None
+    """The constraint's multiplier (algorithms with the `lagrange` section)."""
+    shield: ShieldConfig | None = None
+    """The shield (algorithms with the `shield` section)."""
+    base: Mapping[str, Any] = field(default_factory=dict)
+    """The base config (`create_base_config` output), for to_dict and wandb."""
+    algo_params: Mapping[str, Any] = field(default_factory=dict)
+    """The `algo_params` as given (the sections hold their values)."""
+
+    @property
+    def env_name(self) -> str:
+        """Registry name of the env."""
+        return self.env.name
+
+    @property
+    def max_risk(self) -> float:
+        """The constraint: P(violation within an episode) <= max_risk."""
+        return float(self.base["max_risk"])
+
+    def version(self, key: str) -> str:
+        """The implementation version `key` (e.g. `lag_version`) of the base config."""
+        return str(self.base[key])
+
+    def to_dict(self) -> dict[str, Any]:
+        """The flat form: the base config plus the run keys (what config.json holds)."""
+        return {
+            **dict(self.base),
+            "algo": self.algo,
+            "run_idx": self.run_idx,
+            "seed": self.seed,
+            "env_params": dict(self.env.params),
+            "algo_params": dict(self.algo_params),
+            "threads": self.threads,
+            "checkpoint_every": self.checkpoint_every,
+        }
+
+    @classmethod
+    def from_dict(cls, config: Mapping[str, Any] | RunConfig) -> RunConfig:
+        """Check a flat run config (e.g. config.json) and build the typed sections.
+
+        Raises `ConfigError` whose message is one line naming the key and the value.
+        """
+        from src.algos.registry import get_algorithm, versions_of
+
+        if isinstance(config, RunConfig):
+            return config
+        if not isinstance(config, Mapping):
+            raise ConfigError(f"a run config must be a mapping, got {type(config).__name__}")
+        missing = [key for key in (*RUN_KEYS, *REQUIRED_BASE_KEYS) if key not in config]
+        if missing:
+            raise ConfigError(f"run config lacks the keys {missing}")
+        given = {k: v for k, v in config.items() if k not in RUN_KEYS and k not in METADATA_KEYS}
+        horizons = given.get("final_policy_eval_horizons")
+        if isinstance(horizons, list):
+            given["final_policy_eval_horizons"] = tuple(horizons)
+        base = create_base_config(**given)
+
+        try:
+            spec = get_algorithm(config["algo"])
+        except ValueError as error:
+            raise ConfigError(f"algo={config['algo']!r}: {error}") from None
+        run_idx = check_int("run_idx", config["run_idx"], low=0)
+        seed = check_int("seed", config["seed"], low=0)
+        if seed != base["seed_offset"] + run_idx:
+            raise fail("seed", seed, f"seed_offset + run_idx = {base['seed_offset'] + run_idx}")
+        env_params = check_mapping("env_params", config["env_params"])
+        for key in ("n_agents", "num_envs"):
+            if key in env_params:
+                raise ConfigError(
+                    f"env_params.{key}={env_params[key]!r}: must not be set there; "
+                    f"{key} is a base-config key"
+                )
+        algo_params = check_mapping("algo_params", config["algo_params"])
+        for key in spec.version_keys:
+            if base[key] not in versions_of(key):
+                known = ", ".join(sorted(versions_of(key)))
+                raise ConfigError(
+                    f"{key}={base[key]!r}: unknown {key} {base[key]!r} for {spec.name}; "
+                    f"known: {known}"
+                )
+
+        sections = {name: SECTIONS[name] for name in spec.sections}
+        tunable = {name for section in sections.values() for name in section.tunable_names()}
+        unknown = sorted(set(algo_params) - tunable)
+        if unknown:
+            raise ConfigError(
+                f"algo_params={unknown}: unknown for {spec.name}; known: {sorted(tunable)}"
+            )
+        built = {name: section.from_parts(base, algo_params) for name, section in sections.items()}
+        return cls(
+            algo=spec.name,
+            run_idx=run_idx,
+            seed=seed,
+            threads=check_int("threads", config["threads"], low=1, high=MAX_THREADS),
+            checkpoint_every=check_int(
+                "checkpoint_every", config["checkpoint_every"], low=1, high=1_000_000
+            ),
+            env=EnvConfig(
+                name=check_str("env_name", base["env_name"]),
+                n_agents=base["n_agents"],
+                params=env_params,
+            ),
+            ppo=built["ppo"],
+            evaluation=EvalConfig.from_parts(base, {}),
+            lagrange=built.get("lagrange"),
+            shield=built.get("shield"),
+            base=base,
+            algo_params=algo_params,
+        )
+
+
+def make_run_config(
+    *,
+    env_name: str = "hazard_grid",
+    algo: str = "ippo",
+    run_idx: int = 0,
+    num_envs: int = 4,
+    n_agents: int = 2,
+    timesteps: int = 2048,
+    rollouts: int = 32,
+    learning_epochs: int = 2,
+    mini_batches: int = 4,
+    learning_rate: float = 3e-4,
+    max_risk: float = 0.1,
+    seed_offset: int = 0,
+    env_params: dict | None = None,
+    algo_params: dict | None = None,
+    threads: int = 1,
+    checkpoint_every: int = 1,
+    **base_overrides: Any,
+) -> dict[str, Any]:
+    """A flat run config for tests and benchmarks, built like the workflow builds one."""
+    base = create_base_config(
+        env_name,
+        num_envs,
+        n_agents,
+        timesteps,
+        1 + run_idx,
+        rollouts,
+        learning_epochs,
+        mini_batches,
+        learning_rate,
+        max_risk,
+        False,
+        seed_offset=seed_offset,
+        **base_overrides,
+    )
+    return {
+        **base,
+        "algo": algo,
+        "run_idx": run_idx,
+        "seed": seed_offset + run_idx,
+        "env_params": dict(env_params or {}),
+        "algo_params": dict(algo_params or {}),
+        "threads": threads,
+        "checkpoint_every": checkpoint_every,
+    }

@@ -1,0 +1,183 @@
+"""The `shield` section of the run config: the shield, its world model and opponent model.
+
+The knobs of `create_base_config` (`max_risk`, `shield_patience`, the modes, the credible
+delta and schedule, the versions) come from the base config; the rest (rollout count,
+lookahead, model sizes and training) have defaults and may be set through `algo_params`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from functools import partial
+from typing import Any, ClassVar
+
+from src.checks import check_float, check_int, check_int_tuple, check_probability, fail
+from src.config.section import Section
+
+__all__ = ["MAX_IMAGINED_ROWS", "MAX_JOINT_ACTIONS", "ShieldConfig"]
+
+MAX_JOINT_ACTIONS = 4096
+"""Most joint actions the v1 shield enumerates (n_actions ** n_agents)."""
+MAX_IMAGINED_ROWS = 100_000
+"""Most imagined successors per judged joint action (joint ** (lookahead - 1))."""
+
+_positive_int = partial(check_int, low=1, high=1_000_000)
+_positive = partial(check_float, low=0.0)
+
+
+def _growth(name: str, value: Any) -> float:
+    # c >= 1 lets a clean sample (k = 0) certify (see src.algos.shield.bounds).
+    return check_float(name, value, low=1.0, open_low=False)
+
+
+def _screen(name: str, value: Any) -> float:
+    return check_float(name, value, low=0.0, high=1.0)
+
+
+def _replay_size(name: str, value: Any) -> int:
+    return check_int(name, value, low=2, high=10_000_000)
+
+
+@dataclass(frozen=True, kw_only=True)
+class ShieldConfig(Section):
+    """Configuration of the shield, its world model and its opponent model."""
+
+    BASE_KEYS: ClassVar[tuple[str, ...]] = (
+        "max_risk",
+        "shield_patience",
+        "shield_opponent_mode",
+        "shield_reward_mode",
+        "shield_credible_delta",
+        "shield_credible_schedule",
+        "wm_version",
+        "om_version",
+        "shield_version",
+    )
+    RULES: ClassVar[Mapping[str, Callable[[str, Any], Any]]] = {
+        "rollout_count": _positive_int,
+        "lookahead": _positive_int,
+        "rollout_growth": _growth,
+        "screen_fraction": _screen,
+        "ensemble_size": _positive_int,
+        "wm_hidden": check_int_tuple,
+        "om_hidden": check_int_tuple,
+        "wm_learning_rate": _positive,
+        "om_learning_rate": _positive,
+        "replay_size": _replay_size,
+        "valid_fraction": check_probability,
+        "model_epochs": _positive,
+        "model_batch_size": _positive_int,
+        "max_valid_batch": _positive_int,
+        "critic_hidden": check_int_tuple,
+        "critic_learning_rate": _positive,
+        "critic_tau": partial(check_float, low=0.0, high=1.0),
+        "critic_steps": partial(check_int, low=0, high=1_000_000),
+        "critic_batch_size": _positive_int,
+        "intervention_penalty": partial(check_float, low=0.0, open_low=False),
+    }
+
+    max_risk: float
+    """Largest acceptable bound on the probability of a violation within the lookahead."""
+    shield_patience: int
+    """Policy updates during which the shield only watches and trains its models."""
+    shield_opponent_mode: str
+    """How other agents act inside the imagination: `model`, `uniform` or `monotone_floor`."""
+    shield_reward_mode: str
+    """Risk bound from k violations in K rollouts: `bayesian`, `frequentist` or `mean`."""
+    shield_credible_delta: float
+    """Failure probability delta of the bounds (of all of an episode's bounds if summable)."""
+    shield_credible_schedule: str
+    """delta_t per episode step: `summable` (6 delta / (pi^2 t^2)) or `constant` (delta)."""
+    wm_version: str
+    """World-model implementation, a key of `WM_VERSIONS`."""
+    om_version: str
+    """Opponent-model implementation, a key of `OM_VERSIONS`."""
+    shield_version: str
+    """Shield implementation, a key of `SHIELD_VERSIONS`."""
+
+    rollout_count: int = 32
+    """Base rollout count K per candidate action (grown with the episode step, see bounds.py)."""
+    lookahead: int = 1
+    """Lookahead L: imagined steps per rollout, the first one taking the candidate action.
+
+    After the first step a rollout follows the *unshielded* policy, whose risky moves the
+    shield filters anyway when they come; with L > 1 every candidate is charged with them."""
+    rollout_growth: float = 2.0
+    """c in K_t = max(K, ceil(c ln(1/delta_t) / max_risk)); c >= 1 lets k = 0 certify.
+
+    At c = 1 only k = 0 certifies; at c = 2 a few imagined violations still certify."""
+    screen_fraction: float = 0.25
+    """Share of K spent first on every candidate; one that is already certain to fail its bound
+    stops there (decisions are unchanged, see Shield._judge). 1 disables screening."""
+    ensemble_size: int = 4
+    """World-model ensemble members; each rollout uses one (rollout j -> member j mod size)."""
+    wm_hidden: tuple[int, ...] = (64, 64)
+    """Hidden layer widths of each world-model member."""
+    om_hidden: tuple[int, ...] = (64,)
+    """Hidden layer widths of the opponent model."""
+    wm_learning_rate: float = 3e-3
+    """Adam learning rate of the world model."""
+    om_learning_rate: float = 3e-3
+    """Adam learning rate of the opponent model."""
+    replay_size: int = 50_000
+    """Capacity of the replay of real transitions (training and validation parts together)."""
+    valid_fraction: float = 0.1
+    """Probability that a real transition is held out for validation instead of training."""
+    model_epochs: float = 16.0
+    """Model samples per update, in multiples of the transitions collected since the last one."""
+    model_batch_size: int = 256
+    """Minibatch size of model training (per ensemble member)."""
+    max_valid_batch: int = 4096
+    """Most recent validation transitions scored per update (bounds the cost of validation)."""
+    critic_hidden: tuple[int, ...] = (64, 64)
+    """v1: hidden layer widths of each member's safety critic V_m (least risk-to-go)."""
+    critic_learning_rate: float = 1e-3
+    """v1: Adam learning rate of the safety critic."""
+    critic_tau: float = 0.05
+    """v1: step of the critic's slowly moving target copy towards the critic after each step."""
+    critic_steps: int = 16
+    """v1: value-iteration steps of the safety critic per policy update."""
+    critic_batch_size: int = 64
+    """v1: replay transitions per member and value-iteration step (both ends are used)."""
+    intervention_penalty: float = 0.05
+    """v1: reward taken from an agent for every step the shield overrides its proposal; the
+    policy learns from its proposals with the shield as part of its environment."""
+
+    def check_against(self, *, n_agents: int, n_actions: int, max_steps: int) -> None:
+        """Refuse settings this env cannot meet, naming the key, the value and what would work.
+
+        Joint actions are enumerated by the v1 shield (n_actions ** n_agents of them, once per
+        imagined step), and no lookahead may be longer than the episode.
+        """
+        if self.lookahead > max_steps:
+            raise fail(
+                "lookahead",
+                self.lookahead,
+                f"at most the episode cap max_steps={max_steps}",
+            )
+        if self.shield_version != "v1":
+            return
+        if self.wm_version != "v1":
+            raise fail(
+                "wm_version",
+                self.wm_version,
+                "v1 for shield_version v1 (it needs the world model of the team's risk)",
+            )
+        joint = n_actions**n_agents
+        if joint > MAX_JOINT_ACTIONS:
+            raise fail(
+                "n_agents",
+                n_agents,
+                f"at most {int(math.log(MAX_JOINT_ACTIONS, n_actions))} for shield_version v1 "
+                f"({n_actions} actions each: {joint} joint actions, at most {MAX_JOINT_ACTIONS})",
+            )
+        depth = max(1, int(math.log(MAX_IMAGINED_ROWS, joint)))
+        if joint ** (self.lookahead - 1) > MAX_IMAGINED_ROWS:
+            raise fail(
+                "lookahead",
+                self.lookahead,
+                f"at most {depth} with {joint} joint actions (each imagined step after the first "
+                "enumerates them)",
+            )

@@ -1,0 +1,308 @@
+"""Workflow configuration: the YAML config checked before any job, and each run's RunConfig.
+
+The workflow (`workflow/rules/common.smk`) calls `check_workflow_config` once, before any job.
+The schema (`workflow/schemas/config.schema.yaml`) checks the structure (known keys, types and
+ranges of the workflow's own keys) and fills defaults; env and algorithm names are looked up
+in their registries; each `base.*` value is checked by its one rule in `src.config.base`; then
+the run config of every (env, algo) is built (`resolve_run_config`), which checks the
+cross-key rules, the implementation versions and `algo_params`; with `check_components` each
+env is built once with its parameters. Every failure is a `WorkflowConfigError` whose message
+is one line naming the key (as written in the YAML) and the value.
+"""
+
+from __future__ import annotations
+
+import copy
+import re
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from src.checks import ConfigError
+from src.config.base import BASE_CHECKS, check_base_value
+from src.config.run import SECTIONS, RunConfig
+
+__all__ = [
+    "SCHEMA_PATH",
+    "WorkflowConfigError",
+    "check_workflow_config",
+    "iter_runs",
+    "resolve_run_config",
+    "validate_workflow_config",
+]
+
+SCHEMA_PATH = Path(__file__).resolve().parents[2] / "workflow" / "schemas" / "config.schema.yaml"
+
+
+class WorkflowConfigError(ConfigError):
+    """The workflow config is invalid; the message is one line naming the key and value."""
+
+
+def _one_line(value: Any, limit: int = 80) -> str:
+    text = " ".join(repr(value).split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _key_path(parts: Any) -> str:
+    path = ""
+    for part in parts:
+        path += f"[{part}]" if isinstance(part, int) else (f".{part}" if path else str(part))
+    return path or "<config>"
+
+
+def _schema_message(error: Any) -> str:
+    """One line for a jsonschema error: the key path, the value and what was expected."""
+    key = _key_path(error.absolute_path)
+    if error.validator == "additionalProperties":
+        known = sorted(error.schema.get("properties", {}))
+        extra = sorted(set(error.instance) - set(known))
+        where = "" if key == "<config>" else f"{key}."
+        names = ", ".join(f"'{where}{name}'" for name in extra)
+        return f"unknown config key {names} (known keys: {', '.join(known) or 'none'})"
+    if error.validator == "required":
+        return f"config key '{key}': {error.message}"
+    if error.validator == "pattern" and "x-requirement" in error.schema:
+        return (
+            f"config key '{key}' = {_one_line(error.instance)}: must be "
+            f"{error.schema['x-requirement']}"
+        )
+    if error.validator == "enum":
+        choices = ", ".join(str(choice) for choice in error.validator_value)
+        return f"config key '{key}' = {_one_line(error.instance)}: must be one of {choices}"
+    return f"config key '{key}' = {_one_line(error.instance)}: {error.message}"
+
+
+def _workflow_message(message: str, workflow_config: Mapping[str, Any], env: str, algo: str) -> str:
+    """Name a run-config error (``key=value: why``) by its key in the workflow config."""
+    match = re.match(r"([\w.]+)=(.*?): (.*)", message)
+    if match is None:
+        return f"config for env {env}, algo {algo}: {message}"
+    key, value, why = match.groups()
+    tunable = {name for section in SECTIONS.values() for name in section.tunable_names()}
+    if key == "n_agents":
+        path = f"env_params.{env}.n_agents"
+    elif key in ("wandb_project", "wandb_mode"):
+        path = f"wandb.{key.removeprefix('wandb_')}"
+    elif key in ("num_runs", "experiment_tag", "threads", "checkpoint_every"):
+        path = key
+    elif key in BASE_CHECKS or key in workflow_config.get("base", {}):
+        path = f"base.{key}"
+    elif key == "algo_params":
+        path = f"algo_params.{algo}"
+    elif key in tunable:
+        path = f"algo_params.{algo}.{key}"
+    elif key.startswith("env_params."):
+        path = f"env_params.{env}.{key.removeprefix('env_params.')}"
+    else:
+        path = key
+    return f"config key '{path}' = {value}: {why} (env {env}, algo {algo})"
+
+
+def _validator_with_defaults(schema: dict) -> Any:
+    """A Draft 2020-12 validator that also fills `default` values (as Snakemake's validate)."""
+    from jsonschema import Draft202012Validator, validators
+
+    check_properties = Draft202012Validator.VALIDATORS["properties"]
+
+    def set_defaults(validator: Any, properties: dict, instance: Any, schema: dict) -> Any:
+        if isinstance(instance, dict):
+            for name, subschema in properties.items():
+                if "default" in subschema and name not in instance:
+                    # A copy: the schema's default object must not be shared between configs.
+                    instance[name] = copy.deepcopy(subschema["default"])
+        yield from check_properties(validator, properties, instance, schema)
+
+    extended = validators.extend(Draft202012Validator, {"properties": set_defaults})
+    return extended(schema)
+
+
+def _check_names(config: Mapping[str, Any]) -> None:
+    """Env and algorithm names against their registries; every env needs its env_params."""
+    from src.algos.registry import ALGORITHMS
+    from src.envs.registry import ENVS
+
+    for key, registry in (("envs", ENVS), ("algos", ALGORITHMS)):
+        for index, name in enumerate(config[key]):
+            if name not in registry:
+                choices = ", ".join(sorted(registry))
+                raise WorkflowConfigError(
+                    f"config key '{key}[{index}]' = {_one_line(name)}: must be one of {choices}"
+                )
+    for env in config["envs"]:
+        if env not in config["env_params"]:
+            raise WorkflowConfigError(
+                f"config key 'env_params.{env}' is missing: every env in 'envs' needs its "
+                "parameters (at least n_agents)"
+            )
+    for env in config["env_params"]:
+        if env not in ENVS:
+            raise WorkflowConfigError(
+                f"config key 'env_params.{env}': unknown env (known: {', '.join(sorted(ENVS))})"
+            )
+    for algo in config["algo_params"]:
+        if algo not in ALGORITHMS:
+            known = ", ".join(sorted(ALGORITHMS))
+            raise WorkflowConfigError(f"config key 'algo_params.{algo}': unknown algo ({known})")
+
+
+def validate_workflow_config(config: dict, schema_path: str | Path = SCHEMA_PATH) -> dict:
+    """Validate `config` against the workflow schema and fill its defaults in place.
+
+    Returns `config`. Raises `WorkflowConfigError` (one line naming the key and the value)
+    for the first problem found, e.g. ``config key 'base.num_envs' = 0: ...``, for unknown env
+    or algorithm names and for an env in `envs` without an `env_params` entry.
+    """
+    from jsonschema.exceptions import best_match
+
+    if not isinstance(config, dict):
+        raise WorkflowConfigError(f"the config must be a mapping, got {_one_line(config)}")
+    with open(schema_path, encoding="utf-8") as handle:
+        schema = yaml.safe_load(handle)
+    validator = _validator_with_defaults(schema)
+    error = best_match(validator.iter_errors(config))
+    if error is not None:
+        raise WorkflowConfigError(_schema_message(error))
+    # Base-config keys are checked by their one rule (src.config.base), here key by key so
+    # that the message names them as written in the YAML.
+    values = [("num_runs", "num_runs", config["num_runs"])]
+    values += [(f"base.{key}", key, value) for key, value in config["base"].items()]
+    for path, key, value in values:
+        try:
+            check_base_value(key, value)
+        except ConfigError as problem:
+            why = str(problem).split(": ", 1)[-1]
+            raise WorkflowConfigError(f"config key '{path}' = {_one_line(value)}: {why}") from None
+    _check_names(config)
+    return config
+
+
+def resolve_run_config(
+    workflow_config: Mapping[str, Any], env: str, algo: str, run_idx: int
+) -> RunConfig:
+    """The checked RunConfig of one run of a validated workflow config.
+
+    The base config is `create_base_config` for `env` with the shared `base` values, the
+    env's `n_agents`, `num_runs`, `experiment_tag` and the wandb settings (`wandb_project`,
+    `wandb_mode`, read by `start_run`); the run keys are `algo`, `run_idx`, `seed`
+    (= `seed_offset + run_idx`), `env_params` (the workflow's env_params of `env` without
+    `n_agents`), `algo_params`, `threads` and `checkpoint_every`. Raises
+    `WorkflowConfigError` naming the env, algorithm and bad key.
+    """
+    if env not in workflow_config["envs"]:
+        raise WorkflowConfigError(
+            f"env={env!r}: not in the config's envs {workflow_config['envs']}"
+        )
+    if algo not in workflow_config["algos"]:
+        raise WorkflowConfigError(
+            f"algo={algo!r}: not in the config's algos {workflow_config['algos']}"
+        )
+    if isinstance(run_idx, bool) or not isinstance(run_idx, int):
+        raise WorkflowConfigError(f"run_idx={run_idx!r}: must be an int")
+    if not 0 <= run_idx < workflow_config["num_runs"]:
+        raise WorkflowConfigError(
+            f"run_idx={run_idx!r}: must be in [0, num_runs={workflow_config['num_runs']})"
+        )
+    base = dict(workflow_config["base"])
+    env_params = dict(workflow_config["env_params"][env])
+    # n_agents is a base-config value (create_base_config); env_params holds the env's own rest.
+    n_agents = env_params.pop("n_agents")
+    flat = {
+        **base,
+        "env_name": env,
+        "n_agents": n_agents,
+        "num_runs": workflow_config["num_runs"],
+        "experiment_tag": workflow_config["experiment_tag"],
+        "wandb_project": workflow_config["wandb"]["project"],
+        "wandb_mode": workflow_config["wandb"]["mode"],
+        "algo": algo,
+        "run_idx": run_idx,
+        "seed": base.get("seed_offset", 0) + run_idx,
+        "env_params": env_params,
+        "algo_params": dict(workflow_config["algo_params"].get(algo, {})),
+        "threads": workflow_config["threads"],
+        "checkpoint_every": workflow_config["checkpoint_every"],
+    }
+    try:
+        return RunConfig.from_dict(flat)
+    except ConfigError as error:
+        message = _workflow_message(str(error), workflow_config, env, algo)
+        raise WorkflowConfigError(message) from None
+
+
+def iter_runs(workflow_config: Mapping[str, Any]) -> Iterator[tuple[str, str, int]]:
+    """Yield (env, algo, run_idx) of every training run, in a fixed order."""
+    for env in workflow_config["envs"]:
+        for algo in workflow_config["algos"]:
+            for run_idx in range(workflow_config["num_runs"]):
+                yield env, algo, run_idx
+
+
+def _check_env_params(env: str, params: Mapping[str, Any]) -> tuple[int, int, int]:
+    """Build the env once so its constructor checks its parameters; (obs_dim, n_actions, cap)."""
+    from src.envs.registry import make_env, make_vector_env
+
+    try:
+        make_env(env, **params).close()
+        vector = make_vector_env(env, num_envs=1, **params)
+    except (TypeError, ValueError) as error:
+        message = " ".join(str(error).split())
+        raise WorkflowConfigError(f"config key 'env_params.{env}': {message}") from None
+    shape = (int(vector.obs_dim), int(vector.n_actions), int(vector.max_steps))
+    vector.close()
+    return shape
+
+
+def _check_run(
+    config: Mapping[str, Any], run: RunConfig, obs_dim: int, n_actions: int, max_steps: int
+) -> None:
+    """Refuse a run the env cannot serve: a shield setting it cannot meet, or a job whose
+    estimated peak memory exceeds the memory it asks for."""
+    from src.resources import eval_memory_mb, train_memory_mb
+
+    if run.shield is not None:
+        try:
+            run.shield.check_against(
+                n_agents=run.env.n_agents, n_actions=n_actions, max_steps=max_steps
+            )
+        except ConfigError as error:
+            message = _workflow_message(str(error), config, run.env_name, run.algo)
+            raise WorkflowConfigError(message) from None
+    for stage, parts in (
+        ("train", train_memory_mb(run, obs_dim=obs_dim, n_actions=n_actions)),
+        ("evaluate", eval_memory_mb(run, obs_dim=obs_dim)),
+    ):
+        granted = config["resources"][stage]["mem_mb"]
+        if parts["total"] > granted:
+            biggest = max((k for k in parts if k != "total"), key=lambda k: parts[k])
+            raise WorkflowConfigError(
+                f"config key 'resources.{stage}.mem_mb' = {granted}: the {stage} job of "
+                f"{run.algo} on {run.env_name} needs about {parts['total']:.0f} MB (largest "
+                f"part: {biggest}, {parts[biggest]:.0f} MB); raise mem_mb or shrink the config"
+            )
+
+
+def check_workflow_config(
+    config: dict, schema_path: str | Path = SCHEMA_PATH, *, check_components: bool = True
+) -> dict:
+    """Validate the workflow config completely before any job runs; fill defaults in place.
+
+    The schema, names and base values first (`validate_workflow_config`), then the run config
+    of every (env, algo) through `resolve_run_config` (cross-key rules, versions, algo_params:
+    runs of one (env, algo) differ only in their index and seed), then, with
+    `check_components`, each env's parameters through its constructor and each job's
+    estimated peak memory against its `resources` (`src.resources`). Returns `config`;
+    raises `WorkflowConfigError` with one line.
+    """
+    validate_workflow_config(config, schema_path)
+    runs = {
+        (env, algo): resolve_run_config(config, env, algo, 0)
+        for env in config["envs"]
+        for algo in config["algos"]
+    }
+    if check_components:
+        shapes = {env: _check_env_params(env, config["env_params"][env]) for env in config["envs"]}
+        for (env, _), run in runs.items():
+            _check_run(config, run, *shapes[env])
+    return config

@@ -1,0 +1,157 @@
+"""One lock per results folder, so two workflows never write the same results at once.
+
+Snakemake's own lock guards a working directory; two Snakemake processes started from
+different directories with the same `results_dir` would both run and race on the same files.
+The workflow therefore takes `ResultsLock` on `{results_dir}/{experiment_tag}/` when it starts
+executing jobs and releases it when it ends. The lock file holds the owner's pid, host,
+working directory, start time and a random token; the jobs of the workflow inherit the
+folder and the token (`LOCK_ENV_VAR`, see `job_environment`) and `check_job_lock` refuses to
+write when the folder is held by another workflow.
+
+A lock left by a process that died (SIGKILL, a lost node) is stale: on the same host it is
+recognised (its pid is gone) and taken over; from another host the message names the file to
+delete once that workflow is known to be gone.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import secrets
+import socket
+import time
+from pathlib import Path
+from typing import Any
+
+__all__ = [
+    "LOCK_ENV_VAR",
+    "LOCK_NAME",
+    "LockHeldError",
+    "ResultsLock",
+    "check_job_lock",
+    "job_environment",
+]
+
+LOCK_NAME = ".lock"
+LOCK_ENV_VAR = "SAFE_MARL_RESULTS_LOCK"
+
+
+class LockHeldError(RuntimeError):
+    """The results folder is locked by another workflow; the message is one line."""
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _read(path: Path) -> dict[str, Any] | None:
+    """The owner record of a lock file, None if it vanished; {} if it cannot be parsed."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return None
+    try:
+        owner = json.loads(text)
+    except ValueError:
+        return {}
+    return owner if isinstance(owner, dict) else {}
+
+
+class ResultsLock:
+    """The lock of one results folder (see the module docstring)."""
+
+    def __init__(self, folder: str | Path) -> None:
+        """The lock file is `folder/.lock`; nothing is taken yet."""
+        self.folder = Path(folder)
+        self.path = self.folder / LOCK_NAME
+        self.token: str | None = None
+
+    def _describe(self, owner: dict[str, Any]) -> str:
+        if not owner:
+            return f"results folder {self.folder} is locked ({self.path} is unreadable)"
+        started = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(owner.get("started", 0)))
+        return (
+            f"results folder {self.folder} is in use by snakemake pid {owner.get('pid')} on "
+            f"{owner.get('host')} (started {started} in {owner.get('cwd')})"
+        )
+
+    def acquire(self) -> str:
+        """Take the lock; returns its token. Raises `LockHeldError` if another workflow has it."""
+        self.folder.mkdir(parents=True, exist_ok=True)
+        token = secrets.token_hex(16)
+        record = {
+            "pid": os.getpid(),
+            "host": socket.gethostname(),
+            "cwd": os.getcwd(),
+            "started": time.time(),
+            "token": token,
+        }
+        for _ in range(3):
+            try:
+                fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+            except FileExistsError:
+                owner = _read(self.path)
+                if owner is None:
+                    continue  # released meanwhile: try again
+                stale = (
+                    owner.get("host") == socket.gethostname()
+                    and isinstance(owner.get("pid"), int)
+                    and not _pid_alive(owner["pid"])
+                )
+                if stale:
+                    with contextlib.suppress(FileNotFoundError):
+                        self.path.unlink()
+                    continue
+                raise LockHeldError(
+                    f"{self._describe(owner)}; wait for it to finish, or, if that workflow is "
+                    f"gone, delete {self.path}"
+                ) from None
+            with os.fdopen(fd, "w", encoding="utf-8") as handle:
+                json.dump(record, handle)
+            self.token = token
+            return token
+        raise LockHeldError(f"could not take {self.path}: it keeps changing; try again")
+
+    def release(self) -> None:
+        """Remove the lock file if this object holds it (another owner's lock is kept)."""
+        if self.token is None:
+            return
+        owner = _read(self.path)
+        if owner and owner.get("token") == self.token:
+            with contextlib.suppress(FileNotFoundError):
+                self.path.unlink()
+        self.token = None
+
+
+def job_environment(lock: ResultsLock) -> str:
+    """The value of `LOCK_ENV_VAR` that the jobs of the workflow holding `lock` inherit."""
+    return json.dumps({"folder": str(lock.folder.resolve()), "token": lock.token})
+
+
+def check_job_lock() -> None:
+    """Inside a workflow job: refuse to write into a results folder held by another workflow.
+
+    The workflow's folder and token arrive in `LOCK_ENV_VAR`; without it (a job started by
+    hand, or an executor that does not pass the environment on) there is nothing to compare
+    and the check passes.
+    """
+    value = os.environ.get(LOCK_ENV_VAR)
+    if not value:
+        return
+    try:
+        mine = json.loads(value)
+        lock, token = ResultsLock(mine["folder"]), mine["token"]
+    except (ValueError, KeyError, TypeError):
+        raise LockHeldError(f"{LOCK_ENV_VAR}={value!r}: not a lock of this workflow") from None
+    owner = _read(lock.path)
+    if owner is not None and owner.get("token") != token:
+        raise LockHeldError(
+            f"{lock._describe(owner)}: this job belongs to another workflow and writes nothing"
+        )
