@@ -75,6 +75,7 @@ class ShieldConfig(Section):
         "critic_tau": partial(check_float, low=0.0, high=1.0),
         "critic_steps": partial(check_int, low=0, high=1_000_000),
         "critic_batch_size": _positive_int,
+        "horizon": partial(check_int, low=1, high=100_000),
         "intervention_penalty": partial(check_float, low=0.0, open_low=False),
     }
 
@@ -141,6 +142,10 @@ class ShieldConfig(Section):
     """v1: value-iteration steps of the safety critic per policy update."""
     critic_batch_size: int = 64
     """v1: replay transitions per member and value-iteration step (both ends are used)."""
+    horizon: int = 200
+    """v1: steps of an episode the guarantee covers: the shield bounds P(violation within the
+    first `horizon` steps of an episode), and its critic learns the least risk over h <= horizon
+    steps. It may exceed the training cap (the evaluation runs episodes longer)."""
     intervention_penalty: float = 0.05
     """v1: reward taken from an agent for every step the shield overrides its proposal; the
     policy learns from its proposals with the shield as part of its environment."""

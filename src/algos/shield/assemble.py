@@ -121,6 +121,7 @@ def _build_v1(
         hidden=tuple(config.critic_hidden),
         learning_rate=config.critic_learning_rate,
         tau=config.critic_tau,
+        horizon=config.horizon,
         seed=critic_seed,
     )
     shield = BudgetShield(config=config, world_model=world_model, critic=critic, **dims)

@@ -25,9 +25,9 @@ How. Per env copy and step, with s the joint observation and a a joint action:
   the episode) <= max_risk, whatever the policy proposes. This holds for every horizon: the
   episode may run past the training cap (the evaluation lifts it) without changing the bound.
 
-Cost. The proposal is judged first, one model row per member and copy, against the critic's
-V(s) (a cheap estimate of min_a U, kept below it); only copies whose proposal does not fit
-enumerate the joint actions. Nothing is sampled: the shield is deterministic given its models.
+Cost. Every joint action of every copy is judged in one batched call per step (all members
+together): V(s) = min_a U(s, a) is exact for the shield's models, so no proposal passes on an
+estimate of it. Nothing is sampled: the shield is deterministic given its models.
 """
 
 from __future__ import annotations
@@ -43,7 +43,25 @@ from src.algos.shield.critic import RiskCritic, joint_actions
 from src.algos.shield.world_model import TeamWorldModel
 from src.config.shield import ShieldConfig
 
-__all__ = ["BudgetShield", "BudgetStats"]
+__all__ = ["BudgetShield", "BudgetStats", "Decision"]
+
+
+@dataclass
+class Decision:
+    """What the shield decided at its latest call, per env copy [E] (for diagnostics)."""
+
+    budget: np.ndarray
+    """Excess budget left before the decision (negative: an infeasible start)."""
+    bound: np.ndarray
+    """Certified risk U(s, a) of the executed joint action."""
+    excess: np.ndarray
+    """Its excess over the safest joint action (the budget it spent)."""
+    safest: np.ndarray
+    """V(s) = min_a U(s, a)."""
+    fallback: np.ndarray
+    """The proposal did not fit and nothing but the safest action did."""
+    remaining: np.ndarray
+    """Steps of the shield's horizon left, this one included."""
 
 
 @dataclass
@@ -100,52 +118,52 @@ class BudgetShield:
         self.calibration = 1.0
         self.budget = np.zeros(0, dtype=np.float64)  # [E] excess budget left
         self.stats = BudgetStats()
+        self.last: Decision | None = None
 
     # ------------------------------------------------------------------ risks
 
     def member_q(
-        self, joint_obs: torch.Tensor, actions: torch.Tensor, depth: int | None = None
+        self, joint_obs: torch.Tensor, actions: torch.Tensor, remaining: torch.Tensor
     ) -> torch.Tensor:
-        """Q_m(s, a) of every member: joint_obs [N, J], actions [N, A] -> [M, N].
+        """Q_m(s, a) of every member over the `remaining` [N] steps starting with this one:
+        joint_obs [N, J], actions [N, A] -> [M, N].
 
-        `depth` imagined steps (default `lookahead`): after the first, the member follows its
-        own safest joint action; its critic values the last successor.
+        `lookahead` imagined steps: after the first, the member follows its own safest joint
+        action; its critic values the last successor over the steps then left.
         """
-        steps = self.config.lookahead if depth is None else depth
         m = self.world_model.ensemble_size
         obs = joint_obs.unsqueeze(0).expand(m, *joint_obs.shape)
         act = actions.unsqueeze(0).expand(m, *actions.shape)
-        return self._member_q(obs, act, steps)
+        left = remaining.unsqueeze(0).expand(m, -1)
+        return self._member_q(obs, act, left, self.config.lookahead)
 
-    def _member_q(self, obs: torch.Tensor, act: torch.Tensor, steps: int) -> torch.Tensor:
-        """[M, N, J], [M, N, A] -> [M, N]; each member in its own row."""
+    def _member_q(
+        self, obs: torch.Tensor, act: torch.Tensor, remaining: torch.Tensor, depth: int
+    ) -> torch.Tensor:
+        """[M, N, J], [M, N, A], [M, N] -> [M, N]; each member in its own row."""
         next_obs, risk, done = self.world_model.predict(obs, act)
         # The world model may hand back a view of a reused buffer: copy before the next call.
         next_obs = next_obs.clone()
         risk, done = risk.squeeze(-1).clone(), done.clone()
-        if steps <= 1:
-            tail = self.critic.values(next_obs)
+        left = remaining - 1
+        if depth <= 1:
+            tail = self.critic.values(next_obs, left)
         else:
             m, n, j = next_obs.shape
             k = self.joint.shape[0]
             expanded = next_obs.unsqueeze(2).expand(m, n, k, j).reshape(m, n * k, j)
             options = self.joint.unsqueeze(0).expand(n, k, -1).reshape(1, n * k, -1)
-            q = self._member_q(expanded, options.expand(m, -1, -1), steps - 1)
-            tail = q.view(m, n, k).amin(dim=2)
+            deeper = left.unsqueeze(2).expand(m, n, k).reshape(m, n * k)
+            q = self._member_q(expanded, options.expand(m, -1, -1), deeper, depth - 1)
+            tail = torch.where(left > 0, q.view(m, n, k).amin(dim=2), torch.zeros_like(risk))
         return risk + (1.0 - risk) * (1.0 - done) * tail
 
-    def certified(self, joint_obs: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
+    def certified(
+        self, joint_obs: torch.Tensor, actions: torch.Tensor, remaining: torch.Tensor
+    ) -> torch.Tensor:
         """U(s, a) = calibration * max_m Q_m(s, a), capped at 1: [N]."""
-        q = self.member_q(joint_obs, actions).amax(dim=0)
+        q = self.member_q(joint_obs, actions, remaining).amax(dim=0)
         return (q * self.calibration).clamp_(max=1.0)
-
-    def safest_bound(self, joint_obs: torch.Tensor) -> torch.Tensor:
-        """The critic's estimate of V(s) = min_a U(s, a) from below: c * max_m V_m(s), [N].
-
-        max_m V_m(s) <= max_m min_a Q_m(s, a) <= min_a max_m Q_m(s, a) when each V_m holds its
-        member's minimum, so excesses measured from it are never smaller than the true ones.
-        """
-        return (self.critic.all_members(joint_obs).amax(dim=0) * self.calibration).clamp_(max=1.0)
 
     # ------------------------------------------------------------------ the filter
 
@@ -171,68 +189,78 @@ class BudgetShield:
             self.budget = np.zeros(e, dtype=np.float64)
         with torch.inference_mode():
             joint = obs_t.reshape(e, a * self.obs_dim)
-            base = self.safest_bound(joint).double().numpy()  # [E]
+            k = self.joint.shape[0]
+            # Steps of the guarantee left, this one included.
+            remaining = torch.from_numpy(self.config.horizon - step + 1).float()
+            risks = self.certified(
+                joint.repeat_interleave(k, dim=0),
+                self.joint.repeat(e, 1),
+                remaining.repeat_interleave(k),
+            )
+            risks = risks.double().view(e, k)  # [E, K] U(s, a) of every joint action
+            safest = risks.min(dim=1)
+            over = (risks - safest.values[:, None]).clamp_(min=0.0)  # [E, K] excess
             new = step == 1
             if new.any():
-                self.budget[new] = self.config.max_risk - base[new]
+                self.budget[new] = self.config.max_risk - safest.values.numpy()[new]
                 self.stats.infeasible_starts += int((self.budget[new] < 0).sum())
             budget = np.maximum(self.budget, 0.0)
-            bound = self.certified(joint, torch.from_numpy(proposed_np)).double().numpy()
-            excess = np.maximum(bound - base, 0.0)
-            executed = proposed_np.copy()
-            refused = np.flatnonzero(excess > budget)
-            fallbacks = 0
-            if len(refused):
-                fallbacks = self._choose(refused, joint, logits_t, budget, executed, bound, excess)
+            executed, bound, excess, fallback = self._choose(
+                proposed_np, logits_t, risks, over, safest.indices, budget
+            )
+        self.last = Decision(
+            budget=self.budget.copy(),
+            bound=bound,
+            excess=excess,
+            safest=safest.values.numpy(),
+            fallback=fallback,
+            remaining=remaining.numpy(),
+        )
         self.stats.budget_sum += float(budget.sum())
         self.budget -= excess
         intervened = executed != proposed_np
         s = self.stats
         s.decisions += e
         s.interventions += int(intervened.sum())
-        s.no_safe_action += fallbacks
+        s.no_safe_action += int(fallback.sum())
         s.bound_sum += float(bound.sum())
         s.seconds += time.perf_counter() - start
         return executed, intervened
 
     def _choose(
         self,
-        refused: np.ndarray,
-        joint: torch.Tensor,
+        proposed: np.ndarray,
         logits: torch.Tensor,
+        risks: torch.Tensor,
+        over: torch.Tensor,
+        safest: torch.Tensor,
         budget: np.ndarray,
-        executed: np.ndarray,
-        bound: np.ndarray,
-        excess: np.ndarray,
-    ) -> int:
-        """For the refused copies: the most likely certified joint action, else the safest.
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """Per copy: the proposal if its excess fits, else the most likely joint action whose
+        excess fits, else the safest (the fallback).
 
-        Writes the chosen action, its certified risk and its excess in place; returns how many
-        copies fell back to the safest action for want of any other.
+        Returns executed [E, A], the executed actions' certified risks and excesses [E], and
+        [E] whether the copy fell back to the safest action for want of any other.
         """
-        k = self.joint.shape[0]
-        r = len(refused)
-        index = torch.from_numpy(refused)
-        options = self.joint.repeat(r, 1)  # [R * K, A]
-        states = joint[index].repeat_interleave(k, dim=0)  # [R * K, J]
-        risks = self.certified(states, options).double().view(r, k)
-        safest = risks.min(dim=1)
-        over = (risks - safest.values[:, None]).clamp_(min=0.0)  # exact excess per option
-        allowed = over <= torch.from_numpy(budget[refused])[:, None]
+        e = proposed.shape[0]
+        rows = torch.arange(e)
+        index = self._index(proposed)
+        allowed = over <= torch.from_numpy(budget)[:, None]  # [E, K]
         # Joint log-probability of every option under the policy: sum over agents.
-        log_p = torch.log_softmax(logits[index], dim=-1)  # [R, A, n]
+        log_p = torch.log_softmax(logits, dim=-1)  # [E, A, n]
         agent = torch.arange(self.n_agents)
-        score = log_p[:, agent, self.joint].sum(dim=-1).double()  # [R, K]
+        score = log_p[:, agent, self.joint].sum(dim=-1).double()  # [E, K]
         score = torch.where(allowed, score, torch.full_like(score, -math.inf))
-        pick = score.argmax(dim=1)
-        # The safest option always fits a non-negative budget; without one it is the fallback.
-        only_safest = (allowed.sum(dim=1) <= 1) | ~allowed.any(dim=1)
-        pick = torch.where(allowed.any(dim=1), pick, safest.indices)
-        rows = torch.arange(r)
-        executed[refused] = self.joint[pick].numpy()
-        bound[refused] = risks[rows, pick].numpy()
-        excess[refused] = over[rows, pick].numpy()
-        return int(only_safest.sum())
+        best = torch.where(allowed.any(dim=1), score.argmax(dim=1), safest)
+        pick = torch.where(allowed[rows, index], index, best)
+        fallback = ((allowed.sum(dim=1) <= 1) & ~allowed[rows, index]).numpy()
+        executed = self.joint[pick].numpy()
+        return executed, risks[rows, pick].numpy(), over[rows, pick].numpy(), fallback
+
+    def _index(self, actions: np.ndarray) -> torch.Tensor:
+        """Row of each joint action [E, A] in `self.joint` (agent 0 slowest-varying)."""
+        weights = self.n_actions ** np.arange(self.n_agents - 1, -1, -1)
+        return torch.from_numpy(np.asarray(actions, dtype=np.int64) @ weights)
 
     def _check(
         self, obs: np.ndarray, proposed: np.ndarray, logits: torch.Tensor, episode_step: np.ndarray

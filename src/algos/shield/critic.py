@@ -1,20 +1,22 @@
-"""The v1 shield's safety critic: each world-model member's least risk-to-go, V_m(s).
+"""The v1 shield's safety critic: each world-model member's least risk-to-go, V_m(s, h).
 
-V*(s) is the smallest probability, over all ways the team could act from joint observation s
-on, that some agent violates before the episode terminates: the risk of the safest
-continuation (the *backup*). It satisfies the Bellman equation of first-passage risk,
+V*_h(s) is the smallest probability, over all ways the team could act from joint observation
+s, that some agent violates within the next h steps: the risk of the safest continuation (the
+*backup*) over h steps. It follows the finite-horizon Bellman recursion of first-passage risk,
 
-    V*(s) = min_a  r(s, a) + (1 - r(s, a)) (1 - d(s, a)) V*(s'(s, a)),
+    V*_0(s) = 0,    V*_h(s) = min_a  r(s, a) + (1 - r(s, a)) (1 - d(s, a)) V*_{h-1}(s'(s, a)),
 
 with r the team's one-step violation probability, d the probability that the step ends the
-episode and s' the successor. `RiskCritic` holds one V_m per world-model member m and learns
-it by fitted value iteration *in that member's model*: replay states are expanded over every
-joint action, the member predicts (r, d, s'), a slowly moving target copy values s', and V_m
-regresses on the minimum. Each member is thus a complete, self-consistent model of the
-backup's risk; the shield takes the worst of them, so disagreement widens its bound.
+episode and s' the successor. `RiskCritic` holds one V_m per world-model member m, a function
+of (s, h / horizon), and learns it by fitted value iteration *in that member's model*: replay
+states with random h are expanded over every joint action, the member predicts (r, d, s'), a
+slowly moving target copy values (s', h - 1), and V_m regresses on the minimum. Each member is
+a complete, self-consistent model of the backup's risk; the shield takes the worst of them, so
+disagreement widens its bound.
 
-Termination is the only end the critic knows (the hidden episode cap is not observed), so
-V_m bounds the backup's risk over the rest of the episode however long it runs.
+The horizon index makes the recursion well posed: without it, "never violate" has many fixed
+points (a parked, safe team keeps whatever value it starts with, and a function approximator
+lifts it towards its riskier neighbours), while V_0 = 0 anchors every level from below.
 """
 
 from __future__ import annotations
@@ -99,52 +101,74 @@ class RiskCritic(OptimizerState, nn.Module):
         hidden: tuple[int, ...],
         learning_rate: float,
         tau: float,
+        horizon: int,
         seed: int,
     ) -> None:
-        """Members drawn from a generator seeded with `seed`; the target starts as a copy."""
+        """Members drawn from a generator seeded with `seed`; the target starts as a copy.
+
+        `horizon` is the longest h the critic is asked for (its input is h / horizon)."""
         super().__init__()
         self.n_agents, self.obs_dim, self.n_actions = n_agents, obs_dim, n_actions
         self.ensemble_size = ensemble_size
         self.joint_dim = n_agents * obs_dim
         self.tau = tau
+        if horizon < 1:
+            raise ValueError(f"horizon must be >= 1, got {horizon}")
+        self.horizon = horizon
         generator = torch.Generator().manual_seed(seed)
-        self.members = _Members(ensemble_size, self.joint_dim, hidden, generator)
+        # Input: the joint observation and the remaining steps h / horizon.
+        self.members = _Members(ensemble_size, self.joint_dim + 1, hidden, generator)
         self.target = copy.deepcopy(self.members).requires_grad_(False)
         self.register_buffer("obs_mean", torch.zeros(self.joint_dim))
         self.register_buffer("obs_std", torch.ones(self.joint_dim))
         self.register_buffer("actions", joint_actions(n_agents, n_actions))
         self.optimizer = torch.optim.Adam(self.members.parameters(), lr=learning_rate)
 
-    def _normal(self, joint_obs: torch.Tensor) -> torch.Tensor:
-        return (joint_obs - self.obs_mean) / self.obs_std
+    def _inputs(self, joint_obs: torch.Tensor, remaining: torch.Tensor) -> torch.Tensor:
+        """[M, N, J] and remaining steps [M, N] (or broadcastable) -> the members' inputs."""
+        steps = torch.as_tensor(remaining, dtype=joint_obs.dtype).expand(joint_obs.shape[:-1])
+        return torch.cat(
+            [(joint_obs - self.obs_mean) / self.obs_std, (steps / self.horizon).unsqueeze(-1)],
+            dim=-1,
+        )
 
-    def values(self, joint_obs: torch.Tensor) -> torch.Tensor:
-        """V_m of joint_obs [M, N, J] (row (m, n) by member m) -> [M, N] in [0, 1]."""
+    def _values(
+        self, net: _Members, joint_obs: torch.Tensor, remaining: torch.Tensor
+    ) -> torch.Tensor:
+        value = torch.sigmoid(net(self._inputs(joint_obs, remaining)))
+        # No steps left, no risk (V_0 = 0); a negative count means the same.
+        steps = torch.as_tensor(remaining).expand(value.shape)
+        return torch.where(steps > 0, value, torch.zeros_like(value))
+
+    def values(self, joint_obs: torch.Tensor, remaining: torch.Tensor | int) -> torch.Tensor:
+        """V_m(s, h) of joint_obs [M, N, J] (row (m, n) by member m) and remaining steps h
+        ([M, N] or a number) -> [M, N] in [0, 1]; 0 where h <= 0."""
         if joint_obs.dim() != 3 or joint_obs.shape[0] != self.ensemble_size:
             raise ValueError(
                 f"joint_obs must be [{self.ensemble_size}, N, {self.joint_dim}], "
                 f"got {tuple(joint_obs.shape)}"
             )
-        return torch.sigmoid(self.members(self._normal(joint_obs)))
+        return self._values(self.members, joint_obs, torch.as_tensor(remaining))
 
-    def all_members(self, joint_obs: torch.Tensor) -> torch.Tensor:
-        """Every member's V of the same joint_obs [N, J] -> [M, N]."""
+    def all_members(self, joint_obs: torch.Tensor, remaining: torch.Tensor | int) -> torch.Tensor:
+        """Every member's V of the same joint_obs [N, J] and remaining steps -> [M, N]."""
         m = self.ensemble_size
-        return self.values(joint_obs.unsqueeze(0).expand(m, *joint_obs.shape))
+        return self.values(joint_obs.unsqueeze(0).expand(m, *joint_obs.shape), remaining)
 
     def backup_targets(
-        self, world_model: TeamWorldModel, joint_obs: torch.Tensor
+        self, world_model: TeamWorldModel, joint_obs: torch.Tensor, remaining: torch.Tensor
     ) -> torch.Tensor:
-        """min over joint actions of member m's r + (1 - r)(1 - d) V_target(s'): [M, B].
+        """min over joint actions of member m's r + (1 - r)(1 - d) V_target(s', h - 1): [M, B].
 
-        `joint_obs` is [M, B, J] (member m's states in row m).
+        `joint_obs` is [M, B, J] (member m's states in row m), `remaining` [M, B] the h >= 1.
         """
         m, b, j = joint_obs.shape
         n = self.actions.shape[0]
         obs = joint_obs.unsqueeze(2).expand(m, b, n, j).reshape(m, b * n, j)
         act = self.actions.unsqueeze(0).expand(b, n, self.n_agents).reshape(1, b * n, -1)
         next_obs, risk, done = world_model.predict(obs, act.expand(m, -1, -1))
-        next_value = torch.sigmoid(self.target(self._normal(next_obs)))
+        left = (remaining - 1).unsqueeze(2).expand(m, b, n).reshape(m, b * n)
+        next_value = self._values(self.target, next_obs, left)
         risk = risk.squeeze(-1)
         q = risk + (1.0 - risk) * (1.0 - done) * next_value
         return q.view(m, b, n).amin(dim=2)
@@ -172,9 +196,12 @@ class RiskCritic(OptimizerState, nn.Module):
             rows = replay.sample_train((m, batch_size), generator)
             # Both ends of real transitions, so states near the episode's end are covered.
             obs = torch.cat([rows["obs"], rows["next_obs"]], dim=1)  # [M, 2B, J]
+            remaining = torch.randint(
+                1, self.horizon + 1, obs.shape[:2], generator=generator
+            ).float()
             with torch.no_grad():
-                target = self.backup_targets(world_model, obs)
-            logit = self.members(self._normal(obs))
+                target = self.backup_targets(world_model, obs, remaining)
+            logit = self.members(self._inputs(obs, remaining))
             loss = F.binary_cross_entropy_with_logits(logit, target)
             self.optimizer.zero_grad(set_to_none=True)
             loss.backward()

@@ -225,3 +225,86 @@ def risk_summary(true: np.ndarray, model: np.ndarray, *, max_risk: float) -> dic
         if low.any()
         else float("nan"),
     }
+
+
+# --------------------------------------------------------------------------------------------
+# v1: the certified risk of a decision against the true env
+# --------------------------------------------------------------------------------------------
+
+
+def clone_env(env: Any, index: np.ndarray, *, seed: int) -> Any:
+    """A vector env of the native grid tasks whose copy j is env's copy `index[j]`, with a
+    fresh random stream per clone (so the clones' slips are independent draws)."""
+    state = env.get_state()
+    if "keys" not in state or "config" not in state:
+        raise ValueError(f"cloning needs a native grid env, got {type(env).__name__}")
+    index = np.asarray(index, dtype=np.int64)
+    e = env.num_envs
+    clone = {
+        k: (np.asarray(v)[index] if isinstance(v, np.ndarray) and v.shape[:1] == (e,) else v)
+        for k, v in state.items()
+    }
+    rng = np.random.default_rng(seed)
+    clone["keys"] = rng.integers(0, 2**63, size=len(index), dtype=np.int64).astype(np.uint64)
+    clone["finished"] = np.zeros(len(index), dtype=bool)
+    sim = type(env)(env.config, num_envs=len(index), seed=0)
+    sim.reset()
+    sim.set_state(clone)
+    return sim
+
+
+def backup_actions(shield: Any, obs: np.ndarray, remaining: np.ndarray) -> np.ndarray:
+    """The v1 shield's safest joint action [N, A] for observations [N, A, D] with `remaining`
+    [N] steps of its horizon left (the backup it certifies against)."""
+    n, a, d = obs.shape
+    k = shield.joint.shape[0]
+    with torch.inference_mode():
+        joint = torch.from_numpy(np.asarray(obs, dtype=np.float32).reshape(n, a * d))
+        left = torch.from_numpy(np.asarray(remaining, dtype=np.float32))
+        risks = shield.certified(
+            joint.repeat_interleave(k, dim=0), shield.joint.repeat(n, 1), left.repeat_interleave(k)
+        ).view(n, k)
+    return shield.joint[risks.argmin(dim=1)].numpy()
+
+
+def true_plan_risk(
+    env: Any,
+    shield: Any,
+    first: np.ndarray,
+    *,
+    horizon: int,
+    rollouts: int,
+    seed: int,
+) -> np.ndarray:
+    """True P(violation within `horizon` steps) [E] of copy e of `env` taking joint action
+    first[e] [E, A] now and the v1 shield's backup after it, by Monte Carlo of the real env
+    (`rollouts` clones per copy). `env` is not changed."""
+    e = env.num_envs
+    index = np.repeat(np.arange(e), rollouts)
+    sim = clone_env(env, index, seed=seed)
+    actions = np.repeat(np.asarray(first, dtype=np.int64), rollouts, axis=0)
+    alive = np.ones(len(index), dtype=bool)
+    violated = np.zeros(len(index), dtype=bool)
+    for depth in range(horizon):
+        result = sim.step(actions)
+        violated |= alive & (np.asarray(result.cost) > 0).any(axis=1)
+        ended = np.asarray(result.terminated).any(axis=1) | np.asarray(result.truncated).any(axis=1)
+        alive &= ~ended & ~violated
+        if not alive.any() or depth + 1 == horizon:
+            break
+        # Finished clones keep stepping (auto-reset) but no longer count.
+        actions = backup_actions(shield, result.final_obs, np.full(len(index), horizon - depth - 1))
+    return violated.reshape(e, rollouts).mean(axis=1)
+
+
+def certified_plan_risk(
+    shield: Any, obs: np.ndarray, first: np.ndarray, *, horizon: int
+) -> np.ndarray:
+    """The v1 shield's certified risk [N] of `first` [N, A] at obs [N, A, D] then its backup,
+    within `horizon` steps (the quantity `true_plan_risk` measures)."""
+    n, a, d = obs.shape
+    with torch.inference_mode():
+        joint = torch.from_numpy(np.asarray(obs, dtype=np.float32).reshape(n, a * d))
+        return shield.certified(
+            joint, torch.from_numpy(np.asarray(first, dtype=np.int64)), torch.full((n,), horizon)
+        ).numpy()

@@ -1,0 +1,302 @@
+"""The v1 shield (budget.BudgetShield) and its safety critic against exact answers.
+
+With an exact model of the least risk-to-go (computed by dynamic programming on the true
+dynamics of a small hazard_grid), the shield's certified risk equals the true risk of every
+joint action in every state, and the shielded team keeps P(violation in the episode) within
+`max_risk` whatever the policy proposes. A collision of two individually safe moves is refused.
+The safety critic's value iteration finds the least risk-to-go of a small known model, and the
+calibration factor covers a miscalibrated model at its stated confidence.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from benchmarks.risk_floor import encode_joint_actions, model_from_env, solve_min_risk
+from src.algos.shield.bounds import calibration_factor
+from src.algos.shield.budget import BudgetShield
+from src.algos.shield.critic import RiskCritic, joint_actions
+from src.algos.shield.replay import TransitionReplay
+from src.envs.registry import make_vector_env
+from src.stats import clopper_pearson_interval
+from tests.algos.shield.shield_toys import shield_config
+
+SIZE, N_AGENTS, N_ACTIONS = 5, 2, 5
+
+
+def _v1_config(**overrides: float) -> object:
+    return shield_config(shield_version="v1", wm_version="v1", **overrides)
+
+
+class ExactQ:
+    """A one-member 'world model' whose step ends the imagination with the true least
+    risk-to-go Q*(s, a) of the layout as its risk: the shield's U(s, a) is then exactly Q*."""
+
+    ensemble_size = 1
+    cost_dim = 1
+
+    def __init__(self, env: object, horizon: int = 300) -> None:
+        self.model = model_from_env(env, index=0)
+        solution = solve_min_risk(self.model, horizon)
+        self.q = self.model.backup(solution.value)  # [S, K], K in the DP's joint order
+        self.order = encode_joint_actions(joint_actions(N_AGENTS, N_ACTIONS).numpy())
+
+    def cells(self, joint_obs: torch.Tensor) -> np.ndarray:
+        """Global cell of every agent from hazard_grid observations [..., A*D]."""
+        obs = joint_obs.reshape(*joint_obs.shape[:-1], N_AGENTS, -1).numpy()
+        rows = np.rint(obs[..., 0] * (SIZE - 1)).astype(np.int64)
+        cols = np.rint(obs[..., 1] * (SIZE - 1)).astype(np.int64)
+        return rows * SIZE + cols
+
+    def q_star(self, joint_obs: torch.Tensor, joint_action: torch.Tensor) -> np.ndarray:
+        state = self.model.state_index(self.cells(joint_obs))
+        action = encode_joint_actions(joint_action.numpy())
+        return np.where(state >= 0, self.q[np.maximum(state, 0), action], 1.0)
+
+    def predict(
+        self, joint_obs: torch.Tensor, joint_action: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        risk = torch.from_numpy(self.q_star(joint_obs, joint_action)).float()
+        return joint_obs.clone(), risk.unsqueeze(-1), torch.ones(joint_obs.shape[:-1])
+
+
+def _env(num_envs: int, seed: int = 3) -> object:
+    env = make_vector_env(
+        "hazard_grid",
+        num_envs=num_envs,
+        seed=None,
+        n_agents=N_AGENTS,
+        size=SIZE,
+        n_hazards=3,
+        max_steps=60,
+    )
+    env.reset(seed=[seed] * num_envs)
+    return env
+
+
+def _shield(model: ExactQ, **overrides: float) -> BudgetShield:
+    config = _v1_config(lookahead=1, ensemble_size=1, **overrides)
+    critic = RiskCritic(
+        n_agents=N_AGENTS,
+        obs_dim=model_obs_dim(),
+        n_actions=N_ACTIONS,
+        ensemble_size=1,
+        hidden=(8,),
+        learning_rate=1e-3,
+        tau=0.1,
+        horizon=300,
+        seed=0,
+    )
+    return BudgetShield(
+        config=config,
+        world_model=model,
+        critic=critic,
+        n_agents=N_AGENTS,
+        obs_dim=model_obs_dim(),
+        n_actions=N_ACTIONS,
+    )
+
+
+def model_obs_dim() -> int:
+    return _env(1).obs_dim
+
+
+def test_certified_risk_is_the_true_risk_of_every_joint_action_in_every_state():
+    env = _env(1)
+    oracle = ExactQ(env)
+    shield = _shield(oracle)
+    state = env.get_state()
+    options = joint_actions(N_AGENTS, N_ACTIONS)
+    checked = 0
+    # Every placement of the two agents on distinct non-hazard cells of the layout.
+    free = np.flatnonzero(~state["hazard"][0])
+    for a in free:
+        for b in free:
+            if a == b:
+                continue
+            state["cell"] = np.array([[a, b]])
+            env.set_state(state)
+            joint = torch.from_numpy(env.observe().reshape(1, -1))
+            with torch.inference_mode():
+                certified = shield.certified(
+                    joint.repeat(len(options), 1), options, torch.full((len(options),), 60.0)
+                ).numpy()
+            truth = oracle.q_star(joint.repeat(len(options), 1), options)
+            np.testing.assert_allclose(certified, truth, atol=1e-6)
+            checked += 1
+    assert checked == len(free) * (len(free) - 1)
+
+
+def _episodes(shield: BudgetShield | None, *, copies: int, seed: int) -> tuple[int, int, float]:
+    """Run one episode per copy from the same start with fresh random streams, uniformly
+    random proposals; returns (violations, episodes, mean fraction of agents overridden)."""
+    env = _env(copies)
+    state = env.get_state()
+    rng = np.random.default_rng(seed)
+    state["keys"] = rng.integers(0, 2**63, size=copies, dtype=np.int64).astype(np.uint64)
+    env.set_state(state)
+    obs = env.observe()
+    alive = np.ones(copies, dtype=bool)
+    violated = np.zeros(copies, dtype=bool)
+    changed, decisions = 0, 0
+    if shield is not None:
+        shield.reset(copies, seed)
+    logits = torch.zeros(copies, N_AGENTS, N_ACTIONS)
+    for t in range(env.max_steps):
+        proposed = rng.integers(0, N_ACTIONS, size=(copies, N_AGENTS))
+        actions = proposed
+        if shield is not None:
+            actions, intervened = shield.filter(
+                obs, proposed, logits, np.full(copies, t + 1, dtype=np.int64)
+            )
+            changed += int(intervened[alive].sum())
+            decisions += int(alive.sum()) * N_AGENTS
+        result = env.step(actions)
+        violated |= alive & (result.cost > 0).any(axis=1)
+        alive &= ~(result.terminated.any(axis=1) | result.truncated.any(axis=1) | violated)
+        if not alive.any():
+            break
+        obs = result.obs
+    return int(violated.sum()), copies, changed / max(decisions, 1)
+
+
+@pytest.mark.parametrize("max_risk", [0.1, 0.25])
+def test_the_shielded_team_keeps_the_episode_risk_within_max_risk(max_risk):
+    env = _env(1)
+    oracle = ExactQ(env)
+    start = oracle.model.state_index(env.get_state()["cell"][0])
+    floor = float(oracle.q[start].min())
+    assert floor <= max_risk, "the test layout must be feasible"
+    unshielded, n, _ = _episodes(None, copies=2000, seed=1)
+    shielded, n, share = _episodes(_shield(oracle, max_risk=max_risk), copies=2000, seed=1)
+    low, _ = clopper_pearson_interval(k=unshielded, n=n, confidence=0.99)
+    _, high = clopper_pearson_interval(k=shielded, n=n, confidence=0.99)
+    assert float(low) > 2 * max_risk  # random proposals alone are far riskier
+    assert float(high) >= shielded / n and shielded / n <= max_risk + 0.02
+    assert float(clopper_pearson_interval(k=shielded, n=n, confidence=0.999)[0]) <= max_risk
+    assert 0.0 < share < 1.0  # the shield lets some proposals through and overrides others
+
+
+def test_a_collision_of_two_individually_safe_moves_is_refused():
+    env = _env(1)
+    oracle = ExactQ(env)
+    shield = _shield(oracle, max_risk=0.3)
+    state = env.get_state()
+    free = set(np.flatnonzero(~state["hazard"][0]).tolist())
+    # Two agents two cells apart on a row, with a free cell between them and free cells
+    # around: each moving towards the middle is safe alone, together they collide.
+    for left in sorted(free):
+        col = left % SIZE
+        middle, right = left + 1, left + 2
+        if col + 2 < SIZE and {middle, right} <= free and state["goal"][0][0] != left:
+            break
+    else:
+        pytest.fail("no suitable cells in the layout")
+    state["cell"] = np.array([[left, right]])
+    env.set_state(state)
+    obs = env.observe()
+    right_move, left_move = 4, 3
+    solo = oracle.q_star(
+        torch.from_numpy(obs.reshape(1, -1)).repeat(2, 1),
+        torch.tensor([[right_move, 0], [0, left_move]]),
+    )
+    together = oracle.q_star(
+        torch.from_numpy(obs.reshape(1, -1)), torch.tensor([[right_move, left_move]])
+    )
+    assert together[0] > 0.5 > max(solo)
+    shield.reset(1, 0)
+    executed, intervened = shield.filter(
+        obs,
+        np.array([[right_move, left_move]]),
+        torch.zeros(1, N_AGENTS, N_ACTIONS),
+        np.array([1]),
+    )
+    assert intervened.any() and executed.tolist() != [[right_move, left_move]]
+    joint = torch.from_numpy(obs.reshape(1, -1))
+    assert float(oracle.q_star(joint, torch.from_numpy(executed))[0]) < 0.5
+
+
+class ChainModel:
+    """A known model on a chain of cells 0..4 (obs: the cell), one agent, two actions.
+
+    Action 0 stays; action 1 moves right. Staying in cell 0 risks 0.2; moving risks 0.05;
+    cell 4 ends the episode. Least risk-to-go: stay in cells 1-3 (0), and in cell 0 move once
+    (0.05), then stay.
+    """
+
+    ensemble_size = 2
+    cost_dim = 1
+
+    def predict(
+        self, joint_obs: torch.Tensor, joint_action: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        cell = joint_obs[..., 0]
+        move = joint_action[..., 0].float()
+        next_cell = torch.clamp(cell + move, max=4.0)
+        risk = torch.where(move > 0, torch.full_like(cell, 0.05), (cell == 0).float() * 0.2)
+        done = (next_cell == 4).float()
+        return next_cell.unsqueeze(-1), risk.unsqueeze(-1), done
+
+
+def test_value_iteration_finds_the_least_risk_to_go_of_a_known_model():
+    critic = RiskCritic(
+        n_agents=1,
+        obs_dim=1,
+        n_actions=2,
+        ensemble_size=2,
+        hidden=(32, 32),
+        learning_rate=3e-3,
+        tau=0.2,
+        horizon=8,
+        seed=0,
+    )
+    replay = TransitionReplay(capacity=400, n_agents=1, obs_dim=1, valid_fraction=0.1, seed=0)
+    cells = torch.arange(5, dtype=torch.float32).repeat(60)[:, None]
+    zeros = torch.zeros(len(cells), 1)
+    replay.add(
+        obs=cells,
+        action=torch.zeros(len(cells), 1, dtype=torch.int64),
+        next_obs=cells,
+        cost=zeros,
+        done=zeros[:, 0],
+    )
+    generator = torch.Generator().manual_seed(0)
+    for _ in range(30):
+        critic.fit(replay, ChainModel(), steps=20, batch_size=32, generator=generator)
+    cells = torch.arange(4, dtype=torch.float32)[:, None]
+    with torch.no_grad():
+        values = critic.all_members(cells, 8).numpy()
+        one_step = critic.all_members(cells, 1).numpy()
+    # From cell 0: move once (0.05), then stay; elsewhere: stay (0). With one step left in
+    # cell 0, moving (0.05) still beats staying (0.2).
+    np.testing.assert_allclose(values, [[0.05, 0.0, 0.0, 0.0]] * 2, atol=0.01)
+    np.testing.assert_allclose(one_step[:, 0], [0.05, 0.05], atol=0.01)
+
+
+@pytest.mark.parametrize(("mode", "coverage"), [("frequentist", 0.88), ("bayesian", 0.83)])
+def test_calibration_factor_covers_an_optimistic_model_at_its_confidence(mode, coverage):
+    # The model says 0.02; the truth is 0.04. With delta = 0.1 the scaled prediction must
+    # reach the truth in at least 90% of repetitions for the Clopper-Pearson bound (a
+    # frequentist guarantee; 0.88 allows for the 400 repetitions' own noise), and about as
+    # often for the Beta posterior's quantile (a credible bound, not a coverage guarantee).
+    rng = np.random.default_rng(0)
+    repeats, covered = 400, 0
+    for _ in range(repeats):
+        observed = rng.random(500) < 0.04
+        c = calibration_factor(
+            predicted=np.full(500, 0.02), observed=observed, delta=0.1, mode=mode
+        )
+        covered += c * 0.02 >= 0.04
+    assert covered / repeats >= coverage
+    # A well calibrated model is left as it is most of the time, and never scaled down.
+    c = calibration_factor(
+        predicted=np.full(500, 0.5), observed=np.zeros(500), delta=0.1, mode=mode
+    )
+    assert c == 1.0
+    assert math.isclose(
+        calibration_factor(predicted=[0.1] * 10, observed=[1] * 10, delta=0.05, mode="mean"), 10.0
+    )
