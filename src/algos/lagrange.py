@@ -1,22 +1,25 @@
 """Lagrange multipliers for constrained PPO: the constraint is `J_c <= limit`.
 
 `GradientLagrange` (`lag_version: v0`) is projected gradient ascent on the Lagrangian's dual,
-`lambda <- max(0, lambda + lr * (J_c - limit))`. `PIDLagrange` (`lag_version: pid`) is the
-PID-Lagrangian of Stooke, Achiam and Abbeel, "Responsive Safety in Reinforcement Learning by
-PID Lagrangian Methods" (ICML 2020), Algorithm 2, with the exponential smoothing of OmniSafe's
-`common/lagrange.py`. Both expose `update(cost) -> lambda`, `value` and a plain-value state.
-`LAG_VERSIONS` maps the run config's `lag_version` to a factory taking its `lagrange` section.
-Constructor arguments are checked by the rules of `LagrangeConfig`, the one place they live.
+`lambda <- min(max(0, lambda + lr * (J_c - limit)), lambda_max)`. `PIDLagrange`
+(`lag_version: pid`) is the PID-Lagrangian of Stooke, Achiam and Abbeel, "Responsive Safety in
+Reinforcement Learning by PID Lagrangian Methods" (ICML 2020), Algorithm 2, with the
+exponential smoothing of OmniSafe's `common/lagrange.py`; its integral term starts at
+`lambda_init` and lambda stops at `lambda_max`. Both expose `update(cost) -> lambda`, `value`
+and a plain-value state. `LAG_VERSIONS` maps the run config's `lag_version` to a factory
+taking its `lagrange` section. Constructor arguments are checked by the rules of
+`LagrangeConfig`, the one place they live.
 """
 
 from __future__ import annotations
 
+import math
 from collections import deque
 from collections.abc import Callable
 from typing import Any
 
 from src.checks import check_float
-from src.config.lagrange import LagrangeConfig
+from src.config.lagrange import LagrangeConfig, check_lambda_init
 
 __all__ = ["LAG_VERSIONS", "GradientLagrange", "PIDLagrange"]
 
@@ -24,17 +27,23 @@ _RULES = LagrangeConfig.RULES
 
 
 class GradientLagrange:
-    """Gradient ascent on the multiplier, projected onto lambda >= 0."""
+    """Gradient ascent on the multiplier, projected onto `0 <= lambda <= max_value`."""
 
-    def __init__(self, *, limit: float, lr: float, init: float = 0.0) -> None:
-        """`limit`: constraint threshold; `lr`: ascent step size; `init`: starting lambda."""
+    def __init__(
+        self, *, limit: float, lr: float, init: float = 0.0, max_value: float | None = None
+    ) -> None:
+        """`limit`: constraint threshold; `lr`: ascent step size; `init`: starting lambda;
+        `max_value`: upper limit of lambda (None: none)."""
         lr = _RULES["lagrangian_lr"]("lagrangian lr", lr)
-        init = _RULES["lambda_init"]("initial lambda", init)
+        cap = math.inf if max_value is None else _RULES["lambda_max"]("lambda max_value", max_value)
+        init = check_lambda_init("initial lambda", init, lambda_max=cap)
         self.limit, self.lr, self.value = check_float("limit", limit), lr, init
+        self.max_value = cap
 
     def update(self, cost: float) -> float:
         """One ascent step on `lambda * (cost - limit)`; returns the new lambda."""
-        self.value = max(0.0, self.value + self.lr * (cost - self.limit))
+        step = self.value + self.lr * (cost - self.limit)
+        self.value = min(max(0.0, step), self.max_value)
         return self.value
 
     def state_dict(self) -> dict[str, Any]:
@@ -49,10 +58,10 @@ class GradientLagrange:
 class PIDLagrange:
     """lambda = max(0, Kp * P + I + Kd * D), with I integrated and clamped at 0 (Stooke 2020).
 
-    P is the (EMA-smoothed) constraint violation `cost - limit`; I accumulates `Ki * (cost -
-    limit)` and never goes below 0 (anti-windup); D is the rise of the (EMA-smoothed) cost
-    over the last `d_delay` updates, counted only when positive so that falling cost never
-    pushes lambda up. `ema_p = ema_d = 0` gives the unsmoothed algorithm.
+    P is the (EMA-smoothed) constraint violation `cost - limit`; I starts at `init`, accumulates
+    `Ki * (cost - limit)` and never goes below 0 (anti-windup); D is the rise of the
+    (EMA-smoothed) cost over the last `d_delay` updates, counted only when positive so that
+    falling cost never pushes lambda up. `ema_p = ema_d = 0` gives the unsmoothed algorithm.
     """
 
     def __init__(
@@ -66,22 +75,25 @@ class PIDLagrange:
         ema_p: float = 0.95,
         ema_d: float = 0.95,
         max_value: float = 100.0,
+        init: float = 0.0,
     ) -> None:
-        """Gains `kp`, `ki`, `kd` >= 0; EMA weights in [0, 1); lambda is capped at `max_value`."""
+        """Gains `kp`, `ki`, `kd` >= 0; EMA weights in [0, 1); lambda is capped at `max_value`;
+        `init` is the starting integral term (and lambda), at most `max_value`."""
         kp, ki, kd = (
             _RULES[f"pid_{n}"](f"pid {n}", g) for n, g in (("kp", kp), ("ki", ki), ("kd", kd))
         )
         ema_p = _RULES["pid_ema_p"]("pid ema_p", ema_p)
         ema_d = _RULES["pid_ema_d"]("pid ema_d", ema_d)
         d_delay = _RULES["pid_d_delay"]("pid d_delay", d_delay)
-        max_value = _RULES["pid_max_lambda"]("pid max_value", max_value)
+        max_value = _RULES["lambda_max"]("pid max_value", max_value)
+        init = check_lambda_init("initial lambda", init, lambda_max=max_value)
         self.limit, self.kp, self.ki, self.kd = check_float("limit", limit), kp, ki, kd
         self.ema_p, self.ema_d, self.max_value = ema_p, ema_d, max_value
-        self.integral = 0.0
+        self.integral = init
         self.delta_p = 0.0
         self.cost_d = 0.0
         self.cost_history: deque[float] = deque([0.0], maxlen=d_delay)
-        self.value = 0.0
+        self.value = init
 
     def update(self, cost: float) -> float:
         """Feed the latest constraint estimate; returns the new lambda."""
@@ -115,7 +127,12 @@ class PIDLagrange:
 
 
 def _gradient_multiplier(config: LagrangeConfig) -> GradientLagrange:
-    return GradientLagrange(limit=config.max_risk, lr=config.lagrangian_lr, init=config.lambda_init)
+    return GradientLagrange(
+        limit=config.max_risk,
+        lr=config.lagrangian_lr,
+        init=config.lambda_init,
+        max_value=config.lambda_max,
+    )
 
 
 def _pid_multiplier(config: LagrangeConfig) -> PIDLagrange:
@@ -127,7 +144,8 @@ def _pid_multiplier(config: LagrangeConfig) -> PIDLagrange:
         d_delay=config.pid_d_delay,
         ema_p=config.pid_ema_p,
         ema_d=config.pid_ema_d,
-        max_value=config.pid_max_lambda,
+        max_value=config.lambda_max,
+        init=config.lambda_init,
     )
 
 

@@ -7,14 +7,22 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any, ClassVar
 
-from src.checks import check_float, check_int, check_probability
+from src.checks import check_bool, check_float, check_int, check_probability, fail
 from src.config.section import Section
 
-__all__ = ["LagrangeConfig"]
+__all__ = ["LagrangeConfig", "check_lambda_init"]
 
 _unit = partial(check_probability, open_interval=False)
 _non_negative = partial(check_float, low=0.0, open_low=False)
 _ema = partial(check_float, low=0.0, high=1.0, open_low=False, open_high=True)
+
+
+def check_lambda_init(name: str, value: Any, *, lambda_max: float) -> float:
+    """A starting multiplier: a float in [0, `lambda_max`]."""
+    value = _non_negative(name, value)
+    if value > lambda_max:
+        raise fail(name, value, f"a float in [0.0, {lambda_max}] (at most lambda_max)")
+    return value
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -25,7 +33,11 @@ class LagrangeConfig(Section):
     RULES: ClassVar[Mapping[str, Callable[[str, Any], Any]]] = {
         "cost_gamma": _unit,
         "cost_gae_lambda": _unit,
+        "team_cost": check_bool,
+        "normalise_cost_advantages": check_bool,
+        "risk_window": partial(check_int, low=1),
         "lambda_init": _non_negative,
+        "lambda_max": _non_negative,
         "lagrangian_lr": partial(check_float, low=0.0),
         "pid_kp": _non_negative,
         "pid_ki": _non_negative,
@@ -33,7 +45,6 @@ class LagrangeConfig(Section):
         "pid_d_delay": partial(check_int, low=1),
         "pid_ema_p": _ema,
         "pid_ema_d": _ema,
-        "pid_max_lambda": _non_negative,
     }
 
     max_risk: float
@@ -42,10 +53,19 @@ class LagrangeConfig(Section):
     """Multiplier update, a key of `src.algos.lagrange.LAG_VERSIONS`."""
     cost_gamma: float = 1.0
     """Discount of the cost signal; 1 makes the cost return the episode-violation indicator."""
-    cost_gae_lambda: float = 0.95
+    cost_gae_lambda: float = 0.5
     """GAE lambda of the cost advantages."""
+    team_cost: bool = False
+    """Charge the first violation to every agent of the copy, not only to those whose cost fired."""
+    normalise_cost_advantages: bool = True
+    """Standardise the cost advantages over the unmasked steps (else only centre them)."""
+    risk_window: int = 100
+    """The multiplier sees the violation rate of the episodes of the last rollout, or of the
+    last `risk_window` finished episodes when the rollout finished fewer."""
     lambda_init: float = 0.0
-    """Initial multiplier of `lag_version: v0`."""
+    """Initial multiplier (`v0`) or initial integral term (`pid`); at most `lambda_max`."""
+    lambda_max: float = 5.0
+    """Upper limit of the multiplier (both versions)."""
     lagrangian_lr: float = 0.5
     """Ascent step of `v0` per unit of (violation rate - max_risk)."""
     pid_kp: float = 1.0
@@ -60,5 +80,8 @@ class LagrangeConfig(Section):
     """EMA weight smoothing the proportional term (0 = none)."""
     pid_ema_d: float = 0.5
     """EMA weight smoothing the rate used by the derivative term (0 = none)."""
-    pid_max_lambda: float = 100.0
-    """Upper limit of the pid multiplier."""
+
+    def __post_init__(self) -> None:
+        """Every field by its rule, then `lambda_init` against `lambda_max`."""
+        super().__post_init__()
+        check_lambda_init("lambda_init", self.lambda_init, lambda_max=self.lambda_max)

@@ -6,7 +6,8 @@ import itertools
 
 import pytest
 
-from src.algos.lagrange import GradientLagrange, PIDLagrange
+from src.algos.lagrange import LAG_VERSIONS, GradientLagrange, PIDLagrange
+from src.config.lagrange import LagrangeConfig
 
 
 def test_gradient_multiplier_rises_above_limit_and_falls_to_zero_below():
@@ -72,3 +73,57 @@ def test_pid_rejects_bad_settings(kwargs, name):
     base = {"limit": 0.1, "kp": 1.0, "ki": 1.0, "kd": 1.0}
     with pytest.raises(ValueError, match=name):
         PIDLagrange(**{**base, **kwargs})
+
+
+def _risk_under(lam: float) -> float:
+    """A plant with a known optimum: the violation rate falls as 0.5 / (1 + lambda), so
+    against the limit 0.1 the multiplier that just meets the constraint is 4."""
+    return 0.5 / (1.0 + lam)
+
+
+@pytest.mark.parametrize("version", sorted(LAG_VERSIONS))
+def test_default_multipliers_settle_at_the_known_optimum_from_either_side(version: str) -> None:
+    cap = LagrangeConfig(max_risk=0.1, lag_version=version).lambda_max
+    assert cap > 4.0
+    for start in (0.0, cap):
+        config = LagrangeConfig(max_risk=0.1, lag_version=version, lambda_init=start)
+        lag = LAG_VERSIONS[version](config)
+        values = [lag.value]
+        for _ in range(600):
+            values.append(lag.update(_risk_under(lag.value)))
+        if start == 0.0:
+            # violated throughout the approach (risk > 0.1 below lambda 4): lambda rises
+            assert all(v > 0.0 for v in values[1:])
+            assert values[100] > values[50] > values[10] > values[0]
+        else:
+            # satisfied throughout the approach: lambda falls from where it started
+            assert all(b <= a + 1e-9 for a, b in itertools.pairwise(values))
+            assert values[10] < start
+        assert values[-1] == pytest.approx(4.0, abs=0.1)
+        # settled: the last 10% of the updates move lambda by well under 10% of its value
+        assert abs(values[-1] - values[-60]) < 0.01 * values[-1]
+
+
+def test_gradient_multiplier_cap_and_pid_initial_value() -> None:
+    lag = GradientLagrange(limit=0.1, lr=1.0, max_value=0.5)
+    assert lag.update(1.0) == 0.5
+    assert GradientLagrange(limit=0.1, lr=1.0).update(100.0) == pytest.approx(99.9)  # no cap
+    pid = PIDLagrange(limit=0.1, kp=0.0, ki=1.0, kd=0.0, ema_p=0.0, ema_d=0.0, init=2.0)
+    assert pid.value == 2.0
+    assert pid.update(0.0) == pytest.approx(1.9)  # the integral starts at init
+    with pytest.raises(ValueError, match="initial lambda"):
+        PIDLagrange(limit=0.1, kp=1.0, ki=1.0, kd=1.0, init=200.0)
+    with pytest.raises(ValueError, match="initial lambda"):
+        GradientLagrange(limit=0.1, lr=1.0, init=1.0, max_value=0.5)
+    with pytest.raises(ValueError, match="max_value"):
+        GradientLagrange(limit=0.1, lr=1.0, max_value=-1.0)
+
+
+@pytest.mark.parametrize("version", sorted(LAG_VERSIONS))
+def test_factories_pass_the_cap_and_the_initial_value(version: str) -> None:
+    config = LagrangeConfig(max_risk=0.1, lag_version=version, lambda_init=0.5, lambda_max=0.75)
+    lag = LAG_VERSIONS[version](config)
+    assert (lag.value, lag.max_value) == (0.5, 0.75)
+    for _ in range(200):
+        lag.update(1.0)
+    assert lag.value == 0.75

@@ -1,0 +1,311 @@
+"""Lagrangian IPPO: the Markov cost target around a first violation, hand-computed."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from src.algos import metrics as M
+from src.algos.checkpoint import join_state, split_state
+from src.algos.ippo_lag import (
+    IPPOLag,
+    cost_process_mask,
+    markov_cost_gae,
+    masked_normalise,
+    masked_value_loss,
+)
+from src.algos.maths import value_loss
+from src.algos.train import build_trainer
+from src.config.lagrange import LagrangeConfig
+from src.config.run import RunConfig
+from tests.algos.conftest import toy_config
+from tests.algos.toy_env import make_toy_env
+
+
+def _flags(*values: int) -> torch.Tensor:
+    return torch.tensor(values, dtype=torch.bool)
+
+
+def test_cost_process_mask_ends_at_the_first_violation_and_restarts_with_the_episode() -> None:
+    # copy 0: first violation at t=1, episode ends at t=2, next episode violates at t=4
+    # copy 1: its episode had violated before the rollout, ends at t=3
+    first = torch.stack([_flags(0, 1, 0, 0, 1, 0), _flags(0, 0, 0, 0, 0, 0)], dim=1)
+    done = torch.stack([_flags(0, 0, 1, 0, 0, 0), _flags(0, 0, 0, 1, 0, 0)], dim=1)
+    mask = cost_process_mask(first_violation=first, done=done, violated_at_start=_flags(0, 1))
+    assert mask[:, 0].tolist() == [True, True, False, True, True, False]
+    assert mask[:, 1].tolist() == [False, False, False, False, True, True]
+    with pytest.raises(ValueError, match="violated_at_start"):
+        cost_process_mask(first_violation=first, done=done, violated_at_start=_flags(0))
+
+
+def _one_copy(values: list[float], next_values: list[float]) -> dict[str, torch.Tensor]:
+    t = len(values)
+    return {
+        "values": torch.tensor(values).view(t, 1, 1),
+        "next_values": torch.tensor(next_values).view(t, 1, 1),
+        "terminated": torch.zeros(t, 1, 1, dtype=torch.bool),
+        "truncated": torch.zeros(t, 1, 1, dtype=torch.bool),
+    }
+
+
+def test_cost_gae_around_a_first_violation_by_hand() -> None:
+    # Steps 0, 1 before the violation, step 2 is the first violation, 3 and 4 come after it
+    # in the same episode (which goes on past the rollout).
+    first = _flags(0, 0, 1, 0, 0).view(5, 1)
+    mask = cost_process_mask(
+        first_violation=first, done=torch.zeros(5, 1, dtype=torch.bool), violated_at_start=_flags(0)
+    )
+    tensors = _one_copy([0.2, 0.4, 0.6, 0.9, 0.9], [0.4, 0.6, 0.9, 0.9, 0.9])
+    adv, ret = markov_cost_gae(
+        first_violation=first, mask=mask, gamma=1.0, gae_lambda=0.5, **tensors
+    )
+    # delta_2 = 1 - 0.6 (the violation is terminal for the cost: V(s_3) is not used)
+    # delta_1 = 0.6 - 0.4, delta_0 = 0.4 - 0.2; A_t = delta_t + 0.5 A_{t+1}
+    assert adv.view(-1).tolist() == pytest.approx([0.4, 0.4, 0.4, 0.0, 0.0])
+    assert ret.view(-1).tolist() == pytest.approx([0.6, 0.8, 1.0, 0.0, 0.0])
+    # With lambda 1 the advantage is the Monte Carlo cost-to-go (1) minus the value.
+    adv_mc, _ = markov_cost_gae(
+        first_violation=first, mask=mask, gamma=1.0, gae_lambda=1.0, **tensors
+    )
+    assert adv_mc.view(-1)[:3].tolist() == pytest.approx([0.8, 0.6, 0.4])
+    # What the critic says after the violation never reaches the steps before it.
+    changed = _one_copy([0.2, 0.4, 0.6, 0.1, 0.5], [0.4, 0.6, 0.1, 0.5, 0.3])
+    adv_changed, _ = markov_cost_gae(
+        first_violation=first, mask=mask, gamma=1.0, gae_lambda=0.5, **changed
+    )
+    assert torch.equal(adv_changed, adv)
+
+
+def test_cost_gae_bootstraps_before_a_violation_and_not_across_episodes() -> None:
+    # Episode A truncated at step 1 without a violation; episode B starts at step 2, violates
+    # at step 3.
+    first = _flags(0, 0, 0, 1).view(4, 1)
+    done = _flags(0, 1, 0, 0).view(4, 1)
+    tensors = _one_copy([0.5, 0.5, 0.3, 0.5], [0.5, 0.7, 0.5, 0.2])
+    tensors["truncated"] = done.view(4, 1, 1).clone()
+    mask = cost_process_mask(first_violation=first, done=done, violated_at_start=_flags(0))
+    adv, ret = markov_cost_gae(
+        first_violation=first, mask=mask, gamma=1.0, gae_lambda=1.0, **tensors
+    )
+    # step 1 bootstraps V(final obs) = 0.7; step 3 is terminal for the cost.
+    assert adv.view(-1).tolist() == pytest.approx([0.2, 0.2, 0.7, 0.5])
+    assert ret.view(-1).tolist() == pytest.approx([0.7, 0.7, 1.0, 1.0])
+
+
+def test_per_agent_signal_charges_only_the_violating_agent_and_masks_both() -> None:
+    # Two agents; agent 1 alone violates at step 1.
+    first = _flags(0, 1, 0).view(3, 1)
+    mask = cost_process_mask(
+        first_violation=first, done=torch.zeros(3, 1, dtype=torch.bool), violated_at_start=_flags(0)
+    )
+    signal = torch.tensor([[0.0, 0.0], [0.0, 1.0], [1.0, 0.0]]).view(3, 1, 2)
+    zeros = torch.zeros(3, 1, 2)
+    adv, ret = markov_cost_gae(
+        first_violation=first,
+        signal=signal,
+        mask=mask,
+        values=zeros,
+        next_values=zeros,
+        terminated=zeros.bool(),
+        truncated=zeros.bool(),
+        gamma=1.0,
+        gae_lambda=1.0,
+    )
+    assert ret[:, 0, 0].tolist() == [0.0, 0.0, 0.0]
+    assert ret[:, 0, 1].tolist() == [1.0, 1.0, 0.0]
+    assert adv[2].tolist() == [[0.0, 0.0]]  # after the team's first violation: no cost target
+
+
+def test_masked_normalise_and_value_loss() -> None:
+    x = torch.tensor([1.0, 3.0, 100.0, 5.0])
+    mask = _flags(1, 1, 0, 1)
+    out = masked_normalise(x, mask)
+    assert out[2] == 0.0
+    kept = out[mask]
+    assert kept.mean().item() == pytest.approx(0.0, abs=1e-6)
+    assert kept.std(unbiased=False).item() == pytest.approx(1.0, abs=1e-5)
+    assert torch.equal(masked_normalise(x, torch.zeros(4, dtype=torch.bool)), torch.zeros(4))
+
+    values = torch.tensor([0.5, 0.2, 9.0, 0.1], requires_grad=True)
+    returns = torch.tensor([1.0, 0.0, 0.0, 0.0])
+    loss = masked_value_loss(values=values, returns=returns, mask=mask)
+    assert loss.item() == pytest.approx(
+        value_loss(values=values[mask], returns=returns[mask]).item()
+    )
+    loss.backward()
+    assert values.grad[2] == 0.0
+    empty = masked_value_loss(values=values, returns=returns, mask=torch.zeros(4, dtype=torch.bool))
+    assert empty.item() == 0.0
+
+
+def _lag_trainer(**algo_params: object) -> IPPOLag:
+    config = toy_config(
+        algo="ippo_lag",
+        lag_version="pid",
+        env_params={"risk": 0.6},
+        algo_params={"lambda_init": 1.0, **algo_params},
+    )
+    trainer = build_trainer(config, make_toy_env(config))
+    assert isinstance(trainer, IPPOLag)
+    return trainer
+
+
+@pytest.mark.parametrize("team_cost", [False, True])
+def test_trainer_batch_has_no_cost_signal_after_a_violation(team_cost: bool) -> None:
+    trainer = _lag_trainer(team_cost=team_cost)
+    trainer._obs = trainer.env.reset(seed=[0, 1, 2, 3])
+    trainer.collect_rollout()
+    buf = trainer.buffer
+    trainer.prepare_batch = lambda batch: batch  # IPPO's batch: the reward advantages alone
+    reward_advantages = trainer.compute_advantages()
+    del trainer.prepare_batch
+    batch = trainer.prepare_batch({k: v.clone() for k, v in reward_advantages.items()})
+    done = (buf.terminated | buf.truncated).any(-1)
+    expected = cost_process_mask(
+        first_violation=buf.first_violation,
+        done=done,
+        violated_at_start=torch.zeros(buf.num_envs, dtype=torch.bool),
+    )
+    mask = batch["cost_mask"]
+    assert torch.equal(mask, expected.unsqueeze(-1).expand_as(mask))
+    assert (~mask).any() and mask.any()  # the toy violates often: both kinds of step occur
+    assert torch.all(batch["cost_returns"][~mask] == 0.0)
+    lam = trainer.multiplier.value
+    assert lam > 0.0
+    # The combined advantage of a masked step is the reward advantage alone, scaled.
+    combined = batch["advantages"][~mask]
+    scaled_reward = reward_advantages["advantages"][~mask] / (1.0 + lam)
+    assert torch.allclose(combined, scaled_reward, atol=1e-6)
+    first = buf.first_violation.unsqueeze(-1).expand_as(mask)
+    charged = first & (buf.costs > 0) if not team_cost else first
+    assert torch.all(batch["cost_returns"][charged] == 1.0)
+    if not team_cost:
+        assert torch.all(batch["cost_returns"][first & (buf.costs == 0)] == 0.0)
+
+
+def test_a_rollout_starting_inside_a_violated_episode_masks_its_steps() -> None:
+    # Rollouts of 12 steps against episodes of at most 8: some copies are mid-episode, and
+    # already violated, when the second rollout begins.
+    config = toy_config(algo="ippo_lag", lag_version="pid", rollouts=12, env_params={"risk": 0.6})
+    trainer = build_trainer(config, make_toy_env(config))
+    trainer._obs = trainer.env.reset(seed=[0, 1, 2, 3])
+    trainer.collect_rollout()
+    trainer.compute_advantages()
+    violated = trainer.tracker.violated.copy()
+    assert violated.any()
+    trainer.collect_rollout()
+    assert np.array_equal(trainer._violated_at_start, violated)
+    buf = trainer.buffer
+    batch = trainer.compute_advantages()
+    expected = cost_process_mask(
+        first_violation=buf.first_violation,
+        done=(buf.terminated | buf.truncated).any(-1),
+        violated_at_start=torch.from_numpy(violated),
+    )
+    assert torch.equal(batch["cost_mask"][..., 0], expected)
+    assert not expected[0, torch.from_numpy(violated)].any()
+
+
+@pytest.mark.parametrize("risk_window", [5, 1000])
+def test_risk_window_keeps_the_last_rollout_or_the_last_n_episodes_and_resumes(
+    risk_window: int,
+) -> None:
+    trainer = _lag_trainer(risk_window=risk_window)
+    trainer.train(progress=False)
+    window = list(trainer._recent_violations)
+    last_rollout_start = (trainer.num_updates - 1) * trainer.steps_per_update
+    in_last_rollout = [ep for ep in trainer.history if ep.t_end > last_rollout_start]
+    keep = max(risk_window, len(in_last_rollout))
+    assert window == [ep.violated for ep in trainer.history][-keep:]
+    assert trainer.risk_estimate() == pytest.approx(sum(window) / len(window))
+    last = trainer.updates[-1]
+    assert last[M.LAMBDA] == pytest.approx(trainer.multiplier.value)
+    assert last[M.CONSTRAINT_GAP] == pytest.approx(trainer.risk_estimate() - trainer.max_risk)
+    # The state goes through the checkpoint's formats unchanged.
+    tree, tensors, arrays = split_state(trainer.extra_state())
+    clone = _lag_trainer(risk_window=risk_window)
+    clone.load_extra_state(join_state(tree, tensors, arrays))
+    assert list(clone._recent_violations) == window
+    assert clone.multiplier.state_dict() == trainer.multiplier.state_dict()
+    assert clone._last_rate == trainer._last_rate
+
+
+def test_new_fields_reach_the_lagrange_section_and_are_recorded() -> None:
+    config = RunConfig.from_dict(
+        toy_config(
+            algo="ippo_lag",
+            algo_params={
+                "team_cost": True,
+                "normalise_cost_advantages": False,
+                "risk_window": 7,
+                "lambda_max": 2.0,
+                "lambda_init": 2.0,
+            },
+        )
+    )
+    lag = config.lagrange
+    assert (lag.team_cost, lag.normalise_cost_advantages, lag.risk_window) == (True, False, 7)
+    assert (lag.lambda_init, lag.lambda_max) == (2.0, 2.0)
+    defaults = LagrangeConfig(max_risk=0.1, lag_version="v0")
+    assert (defaults.cost_gae_lambda, defaults.lambda_max, defaults.team_cost) == (0.5, 5.0, False)
+    trainer = build_trainer(config, make_toy_env(config))
+    assert trainer.multiplier.value == 2.0 and trainer.multiplier.max_value == 2.0
+    assert trainer.algo_config()["risk_window"] == 7
+
+
+@pytest.mark.parametrize(
+    ("params", "name"),
+    [
+        ({"risk_window": 0}, "risk_window"),
+        ({"risk_window": 2.5}, "risk_window"),
+        ({"team_cost": 1}, "team_cost"),
+        ({"normalise_cost_advantages": "yes"}, "normalise_cost_advantages"),
+        ({"lambda_max": -1.0}, "lambda_max"),
+        ({"lambda_init": 5.0, "lambda_max": 1.0}, "lambda_init=5.0"),
+        ({"lambda_init": 6.0}, "lambda_init=6.0"),
+    ],
+)
+def test_config_rejects_bad_values(params: dict[str, object], name: str) -> None:
+    with pytest.raises(ValueError, match=name):
+        LagrangeConfig(max_risk=0.1, lag_version="pid", **params)
+    with pytest.raises(ValueError, match=name):
+        RunConfig.from_dict(toy_config(algo="ippo_lag", algo_params=params))
+
+
+def test_lambda_max_is_the_one_cap_of_both_versions() -> None:
+    with pytest.raises(ValueError, match=r"pid_max_lambda.*known: .*'lambda_max'"):
+        RunConfig.from_dict(toy_config(algo="ippo_lag", algo_params={"pid_max_lambda": 10.0}))
+
+
+@pytest.mark.slow
+def test_multiplier_rises_while_violated_and_falls_once_satisfied_on_the_toy_task() -> None:
+    # Toy task (tests/algos/toy_env.py): the risky action pays 1.5 instead of 1 and violates
+    # with probability 0.3. Episodes last 6.73 steps on average (sum of 0.95^k, k < 8), so the
+    # constrained optimum with max_risk 0.1 takes the risky action at only about 2.5% of the
+    # agent-steps: its return is within 2% of the safe policy's 2 * 6.73 = 13.46, and its
+    # violation rate is max_risk. The untrained policy violates in most episodes.
+    config = toy_config(
+        algo="ippo_lag",
+        lag_version="pid",
+        max_risk=0.1,
+        num_envs=8,
+        rollouts=32,
+        learning_epochs=4,
+        learning_rate=3e-3,
+        timesteps=8 * 32 * 60,
+    )
+    trainer = build_trainer(config, make_toy_env(config))
+    trainer.train(progress=False)
+    lam = [row[M.LAMBDA] for row in trainer.updates]
+    risk = [row[M.CONSTRAINT_GAP] + 0.1 for row in trainer.updates]
+    assert risk[0] > 0.5
+    satisfied = next(k for k, r in enumerate(risk) if r < 0.1)
+    assert satisfied > 1
+    assert lam[satisfied - 1] > lam[0] + 1.0  # rose while the constraint was violated
+    assert max(lam) == max(lam[: satisfied + 1])  # and peaked when it became satisfied
+    quarter = len(lam) // 4
+    assert max(risk[-quarter:]) < 0.1
+    assert lam[-1] < 0.1 * max(lam)  # fell once the constraint was satisfied
+    late_return = np.mean([row[M.EPISODE_RETURN] for row in trainer.updates[-quarter:]])
+    assert late_return > 0.9 * 13.46
