@@ -13,7 +13,14 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any, ClassVar
 
-from src.checks import check_float, check_int, check_int_tuple, check_probability, fail
+from src.checks import (
+    check_choice,
+    check_float,
+    check_int,
+    check_int_tuple,
+    check_probability,
+    fail,
+)
 from src.config.section import Section
 
 __all__ = ["MAX_IMAGINED_ROWS", "MAX_JOINT_ACTIONS", "ShieldConfig"]
@@ -22,6 +29,11 @@ MAX_JOINT_ACTIONS = 4096
 """Most joint actions the v1 shield enumerates (n_actions ** n_agents)."""
 MAX_IMAGINED_ROWS = 100_000
 """Most imagined successors per judged joint action (joint ** (lookahead - 1))."""
+
+RISK_SCOPES = ("episode", "receding")
+"""What the v1 shield's allowance bounds (ShieldConfig.risk_scope)."""
+LEARN_FROM = ("executed", "proposals")
+"""Which action of a shielded step the v1 base policy learns from (ShieldConfig.learn_from)."""
 
 _positive_int = partial(check_int, low=1, high=1_000_000)
 _positive = partial(check_float, low=0.0)
@@ -77,6 +89,8 @@ class ShieldConfig(Section):
         "critic_batch_size": _positive_int,
         "horizon": partial(check_int, low=1, high=100_000),
         "intervention_penalty": partial(check_float, low=0.0, open_low=False),
+        "risk_scope": partial(check_choice, choices=RISK_SCOPES),
+        "learn_from": partial(check_choice, choices=LEARN_FROM),
     }
 
     max_risk: float
@@ -142,13 +156,22 @@ class ShieldConfig(Section):
     """v1: value-iteration steps of the safety critic per policy update."""
     critic_batch_size: int = 64
     """v1: replay transitions per member and value-iteration step (both ends are used)."""
-    horizon: int = 200
-    """v1: steps of an episode the guarantee covers: the shield bounds P(violation within the
-    first `horizon` steps of an episode), and its critic learns the least risk over h <= horizon
-    steps. It may exceed the training cap (the evaluation runs episodes longer)."""
+    horizon: int = 10
+    """v1: steps H the certified risk covers (the next H steps with `risk_scope: receding`,
+    the first H of the episode with `episode`); the critic learns the least risk over
+    h <= H steps. It may exceed the training cap (the evaluation runs episodes longer)."""
+    risk_scope: str = "receding"
+    """v1: what the allowance `max_risk` bounds. `receding`: at every step, the certified
+    P(violation within the next `horizon` steps) of the executed joint action followed by the
+    safest continuation; `episode`: P(violation within the first `horizon` steps of the
+    episode), by an excess budget spent over the episode (docs/design.md, section 6.3)."""
+    learn_from: str = "executed"
+    """v1: the base policy learns from the `executed` joint action (the shield's correction
+    is treated as the policy's own action) or from its own `proposals` (the shield as part of
+    the environment)."""
     intervention_penalty: float = 0.05
-    """v1: reward taken from an agent for every step the shield overrides its proposal; the
-    policy learns from its proposals with the shield as part of its environment."""
+    """v1: reward taken from an agent for every step the shield overrides its action, so that
+    states which need an override lose value and the policy learns to avoid them."""
 
     def check_against(self, *, n_agents: int, n_actions: int, max_steps: int) -> None:
         """Refuse settings this env cannot meet, naming the key, the value and what would work.
@@ -161,6 +184,12 @@ class ShieldConfig(Section):
                 "lookahead",
                 self.lookahead,
                 f"at most the episode cap max_steps={max_steps}",
+            )
+        if self.shield_version == "v0" and self.wm_version != "v0":
+            raise fail(
+                "wm_version",
+                self.wm_version,
+                "v0 for shield_version v0 (it needs the per-agent cost heads of world model v0)",
             )
         if self.shield_version != "v1":
             return

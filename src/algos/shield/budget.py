@@ -1,33 +1,47 @@
-"""The v1 shield: model-predictive shielding of the joint action with an episode risk budget.
+"""The v1 shield: model-predictive shielding of the joint action, with a risk allowance over a
+receding horizon or an episode risk budget.
 
-What it promises. For each episode, the shield keeps the team's probability of a violation
-(some agent's cost > 0 at some step of the episode) at most `max_risk`, or at most V(s_0) when
-even the safest continuation from the first observation is riskier than that (an infeasible
-start). The probabilities are those of the shield's learned models, made pessimistic by taking
-the worst world-model member and by the calibration factor of the world model's risk head on
-held-out real transitions (`src.algos.shield.bounds.calibration_factor`).
+Risks. Per env copy and step, with s the joint observation and a a joint action:
 
-How. Per env copy and step, with s the joint observation and a a joint action:
+- Q(s, a) = r(s, a) + (1 - r(s, a)) (1 - d(s, a)) V(s'(s, a)) is the probability that some
+  agent's cost is > 0 within the next H steps (H = `horizon`, or what is left of it) if the
+  team takes a now and the safest continuation after it: r, d and s' come from a world-model
+  member (`lookahead` imagined steps, each after the first following that member's own
+  safest action), V is the member's learned least risk-to-go over the steps then left
+  (`critic.RiskCritic`). U(s, a) = c * max_m Q_m(s, a) is the certified risk (the worst member
+  times c, the calibration factor of the world model's risk on held-out real transitions,
+  `src.algos.shield.bounds.calibration_factor`), and V(s) = min_a U(s, a) the safest joint
+  action's (the *backup*).
+- Every joint action is judged with the other agents' actual proposals: the team's proposal
+  is one joint action among n_actions ** n_agents.
 
-- Q(s, a) = r(s, a) + (1 - r(s, a)) (1 - d(s, a)) V(s'(s, a)) is the risk of taking a now and
-  the safest continuation after it: r, d and s' come from a world-model member (`lookahead`
-  imagined steps, each after the first following that member's own safest action), V is the
-  member's learned least risk-to-go (`critic.RiskCritic`). U(s, a) = c * max_m Q_m(s, a) is the
-  certified risk (c the calibration factor), and V(s) = min_a U(s, a) the safest action's.
-- The *excess* of a is e(s, a) = U(s, a) - V(s) >= 0: the risk it adds over the safest
-  continuation. The shield gives every episode an excess budget B = max_risk - V(s_0) and
-  executes the team's proposal if its excess fits what is left; otherwise the certified joint
-  action (excess within the budget) that the policy finds most likely; the safest action (excess
-  0, always certified) is the fallback. Each executed step's excess is spent.
-- Composition: for exact models, the risk of any way of acting is V(s_0) plus the expected sum
-  of the excesses of the actions taken (the first-passage analogue of the performance-difference
-  identity), so spending at most B = max_risk - V(s_0) of excess per episode keeps P(violation in
-  the episode) <= max_risk, whatever the policy proposes. This holds for every horizon: the
-  episode may run past the training cap (the evaluation lifts it) without changing the bound.
+Decisions (`risk_scope`):
 
-Cost. Every joint action of every copy is judged in one batched call per step (all members
-together): V(s) = min_a U(s, a) is exact for the shield's models, so no proposal passes on an
-estimate of it. Nothing is sampled: the shield is deterministic given its models.
+- `receding` (default): the proposal is executed if U(s, a) <= `max_risk`; otherwise the
+  most likely joint action with U <= `max_risk` that changes one agent's proposed action
+  (the policy's probability of that agent's new action); otherwise the most likely joint
+  action with U <= `max_risk`; if there is none, the backup (the fallback, always
+  available). What holds, by the models: after every executed
+  step the team is in a state where the backup keeps P(violation within the next H steps)
+  at most `max_risk` (or as low as any action can, V(s), when that exceeds `max_risk`). This
+  is Bastani et al.'s model-predictive shielding with the backup chosen by the models. It
+  does not bound the episode: an episode of many steps, each within the allowance, can add up
+  to more.
+- `episode`: the *excess* of a is e(s, a) = U(s, a) - V(s) >= 0. Each episode gets an excess
+  budget B = `max_risk` - V(s_0); the proposal is executed if its excess fits what is left,
+  otherwise the most likely joint action whose excess fits, the backup (excess 0) as the
+  fallback; each executed step's excess is spent. For exact models the risk of any way of
+  acting is V(s_0) plus the expected sum of the excesses of the actions taken (the
+  first-passage analogue of the performance-difference identity), so the shield keeps
+  P(violation within the first H steps of the episode) <= `max_risk` (or V(s_0) when the
+  start is infeasible), whatever the policy proposes. With learned models the budget is
+  spent on the models' errors as well, and the shield falls back to the backup for good.
+
+Cost. With `receding` the proposals of all copies are judged first (one batched model call),
+then the A (n_actions - 1) one-agent changes of the proposals that failed, and every joint
+action only for the copies where no one-agent change passed.
+With `episode` every joint action of every copy is judged each step. Nothing is sampled: the
+shield is deterministic given its models.
 """
 
 from __future__ import annotations
@@ -57,7 +71,10 @@ class Decision:
     excess: np.ndarray
     """Its excess over the safest joint action (the budget it spent)."""
     safest: np.ndarray
-    """V(s) = min_a U(s, a)."""
+    """V(s) = min_a U(s, a) (NaN where the receding screen passed the proposal unjudged)."""
+    allowance: np.ndarray
+    """The most certified risk the executed action was allowed: V(s) plus the budget left
+    (`episode`), or `max_risk` (`receding`; V(s) where even the safest exceeds it)."""
     fallback: np.ndarray
     """The proposal did not fit and nothing but the safest action did."""
     remaining: np.ndarray
@@ -187,37 +204,72 @@ class BudgetShield:
         e, a = proposed_np.shape
         if self.budget.shape != (e,):
             self.budget = np.zeros(e, dtype=np.float64)
+        episode = self.config.risk_scope == "episode"
+        # Steps of the guarantee left, this one included.
+        if episode:
+            remaining = torch.from_numpy(self.config.horizon - step + 1).float()
+        else:
+            remaining = torch.full((e,), float(self.config.horizon))
+        bound = np.zeros(e)
+        excess = np.zeros(e)
+        safest = np.full(e, math.nan)
+        allowance = np.full(e, self.config.max_risk)
+        fallback = np.zeros(e, dtype=bool)
+        executed = proposed_np.copy()
         with torch.inference_mode():
             joint = obs_t.reshape(e, a * self.obs_dim)
-            k = self.joint.shape[0]
-            # Steps of the guarantee left, this one included.
-            remaining = torch.from_numpy(self.config.horizon - step + 1).float()
-            risks = self.certified(
-                joint.repeat_interleave(k, dim=0),
-                self.joint.repeat(e, 1),
-                remaining.repeat_interleave(k),
-            )
-            risks = risks.double().view(e, k)  # [E, K] U(s, a) of every joint action
-            safest = risks.min(dim=1)
-            over = (risks - safest.values[:, None]).clamp_(min=0.0)  # [E, K] excess
-            new = step == 1
-            if new.any():
-                self.budget[new] = self.config.max_risk - safest.values.numpy()[new]
-                self.stats.infeasible_starts += int((self.budget[new] < 0).sum())
-            budget = np.maximum(self.budget, 0.0)
-            executed, bound, excess, fallback = self._choose(
-                proposed_np, logits_t, risks, over, safest.indices, budget
-            )
+            judge = np.arange(e)
+            if not episode:
+                # A proposal within the allowance is executed as it is; for the others, the
+                # most likely change of one agent's action within it. Only the copies left
+                # need every joint action judged.
+                bound = self.certified(joint, torch.from_numpy(proposed_np), remaining)
+                bound = bound.double().numpy()
+                judge = np.flatnonzero(bound > self.config.max_risk)
+                if len(judge):
+                    found, actions, risks = self._one_change(
+                        joint[judge], proposed_np[judge], logits_t[judge], remaining[judge]
+                    )
+                    executed[judge[found]] = actions[found]
+                    bound[judge[found]] = risks[found]
+                    judge = judge[~found]
+            if len(judge):
+                rows = torch.from_numpy(judge)
+                k = self.joint.shape[0]
+                risks = self.certified(
+                    joint[rows].repeat_interleave(k, dim=0),
+                    self.joint.repeat(len(judge), 1),
+                    remaining[rows].repeat_interleave(k),
+                )
+                risks = risks.double().view(len(judge), k)  # U(s, a) of every joint action
+                low = risks.min(dim=1)
+                over = (risks - low.values[:, None]).clamp_(min=0.0)  # excess over the safest
+                safest[judge] = low.values.numpy()
+                if episode:
+                    new = judge[step[judge] == 1]
+                    if len(new):
+                        self.budget[new] = self.config.max_risk - safest[new]
+                        self.stats.infeasible_starts += int((self.budget[new] < 0).sum())
+                    room = np.maximum(self.budget[judge], 0.0)
+                else:
+                    room = np.maximum(self.config.max_risk - safest[judge], 0.0)
+                allowance[judge] = safest[judge] + room
+                chosen = self._choose(
+                    proposed_np[judge], logits_t[rows], risks, over, low.indices, room
+                )
+                executed[judge], bound[judge], excess[judge], fallback[judge] = chosen
         self.last = Decision(
-            budget=self.budget.copy(),
+            budget=self.budget.copy() if episode else allowance - np.nan_to_num(safest),
             bound=bound,
             excess=excess,
-            safest=safest.values.numpy(),
+            safest=safest,
+            allowance=allowance,
             fallback=fallback,
             remaining=remaining.numpy(),
         )
-        self.stats.budget_sum += float(budget.sum())
-        self.budget -= excess
+        if episode:
+            self.stats.budget_sum += float(np.maximum(self.budget, 0.0).sum())
+            self.budget -= excess
         intervened = executed != proposed_np
         s = self.stats
         s.decisions += e
@@ -226,6 +278,40 @@ class BudgetShield:
         s.bound_sum += float(bound.sum())
         s.seconds += time.perf_counter() - start
         return executed, intervened
+
+    def _one_change(
+        self,
+        joint: torch.Tensor,
+        proposed: np.ndarray,
+        logits: torch.Tensor,
+        remaining: torch.Tensor,
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Per copy [N]: whether some joint action that changes one agent's proposed action is
+        within `max_risk`, the most likely such action [N, A] (the policy's log-probability of
+        the changed agent's new action over its proposed one) and its certified risk [N]."""
+        n_copies, a = proposed.shape
+        n = self.n_actions
+        # Every (agent, other action) pair: A * (n - 1) options per copy.
+        agent = np.repeat(np.arange(a), n - 1)
+        shift = np.tile(np.arange(1, n), a)
+        options = np.repeat(proposed[:, None, :], a * (n - 1), axis=1)  # [N, O, A]
+        rows = np.arange(n_copies)[:, None]
+        new_action = (proposed[:, agent] + shift) % n  # [N, O]
+        options[rows, np.arange(a * (n - 1)), agent] = new_action
+        width = options.shape[1]
+        risks = self.certified(
+            joint.repeat_interleave(width, dim=0),
+            torch.from_numpy(options.reshape(-1, a)),
+            remaining.repeat_interleave(width),
+        )
+        risks = risks.double().view(n_copies, width).numpy()
+        log_p = torch.log_softmax(logits, dim=-1).double().numpy()  # [N, A, n]
+        score = log_p[rows, agent, new_action]  # [N, O]
+        score = np.where(risks <= self.config.max_risk, score, -np.inf)
+        best = score.argmax(axis=1)
+        found = np.isfinite(score[np.arange(n_copies), best])
+        picked = options[np.arange(n_copies), best]
+        return found, picked, risks[np.arange(n_copies), best]
 
     def _choose(
         self,

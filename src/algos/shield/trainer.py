@@ -16,11 +16,16 @@ What the policy learns from depends on the shield version.
 - v0 (kept so that old results reproduce): the PPO buffer holds the *executed* action and its
   log-probability under the current policy, pi(a_exec | s), with no correction for the shield
   having changed the behaviour.
-- v1: the shield is part of the policy's environment. The buffer holds the policy's own
-  *proposal* and its log-probability (so the PPO ratio and the advantage estimate are exactly
-  on-policy for the environment "shield, then env"), and every overridden agent-step costs the
-  agent `intervention_penalty` of reward. The policy thus learns what its proposals lead to
-  through the shield, and to propose what the shield lets through.
+- v1, `learn_from: executed` (default): as v0, the shield's correction is treated as the
+  policy's own action, and every overridden agent-step costs the agent `intervention_penalty`
+  of reward, so the states that need an override lose value. PPO's clipped ratio bounds the
+  step towards an executed action the policy found unlikely. The base policy thus imitates
+  the corrections that pay, and learns to steer clear of the states that need them.
+- v1, `learn_from: proposals`: the shield is part of the policy's environment. The buffer
+  holds the policy's own *proposal* and its log-probability (so the PPO ratio and the
+  advantage estimate are exactly on-policy for the environment "shield, then env"), with the
+  same penalty. The policy learns what its proposals lead to through the shield; it may
+  leave its safety to the shield, so the base policy alone stays unsafe.
 """
 
 from __future__ import annotations
@@ -71,7 +76,7 @@ class ShieldedIPPO(IPPO):
         self.critic = parts.critic
         self.fits = 0  # model fits so far (the calibration's confidence schedule counts them)
         if self.critic is not None:
-            self.learns_from_proposals = True
+            self.learns_from_proposals = cfg.learn_from == "proposals"
         replay_seed, fit_seed = derived_seeds(self.seed + 1, 2)
         self.replay = TransitionReplay(
             capacity=cfg.replay_size,
@@ -156,7 +161,7 @@ class ShieldedIPPO(IPPO):
         row[M.SHIELD_NO_SAFE_ACTION] = float(stats.no_safe_action)
         row[M.SHIELD_MEAN_BOUND] = stats.mean_bound
         row[M.SHIELD_SECONDS] = stats.seconds
-        if self.critic is not None:
+        if self.critic is not None and cfg.risk_scope == "episode":
             row[M.SHIELD_BUDGET] = stats.mean_budget
             row[M.SHIELD_INFEASIBLE] = float(stats.infeasible_starts)
         row[M.SHIELD_MODEL_SECONDS] = time.perf_counter() - started

@@ -78,8 +78,9 @@ def _env(num_envs: int, seed: int = 3) -> object:
     return env
 
 
-def _shield(model: ExactQ, **overrides: float) -> BudgetShield:
-    config = _v1_config(lookahead=1, ensemble_size=1, **overrides)
+def _shield(model: ExactQ, **overrides: object) -> BudgetShield:
+    settings = {"risk_scope": "episode", "horizon": 300, **overrides}
+    config = _v1_config(lookahead=1, ensemble_size=1, **settings)
     critic = RiskCritic(
         n_agents=N_AGENTS,
         obs_dim=model_obs_dim(),
@@ -181,10 +182,44 @@ def test_the_shielded_team_keeps_the_episode_risk_within_max_risk(max_risk):
     assert 0.0 < share < 1.0  # the shield lets some proposals through and overrides others
 
 
-def test_a_collision_of_two_individually_safe_moves_is_refused():
+def test_with_a_receding_allowance_every_executed_action_keeps_the_risk_to_go_allowed():
+    max_risk = 0.1
+    env = _env(400)
+    oracle = ExactQ(env)
+    shield = _shield(oracle, max_risk=max_risk, risk_scope="receding")
+    shield.reset(400, 0)
+    rng = np.random.default_rng(2)
+    state = env.get_state()
+    state["keys"] = rng.integers(0, 2**63, size=400, dtype=np.int64).astype(np.uint64)
+    env.set_state(state)
+    obs = env.observe()
+    options = joint_actions(N_AGENTS, N_ACTIONS)
+    judged = screened = 0
+    for t in range(20):
+        proposed = rng.integers(0, N_ACTIONS, size=(400, N_AGENTS))
+        executed, _ = shield.filter(
+            obs, proposed, torch.zeros(400, N_AGENTS, N_ACTIONS), np.full(400, t + 1)
+        )
+        joint = torch.from_numpy(obs.reshape(400, -1))
+        taken = oracle.q_star(joint, torch.from_numpy(executed))
+        every = oracle.q_star(
+            joint.repeat_interleave(len(options), dim=0), options.repeat(400, 1)
+        ).reshape(400, -1)
+        # Q*(s, a_executed) <= max(max_risk, V*(s)): the allowance, or the safest action.
+        assert np.all(taken <= np.maximum(max_risk, every.min(axis=1)) + 1e-9)
+        passed = (oracle.q_star(joint, torch.from_numpy(proposed)) <= max_risk)
+        assert np.array_equal(executed[passed], proposed[passed])  # allowed proposals pass
+        screened += int(np.isnan(shield.last.safest).sum())
+        judged += int((~np.isnan(shield.last.safest)).sum())
+        obs = env.step(executed).obs
+    assert screened > 0 and judged > 0  # both paths of the decision were taken
+
+
+@pytest.mark.parametrize("scope", ["episode", "receding"])
+def test_a_collision_of_two_individually_safe_moves_is_refused(scope):
     env = _env(1)
     oracle = ExactQ(env)
-    shield = _shield(oracle, max_risk=0.3)
+    shield = _shield(oracle, max_risk=0.3, risk_scope=scope)
     state = env.get_state()
     free = set(np.flatnonzero(~state["hazard"][0]).tolist())
     # Two agents two cells apart on a row, with a free cell between them and free cells
