@@ -8,8 +8,10 @@
 from __future__ import annotations
 
 import dataclasses
+import importlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from types import ModuleType
 from typing import Any
 
 from pettingzoo import ParallelEnv
@@ -18,7 +20,8 @@ from src.envs.base import VectorEnv
 from src.envs.grid_parallel import GridParallelEnv
 from src.envs.hazard_grid import HazardGridConfig, HazardGridVectorEnv
 from src.envs.intersection import IntersectionConfig, IntersectionVectorEnv
-from src.envs.spread import SpreadConfig, SpreadParallelEnv, SpreadVectorEnv
+from src.envs.spread_core import NativeSpreadVectorEnv, SpreadConfig
+from src.envs.spread_parallel import NativeSpreadParallelEnv
 
 __all__ = ["ENVS", "EnvSpec", "make_config", "make_env", "make_vector_env"]
 
@@ -54,13 +57,24 @@ ENVS: dict[str, EnvSpec] = {
     "spread": EnvSpec(
         name="spread",
         config_class=SpreadConfig,
-        make_parallel=lambda config, render_mode: SpreadParallelEnv(
+        make_parallel=lambda config, render_mode: NativeSpreadParallelEnv(
             config, render_mode=render_mode
         ),
-        make_vector=lambda config, num_envs, seed: SpreadVectorEnv(
+        make_vector=lambda config, num_envs, seed: NativeSpreadVectorEnv(
             config, num_envs=num_envs, seed=seed
         ),
-        description="mpe2 simple_spread_v3; collisions between agents cost",
+        description="mpe2's simple_spread_v3 in batched NumPy, seed for seed; collisions cost",
+    ),
+    "spread_mpe2": EnvSpec(
+        name="spread_mpe2",
+        config_class=SpreadConfig,
+        make_parallel=lambda config, render_mode: _mpe2().SpreadParallelEnv(
+            config, render_mode=render_mode
+        ),
+        make_vector=lambda config, num_envs, seed: _mpe2().SpreadVectorEnv(
+            config, num_envs=num_envs, seed=seed
+        ),
+        description="mpe2 simple_spread_v3 itself (the reference of spread); collisions cost",
     ),
     "intersection": EnvSpec(
         name="intersection",
@@ -74,6 +88,11 @@ ENVS: dict[str, EnvSpec] = {
         description="agents cross a four-way junction; collisions and leaving the road cost",
     ),
 }
+
+
+def _mpe2() -> ModuleType:
+    """The mpe2-backed module, imported on first use (mpe2 brings pygame along)."""
+    return importlib.import_module("src.envs.spread")
 
 
 def _spec(name: str) -> EnvSpec:

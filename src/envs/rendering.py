@@ -1,10 +1,12 @@
-"""NumPy drawing of grid tasks into uint8 frames (no display, no pygame)."""
+"""NumPy drawing of the native tasks into uint8 frames (no display, no pygame)."""
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
-__all__ = ["AGENT_COLOURS", "agent_colours", "draw_grid"]
+__all__ = ["AGENT_COLOURS", "agent_colours", "draw_grid", "paint_disc"]
 
 # Distinct, colour-blind friendly agent colours (Okabe-Ito palette), cycled beyond eight agents.
 AGENT_COLOURS = np.array(
@@ -59,3 +61,44 @@ def draw_grid(
             r * px + margin : (r + 1) * px - margin + 1, c * px + margin : (c + 1) * px - margin + 1
         ] = colour
     return image
+
+
+@functools.lru_cache(maxsize=64)
+def _disc_mask(radius: int, inner: int) -> np.ndarray:
+    """``[2 r, 6 r]`` bool: the pixels of a disc (or ring) of a ``[H, 3 W]`` frame view."""
+    offsets = np.arange(-radius, radius, dtype=np.float64) + 0.5  # pixel centres
+    d2 = offsets[:, None] * offsets[:, None] + offsets[None, :] * offsets[None, :]
+    mask = d2 <= radius * radius
+    if inner > 0:
+        mask &= d2 > inner * inner
+    mask = np.repeat(mask, 3, axis=1)  # one entry per byte of a pixel row
+    mask.flags.writeable = False
+    return mask
+
+
+def paint_disc(
+    frame: np.ndarray, x: int, y: int, radius: int, colour: np.ndarray, *, inner: int = 0
+) -> None:
+    """Paint a disc of ``radius`` whole pixels centred on the pixel corner ``(x, y)`` in place.
+
+    ``frame`` is a C-contiguous ``[H, W, 3]`` uint8 array, ``x`` a column and ``y`` a row; pixel
+    ``(r, c)`` is painted when its centre ``(c + 0.5, r + 0.5)`` lies within ``radius`` of
+    ``(x, y)`` (pygame's rule for integer centres and radii). With ``inner > 0`` only the ring
+    beyond ``inner`` is painted. Parts outside the frame are clipped.
+    """
+    if frame.dtype != np.uint8 or frame.ndim != 3 or not frame.flags.c_contiguous:
+        raise ValueError("frame must be a C-contiguous [H, W, 3] uint8 array")
+    height, width = frame.shape[:2]
+    if radius <= 0:
+        return
+    row0, col0 = y - radius, x - radius
+    top, left = max(0, row0), max(0, col0)
+    bottom, right = min(height, y + radius), min(width, x + radius)
+    if top >= bottom or left >= right:
+        return
+    mask = _disc_mask(radius, max(0, inner))[
+        top - row0 : bottom - row0, 3 * (left - col0) : 3 * (right - col0)
+    ]
+    rows = frame.reshape(height, 3 * width)  # a view: contiguous bytes per row
+    region = rows[top:bottom, 3 * left : 3 * right]
+    np.copyto(region, np.tile(np.asarray(colour, dtype=np.uint8), right - left), where=mask)

@@ -1,19 +1,23 @@
-"""``spread``: mpe2's ``simple_spread_v3`` with collisions as the safety cost.
+"""``spread_mpe2``: mpe2's ``simple_spread_v3`` itself, with collisions as the safety cost.
 
-mpe2 is created with ``benchmark_data=True``, which puts
-``(reward, collisions, min_dists, occupied_landmarks)`` into ``infos[agent]["benchmark_data"]``
-every step; ``collisions`` counts the other agents overlapping the agent. The cost of an agent
-is 1 if it collides with at least one other agent at that step, else 0. The hidden cap is
-mpe2's ``max_cycles`` (truncation); mpe2 never terminates the task early here.
+This is the reference the native ``spread`` (:mod:`src.envs.spread_core`) is tested against;
+both take the same :class:`~src.envs.spread_core.SpreadConfig`. mpe2 is created with
+``benchmark_data=True``, which puts ``(reward, collisions, min_dists, occupied_landmarks)`` into
+``infos[agent]["benchmark_data"]`` every step; ``collisions`` counts the other agents overlapping
+the agent. The cost of an agent is 1 if it collides with at least one other agent at that step,
+else 0. The hidden cap is mpe2's ``max_cycles`` (truncation); mpe2 never terminates the task
+early here.
 
-The vector interface is a list of ``num_envs`` mpe2 parallel envs stepped in a loop.
+The vector interface is a list of ``num_envs`` mpe2 parallel envs stepped in a loop. With
+``continuous_actions`` the actions are ``[E, A, 5]`` float arrays, passed to mpe2 per agent as
+float32 or float64 arrays as given (mpe2 clips them to [0, 1]).
 """
 
 from __future__ import annotations
 
 import copy
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from typing import Any
 
 import numpy as np
@@ -21,35 +25,12 @@ from gymnasium import spaces
 from mpe2 import simple_spread_v3
 from pettingzoo import ParallelEnv
 
-from src.envs.base import (
-    StepResult,
-    VectorEnv,
-    check_actions,
-    check_int,
-    check_probability,
-    resolve_seeds,
-)
+from src.envs.base import StepResult, VectorEnv, check_actions, check_int, resolve_seeds
+from src.envs.spread_core import ACTION_WIDTH, SpreadConfig, check_continuous_actions
 
 __all__ = ["SpreadConfig", "SpreadParallelEnv", "SpreadVectorEnv"]
 
 _COLLISIONS = 1  # index of the collision count in mpe2's benchmark_data tuple
-
-
-@dataclass(frozen=True, kw_only=True)
-class SpreadConfig:
-    """Parameters of ``spread`` (passed to ``simple_spread_v3.parallel_env``)."""
-
-    n_agents: int = 3
-    """Number of agents (and landmarks), mpe2's ``N``."""
-    max_steps: int = 25
-    """Hidden episode cap, mpe2's ``max_cycles``."""
-    local_ratio: float = 0.5
-    """Weight of the local (collision) reward against the global (coverage) reward."""
-
-    def __post_init__(self) -> None:
-        check_int("n_agents", self.n_agents, low=1)
-        check_int("max_steps", self.max_steps, low=1)
-        check_probability("local_ratio", self.local_ratio)
 
 
 def _make_mpe(config: SpreadConfig, render_mode: str | None) -> ParallelEnv:
@@ -57,7 +38,7 @@ def _make_mpe(config: SpreadConfig, render_mode: str | None) -> ParallelEnv:
         N=config.n_agents,
         local_ratio=config.local_ratio,
         max_cycles=config.max_steps,
-        continuous_actions=False,
+        continuous_actions=config.continuous_actions,
         render_mode=render_mode,
         benchmark_data=True,
     )
@@ -80,7 +61,7 @@ class SpreadParallelEnv(ParallelEnv):
         self.env = _make_mpe(config, render_mode)
         self.max_cycles = config.max_steps
         self.render_mode = render_mode
-        self.metadata = {**self.env.metadata, "name": "spread"}
+        self.metadata = {**self.env.metadata, "name": "spread_mpe2"}
         self.possible_agents = list(self.env.possible_agents)
         self.agents = []
         self.state_space = self.env.state_space
@@ -90,7 +71,7 @@ class SpreadParallelEnv(ParallelEnv):
         return self.env.observation_space(agent)
 
     def action_space(self, agent: str) -> spaces.Space:
-        """mpe2's action space of ``agent`` (Discrete(5))."""
+        """mpe2's action space of ``agent`` (Discrete(5), or Box(0, 1, (5,)) if continuous)."""
         return self.env.action_space(agent)
 
     def reset(
@@ -136,8 +117,8 @@ class SpreadVectorEnv(VectorEnv):
     mpe2 random stream, so copy ``e`` of a batch equals a single env seeded the same way.
     """
 
-    name = "spread"
-    n_actions = 5
+    name = "spread_mpe2"
+    n_actions = ACTION_WIDTH
 
     def __init__(
         self,
@@ -153,6 +134,8 @@ class SpreadVectorEnv(VectorEnv):
         self.num_envs = num_envs
         self.n_agents = config.n_agents
         self.max_steps = config.max_steps
+        self.continuous_actions = bool(config.continuous_actions)
+        self.action_shape: tuple[int, ...] = (ACTION_WIDTH,) if self.continuous_actions else ()
         self._initial_seeds = resolve_seeds(seed, num_envs)
         # rgb_array only matters when render() is called; stepping never draws.
         self._envs = [_make_mpe(config, "rgb_array") for _ in range(num_envs)]
@@ -178,12 +161,16 @@ class SpreadVectorEnv(VectorEnv):
         """Step every copy once; finished copies reset (continuing their stream)."""
         if not self._was_reset:
             raise RuntimeError("call reset() before step()")
-        act = check_actions(actions, self.num_envs, self.n_agents, self.n_actions)
+        if self.continuous_actions:
+            act = check_continuous_actions(actions, self.num_envs, self.n_agents)
+            rows = list(act)  # [A, 5] arrays: mpe2 takes one array per agent
+        else:
+            rows = check_actions(actions, self.num_envs, self.n_agents, self.n_actions).tolist()
         agents = self.agents
         # Plain lists per copy, converted once at the end: far cheaper than per-copy array writes.
         obs_rows, reward_rows, cost_rows = [], [], []
         finished: list[tuple[int, dict[str, bool], dict[str, bool]]] = []
-        for e, (env, row) in enumerate(zip(self._envs, act.tolist(), strict=True)):
+        for e, (env, row) in enumerate(zip(self._envs, rows, strict=True)):
             observations, rewards, terms, truncs, infos = env.step(
                 dict(zip(agents, row, strict=True))
             )

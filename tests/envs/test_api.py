@@ -14,7 +14,7 @@ from src.envs.base import VectorEnv
 
 NAMES = sorted(ENVS)
 # Small episode caps keep the runs short while still crossing several auto-resets.
-CAP = {"hazard_grid": 12, "intersection": 12, "spread": 6}
+CAP = {"hazard_grid": 12, "intersection": 12, "spread": 6, "spread_mpe2": 6}
 
 
 def random_actions(rng: np.random.Generator, env: VectorEnv) -> np.ndarray:

@@ -24,13 +24,19 @@ def test_write_section_creates_then_replaces_only_its_block(tmp_path):
 
 def test_tiny_run_fills_the_table(tmp_path):
     path = tmp_path / "BENCHMARKS.md"
-    results = env_benchmark.main(min_seconds=0.0, repeats=1, path=path)
+    results = env_benchmark.main(
+        min_seconds=0.0, repeats=1, batch=4, identity_episodes=6, path=path
+    )
     text = path.read_text()
     for name in ("hazard_grid", "intersection", "spread", "bare mpe2 list loop", "Load average"):
         assert name in text
+    assert "6 episodes (5 discrete, 1 continuous" in text
     assert {row.env for row in results["rows"]} == {"hazard_grid", "intersection", "spread"}
     assert all(row.steps_per_second > 0 for row in results["rows"])
-    assert set(results["spread_ratios"]) == {0, 1, 16}
+    assert set(results["spread_ratios"]) == {0, 1, 4}
+    identity = results["identity"]
+    assert identity["ok"] and identity["episodes"] == 6
+    assert identity["agent_steps"] == (5 + 1) * 25 * 3
 
 
 def test_runner_rejects_unknown_names():

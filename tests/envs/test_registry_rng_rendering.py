@@ -21,8 +21,8 @@ def splitmix64_reference(state: int) -> int:
     return z ^ (z >> 31)
 
 
-def test_registry_lists_the_three_tasks():
-    assert set(ENVS) == {"hazard_grid", "spread", "intersection"}
+def test_registry_lists_the_three_tasks_and_the_mpe2_reference():
+    assert set(ENVS) == {"hazard_grid", "spread", "intersection", "spread_mpe2"}
     for name, spec in ENVS.items():
         assert spec.name == name and spec.description
 
