@@ -1,358 +1,772 @@
-"""The shield's throughput and arithmetic efficiency on `hazard_grid`.
+"""The v1 shield's cost at the default configuration, on `hazard_grid` and `intersection`.
 
-Measures, with torch on one thread:
+Every run config is built from `config/config.yaml` (its `base`, the env's `env_params` and
+`algo_params.shield`), so the benchmark follows the default experiment. Torch runs on one
+thread; times are CPU seconds of this process (`time.process_time`), which on a shared
+machine count only this process's work. Measured, per env:
 
-- env-steps/s of rollout collection for `ippo` and for `shield` (armed, K = 256, L = 5,
-  16 copies, 2 agents), the shield's models first fitted on one passive rollout;
-- the arithmetic rate of the shield's imagination: the FLOPs of every matmul it runs (world
-  model, opponent model, policy) per second of filter time, as a fraction of what plain torch
-  matmuls reach at exactly the same shapes (the same sequence of `baddbmm`/`addmm` calls on
-  preallocated inputs, timed alone). 1.0 would mean the shield spends all its time in matmuls;
-- the shield's cost at the default configuration (`config/config.yaml` base values with the
-  ShieldConfig defaults): filter seconds per armed update on `hazard_grid` and `intersection`.
+- the arithmetic share of the filter: the shield's models fitted on `passive` rollouts
+  collected while it only watches, then armed; the inputs of the filter calls of one rollout
+  are recorded and replayed. Every matmul the filter runs (`mm`, `addmm`, `bmm`, `baddbmm`,
+  `matmul`, `linear`, seen at torch's dispatcher) is recorded with its shapes, its FLOPs
+  counted from them (2 per multiply-add), and the same sequence of matmuls is timed alone on
+  preallocated inputs and outputs. The fraction matmul-only time / filter time is the share of
+  the filter's time that is arithmetic; FLOPs / filter time its achieved rate. Replays of the
+  filter and of the matmuls alternate and the fastest of `repeats` passes of each is kept;
+- training: `ippo` and `shield` trained side by side for the first updates of a default run
+  (`shield_patience` watching updates, then the armed ones), one update of each in turn; the
+  `ippo` run is done twice (before and after the shield's update, the same seed, identical
+  work) and its mean is the reference. The shield's time is split into rollout collection
+  (without the filter), the filter, model fitting (`after_update`: world model, safety
+  critic, calibration) and the rest (advantages, PPO update, logging);
+- evaluation: the trained shield policy over the evaluation's episodes (seeds, batch size
+  and episode length of the config's `final_policy_eval_*`), with the shield and without it.
 
-Run: `python -m benchmarks.shield` (or `make bench`); `--quick` for a smoke run. Results go to
-`benchmarks/out/shield.json` and the section between the shield markers of BENCHMARKS.md.
+The v1 filter (`src.algos.shield.budget`) judges the proposals of all copies in one call, the
+one-agent changes of the failed ones, and every joint action only for the copies still
+undecided: how many copies reach each stage is reported with the times.
+
+Run: `python -m benchmarks.shield` (or `make bench`); `--quick` for a smoke run (fewer updates
+and episodes, nothing written to BENCHMARKS.md). Results go to `benchmarks/out/shield.json`
+and the section between the shield markers of BENCHMARKS.md.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import platform
 import sys
 import time
-from collections import Counter
-from collections.abc import Sequence
+from collections import defaultdict
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager, suppress
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
+import yaml
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from benchmarks.common import write_section
+from src.algos import metrics as M
 from src.algos.ippo import IPPO
+from src.algos.networks import ActorCritic
+from src.algos.policy import Actor
 from src.algos.seeding import copy_seeds
+from src.algos.shield.assemble import load_shield
+from src.algos.shield.budget import BudgetShield
 from src.algos.shield.trainer import ShieldedIPPO
 from src.algos.train import build_trainer, make_vector_env_for
 from src.config.run import RunConfig, make_run_config
-from src.config.shield import ShieldConfig
+from src.core.logging import WARNING, configure_logging
+from src.envs.registry import make_vector_env
+from src.evaluation.evaluate import collect_episodes
 
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "benchmarks" / "out"
-TARGET = 0.5  # fraction of the matmul rate the shield's imagination must reach
+CONFIG = ROOT / "config" / "config.yaml"
+ENVS = ("hazard_grid", "intersection")
+TRAIN_TARGET = 3.0  # shield training CPU time at most this multiple of ippo's
+EVAL_TARGET = 3.0  # shield-on evaluation CPU time at most this multiple of shield-off
+MATMULS = ("mm", "addmm", "bmm", "baddbmm", "matmul", "linear")
 
 
-def make_trainer(
+@dataclass(frozen=True)
+class Sizes:
+    """How much of each measurement to run (None: the default experiment's own value)."""
+
+    passive: int = 2
+    """Rollouts the shield watches (and fits its models on) before the filter is measured."""
+    filter_calls: int | None = None
+    """Filter calls replayed (None: every call of one rollout)."""
+    repeats: int = 5
+    """Timed passes of the filter replay and of the matmul replay (the fastest is kept)."""
+    patience: int | None = None
+    """Watching updates before the shield arms in the training measurement."""
+    armed_updates: int = 24
+    """Training updates measured after the shield armed."""
+    eval_episodes: int | None = None
+    """Evaluation episodes (None: `final_policy_eval_episodes`)."""
+    eval_steps: int | None = None
+    """Steps per evaluation episode at most (None: the largest evaluation horizon)."""
+    eval_repeats: int = 2
+    """Timed passes of each evaluation mode (the fastest is kept)."""
+    num_envs: int | None = None
+    """Env copies in training (None: the config's `num_envs`)."""
+    rollouts: int | None = None
+    """Steps per copy and update (None: the config's `rollouts`)."""
+
+
+FULL = Sizes()
+QUICK = Sizes(
+    filter_calls=8, repeats=2, patience=1, armed_updates=2, eval_episodes=20, eval_repeats=1
+)
+
+
+# ------------------------------------------------------------------ configs and trainers
+
+
+def default_experiment(path: Path = CONFIG) -> dict[str, Any]:
+    """The workflow config of the default experiment."""
+    return yaml.safe_load(path.read_text())
+
+
+def run_config(
+    experiment: Mapping[str, Any],
+    env_name: str,
     algo: str,
     *,
-    env_name: str = "hazard_grid",
-    n_agents: int = 2,
-    num_envs: int = 16,
-    rollouts: int = 16,
-    shield_params: dict[str, Any] | None = None,
-    seed: int = 0,
-) -> IPPO:
-    """A trainer whose shield (if any) arms after one update."""
-    config = make_run_config(
+    patience: int | None = None,
+    num_envs: int | None = None,
+    rollouts: int | None = None,
+) -> dict[str, Any]:
+    """Run 0's config of (`env_name`, `algo`) in `experiment`, with optional overrides."""
+    base = {k: v for k, v in experiment["base"].items() if k != "use_wandb"}
+    if patience is not None:
+        base["shield_patience"] = patience
+    if num_envs is not None:
+        base["num_envs"] = num_envs
+    if rollouts is not None:
+        base["rollouts"] = rollouts
+    env_params = dict(experiment["env_params"][env_name])
+    n_agents = env_params.pop("n_agents")
+    return make_run_config(
         env_name=env_name,
         algo=algo,
-        num_envs=num_envs,
         n_agents=n_agents,
-        timesteps=num_envs * rollouts * 100,
-        rollouts=rollouts,
-        learning_epochs=1,
-        mini_batches=1,
-        max_risk=0.1,
-        seed_offset=seed,
-        shield_patience=1,
-        env_params={"max_steps": 100},
-        algo_params=dict(shield_params or {}) if algo == "shield" else {},
+        env_params=env_params,
+        algo_params=dict(experiment.get("algo_params", {}).get(algo, {})),
+        threads=experiment.get("threads", 1),
+        **base,
     )
+
+
+def make_trainer(config: Mapping[str, Any]) -> IPPO:
+    """The run's trainer on its env, the env reset as `train()` would on its first call."""
     trainer = build_trainer(config, make_vector_env_for(RunConfig.from_dict(config)))
-    # `train()` resets the env on its first call; collection is timed here without it.
-    trainer._obs = trainer.env.reset(seed=copy_seeds(trainer.seed, num_envs))
+    trainer._obs = trainer.env.reset(seed=copy_seeds(trainer.seed, trainer.num_envs))
     return trainer
 
 
-def collection_rate(trainer: IPPO, repeats: int) -> tuple[float, float]:
-    """(env-steps/s, seconds) of `repeats` rollout collections."""
-    started = time.perf_counter()
-    for _ in range(repeats):
-        trainer.collect_rollout()
-    seconds = time.perf_counter() - started
-    return repeats * trainer.steps_per_update / seconds, seconds
+class _Pause(Exception):
+    """Raised after one update to return from `IPPO.train`."""
 
 
-def arm(trainer: ShieldedIPPO) -> None:
-    """One passive rollout, fit the models on it, arm the shield."""
-    trainer.collect_rollout()
-    trainer.after_update(0)
-    if not trainer.armed:
-        raise RuntimeError("the shield did not arm after one update")
+class _PauseAfterUpdate:
+    """A training callback that stops `train()` after each update (a later call resumes)."""
+
+    def on_epoch_end(self, trainer: IPPO, epoch: int) -> None:
+        """Nothing at the end of an epoch."""
+
+    def on_update_end(self, trainer: IPPO) -> None:
+        """Stop here: the update is complete and counted."""
+        raise _Pause
 
 
-def layer_flops(shapes: Sequence[tuple[int, int]]) -> int:
-    """Multiply-add FLOPs of one row through layers of the given (fan_in, fan_out)."""
-    return sum(2 * fan_in * fan_out for fan_in, fan_out in shapes)
+def train_one_update(trainer: IPPO) -> float:
+    """Run the trainer's next update through `train()`; its CPU seconds."""
+    started = time.process_time()
+    with suppress(_Pause):
+        trainer.train(callbacks=[_PauseAfterUpdate()], progress=False)
+    return time.process_time() - started
 
 
-def policy_shapes(trainer: IPPO) -> list[tuple[int, int]]:
-    """(fan_in, fan_out) of the actor's Linear layers."""
-    return [
-        (m.in_features, m.out_features) for m in trainer.net.actor if isinstance(m, torch.nn.Linear)
+# ------------------------------------------------------------------ instrumentation
+
+
+def patch(owner: Any, name: str, new: Any) -> Callable[[], None]:
+    """Set `owner.name = new`; returns the undo (what the instance held before, if anything)."""
+    missing = object()
+    before = vars(owner).get(name, missing)
+    setattr(owner, name, new)
+
+    def undo() -> None:
+        if before is missing:
+            delattr(owner, name)
+        else:
+            setattr(owner, name, before)
+
+    return undo
+
+
+class CpuSplit:
+    """CPU seconds spent in chosen methods of chosen objects (wrapped until `restore`)."""
+
+    def __init__(self) -> None:
+        """No method wrapped yet."""
+        self.seconds: dict[str, float] = defaultdict(float)
+        self._undo: list[Callable[[], None]] = []
+
+    def wrap(self, owner: Any, method: str, key: str) -> None:
+        """Add the CPU time of every call of `owner.method` to `seconds[key]`."""
+        original = getattr(owner, method)
+
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            started = time.process_time()
+            try:
+                return original(*args, **kwargs)
+            finally:
+                self.seconds[key] += time.process_time() - started
+
+        self._undo.append(patch(owner, method, timed))
+
+    def snapshot(self) -> dict[str, float]:
+        """The totals so far."""
+        return dict(self.seconds)
+
+    def restore(self) -> None:
+        """Unwrap every method."""
+        for undo in reversed(self._undo):
+            undo()
+        self._undo.clear()
+
+
+@dataclass
+class Stages:
+    """How far the v1 filter went, counted over its calls (copies are (copy, step) decisions)."""
+
+    calls: int = 0
+    """Filter calls."""
+    decisions: int = 0
+    """(copy, step) decisions, one per env copy and call."""
+    one_change: int = 0
+    """Decisions whose proposal failed, so that the one-agent changes were judged."""
+    every_joint: int = 0
+    """Decisions that judged every joint action (no one-agent change passed)."""
+    overridden: int = 0
+    """Decisions whose executed joint action differs from the proposal."""
+
+    def shares(self) -> dict[str, float]:
+        """The counts per decision."""
+        n = max(self.decisions, 1)
+        return {
+            "one_change_share": self.one_change / n,
+            "every_joint_share": self.every_joint / n,
+            "overridden_share": self.overridden / n,
+        }
+
+
+@contextmanager
+def count_stages(shield: BudgetShield) -> Iterator[Stages]:
+    """Count the stages of every filter call of `shield` inside the block."""
+    stages = Stages()
+    filter_, one_change = shield.filter, shield._one_change
+
+    def counted_filter(obs: Any, proposed: Any, logits: Any, step: Any) -> Any:
+        executed, intervened = filter_(obs, proposed, logits, step)
+        stages.calls += 1
+        stages.decisions += len(proposed)
+        stages.every_joint += int(np.isfinite(shield.last.safest).sum())
+        stages.overridden += int(np.asarray(intervened).any(axis=1).sum())
+        return executed, intervened
+
+    def counted_one_change(joint: Any, proposed: Any, logits: Any, remaining: Any) -> Any:
+        stages.one_change += len(proposed)
+        return one_change(joint, proposed, logits, remaining)
+
+    undo = [
+        patch(shield, "filter", counted_filter),
+        patch(shield, "_one_change", counted_one_change),
     ]
+    try:
+        yield stages
+    finally:
+        for step in reversed(undo):
+            step()
 
 
-def record_calls(trainer: ShieldedIPPO) -> Counter:
-    """Count the (blocks, rollouts) of every batched rollout the shield runs from now on."""
-    calls: Counter = Counter()
-    shield = trainer.shield
-    original = shield._count_violations
-
-    def recorded(joint_obs: torch.Tensor, focal: torch.Tensor, first: torch.Tensor, k: int) -> Any:
-        calls[(int(joint_obs.shape[0]), int(k))] += 1
-        return original(joint_obs, focal, first, k)
-
-    shield._count_violations = recorded  # type: ignore[method-assign]
-    return calls
+# ------------------------------------------------------------------ the filter's arithmetic
 
 
-def matmul_seconds(trainer: ShieldedIPPO, calls: Counter, repeats: int) -> float:
-    """Time plain torch matmuls with the shapes of the recorded rollouts (same op sequence)."""
-    wm, om = trainer.world_model, trainer.opponent_model
-    members, a = wm.ensemble_size, trainer.env.n_agents
-    lookahead = trainer.shield_cfg.lookahead
-    wm_w = [w.detach().clone() for w in wm.weights]
-    wm_b = [b.detach().clone() for b in wm.biases]
-    om_w = [w.detach().clone() for w in om.weights]
-    om_b = [b.detach().clone() for b in om.biases]
-    pol = [m for m in trainer.net.actor if isinstance(m, torch.nn.Linear)]
-    pol_w = [m.weight.detach().t() for m in pol]
-    pol_b = [m.bias.detach().clone() for m in pol]
-    total = 0.0
-    for (blocks, k), count in calls.items():
-        rows = blocks * k
-        per_member = rows // members
-        wm_in = [torch.randn(members, per_member, w.shape[1]) for w in wm_w]
-        wm_out = [torch.empty(members, per_member, w.shape[2]) for w in wm_w]
-        om_in = [torch.randn(rows * a, w.shape[0]) for w in om_w]
-        om_out = [torch.empty(rows * a, w.shape[1]) for w in om_w]
-        pol_in = [torch.randn(rows, w.shape[0]) for w in pol_w]
-        pol_out = [torch.empty(rows, w.shape[1]) for w in pol_w]
+@dataclass(frozen=True)
+class Matmul:
+    """One recorded matmul: its op, the shapes and strides of its tensor arguments."""
 
-        def one_rollout_batch(
-            om_in: list = om_in,
-            om_out: list = om_out,
-            pol_in: list = pol_in,
-            pol_out: list = pol_out,
-            wm_in: list = wm_in,
-            wm_out: list = wm_out,
-        ) -> None:
-            for depth in range(lookahead):
-                for x, w, b, o in zip(om_in, om_w, om_b, om_out, strict=True):
-                    torch.addmm(b, x, w, out=o)
-                if depth > 0:
-                    for x, w, b, o in zip(pol_in, pol_w, pol_b, pol_out, strict=True):
-                        torch.addmm(b, x, w, out=o)
-                for x, w, b, o in zip(wm_in, wm_w, wm_b, wm_out, strict=True):
-                    torch.baddbmm(b, x, w, out=o)
+    op: str
+    shapes: tuple[tuple[int, ...], ...]
+    strides: tuple[tuple[int, ...], ...]
 
-        one_rollout_batch()
-        started = time.perf_counter()
-        for _ in range(repeats):
-            one_rollout_batch()
-        total += count * (time.perf_counter() - started) / repeats
-    return total
+    @property
+    def flops(self) -> int:
+        """2 x the multiply-adds of the product (the bias additions are not counted)."""
+        if self.op == "linear":  # input [..., k], weight [m, k]
+            x, w = self.shapes[0], self.shapes[1]
+            return 2 * math.prod(x[:-1]) * x[-1] * w[0]
+        x, w = self.shapes[-2], self.shapes[-1]  # the two factors come last
+        x = (1, *x) if len(x) == 1 else x
+        w = (*w, 1) if len(w) == 1 else w
+        batch = torch.broadcast_shapes(torch.Size(x[:-2]), torch.Size(w[:-2]))
+        return 2 * math.prod(batch) * x[-2] * x[-1] * w[-1]
 
 
-def record_filter_inputs(trainer: ShieldedIPPO) -> list[tuple[Any, ...]]:
-    """Keep a copy of the inputs of every filter call the trainer makes from now on."""
+class MatmulRecorder(TorchDispatchMode):
+    """Records every matmul that reaches torch's dispatcher inside the block."""
+
+    def __init__(self) -> None:
+        """Nothing recorded yet."""
+        super().__init__()
+        self.calls: list[Matmul] = []
+
+    def __torch_dispatch__(
+        self,
+        func: Any,
+        types: Any,
+        args: tuple[Any, ...] = (),
+        kwargs: dict[str, Any] | None = None,
+    ) -> Any:
+        """Record a matmul's argument shapes, then run the op."""
+        name = func.overloadpacket.__name__
+        if name in MATMULS:
+            tensors = [a for a in args if isinstance(a, torch.Tensor)]
+            self.calls.append(
+                Matmul(
+                    op=name,
+                    shapes=tuple(tuple(t.shape) for t in tensors),
+                    strides=tuple(tuple(t.stride()) for t in tensors),
+                )
+            )
+        return func(*args, **(kwargs or {}))
+
+
+def _span(shape: Sequence[int], stride: Sequence[int]) -> int:
+    """Storage elements a tensor of this shape and these strides reaches."""
+    if not all(shape):
+        return 0
+    return 1 + sum((size - 1) * step for size, step in zip(shape, stride, strict=True))
+
+
+def _contiguous_strides(shape: Sequence[int]) -> tuple[int, ...]:
+    strides, step = [], 1
+    for size in reversed(shape):
+        strides.append(step)
+        step *= max(size, 1)
+    return tuple(reversed(strides))
+
+
+def matmul_replay(calls: Sequence[Matmul], seed: int = 0) -> Callable[[], None]:
+    """A function that runs `calls` in order on preallocated inputs and outputs.
+
+    Inputs keep the recorded strides (an expanded bias stays expanded). Arguments in the same
+    role (op, position, rank, last dimension) share one buffer, as the filter's workspaces
+    do, so the memory is that of the largest call of each role. `linear` runs as the `addmm`
+    it stands for.
+    """
+    generator = torch.Generator().manual_seed(seed)
+    plans: list[tuple[str, list[tuple[Any, ...]], tuple[Any, ...]]] = []
+    spans: dict[tuple[Any, ...], int] = defaultdict(int)
+    for call in calls:
+        shapes, strides = list(call.shapes), list(call.strides)
+        op = call.op
+        if op == "linear":  # addmm(bias, x as 2-d, weight.t())
+            x, w = shapes[0], shapes[1]
+            bias = (shapes[2], strides[2]) if len(shapes) > 2 else ((w[0],), (1,))
+            rows = math.prod(x[:-1])
+            shapes = [bias[0], (rows, x[-1]), (w[1], w[0])]
+            strides = [bias[1], (x[-1], 1), (strides[1][1], strides[1][0])]
+            op = "addmm"
+        pairs = list(zip(shapes, strides, strict=True))
+        meta = [torch.empty_strided(sh, st, device="meta") for sh, st in pairs]
+        out_shape = tuple(getattr(torch, op)(*meta).shape)
+        args = []
+        for position, (sh, st) in enumerate(pairs):
+            key = (op, position, len(sh), sh[-1] if sh else 0)
+            spans[key] = max(spans[key], _span(sh, st))
+            args.append((key, sh, st))
+        out_strides = _contiguous_strides(out_shape)
+        key = (op, "out", len(out_shape), out_shape[-1] if out_shape else 0)
+        spans[key] = max(spans[key], _span(out_shape, out_strides))
+        plans.append((op, args, (key, out_shape, out_strides)))
+    buffers = {key: torch.randn(max(span, 1), generator=generator) for key, span in spans.items()}
+    steps: list[Callable[[], Any]] = []
+    for op, args, (key, shape, stride) in plans:
+        tensors = tuple(buffers[k].as_strided(sh, st) for k, sh, st in args)
+        out = buffers[key].as_strided(shape, stride)
+        function = getattr(torch, op)
+        steps.append(lambda f=function, a=tensors, o=out: f(*a, out=o))
+
+    def run() -> None:
+        for step in steps:
+            step()
+
+    return run
+
+
+def record_filter_inputs(shield: BudgetShield) -> tuple[list[tuple[Any, ...]], Callable[[], None]]:
+    """Keep a copy of the inputs of every later filter call; returns them and an undo."""
     inputs: list[tuple[Any, ...]] = []
-    shield = trainer.shield
     original = shield.filter
 
     def recorded(obs: Any, proposed: Any, logits: torch.Tensor, step: Any) -> Any:
         inputs.append((obs.copy(), proposed.copy(), logits.clone(), step.copy()))
         return original(obs, proposed, logits, step)
 
-    shield.filter = recorded  # type: ignore[method-assign]
-    return inputs
+    return inputs, patch(shield, "filter", recorded)
 
 
-def replay_filter(trainer: ShieldedIPPO, inputs: list[tuple[Any, ...]], state: torch.Tensor) -> Any:
-    """Run the recorded filter calls again from the same generator state; the shield's stats."""
-    shield = trainer.shield
-    shield.generator.set_state(state)
-    shield.stats = type(shield.stats)()
+def replay_filter(shield: BudgetShield, inputs: Sequence[tuple[Any, ...]]) -> float:
+    """Run the recorded filter calls again (the v1 filter samples nothing); their CPU seconds."""
+    shield.reset(len(inputs[0][1]), seed=0)
+    started = time.process_time()
     for obs, proposed, logits, step in inputs:
         shield.filter(obs, proposed, logits, step)
-    return shield.stats
+    return time.process_time() - started
 
 
-def efficiency(k: int, lookahead: int, repeats: int, seed: int) -> dict[str, Any]:
-    """Env-steps/s of ippo and shield and the shield's arithmetic rate vs plain matmuls.
-
-    The arithmetic rate replays the filter calls of one recorded rollout from the same
-    generator state (identical work every time), alternating with the plain-matmul replay of
-    the same shapes, and keeps the fastest of `repeats` passes of each, so a load spike from
-    other processes on a shared machine hits neither side unevenly.
-    """
-    params = {"rollout_count": k, "lookahead": lookahead}
-    ippo = make_trainer("ippo", seed=seed)
-    ippo.collect_rollout()
-    ippo_rate, _ = collection_rate(ippo, repeats)
-    shielded = make_trainer("shield", shield_params=params, seed=seed)
-    assert isinstance(shielded, ShieldedIPPO)
-    arm(shielded)
-    inputs = record_filter_inputs(shielded)
-    state = shielded.shield.generator.get_state()
-    shield_rate, seconds = collection_rate(shielded, 1)
-    filter_share = shielded.shield.stats.seconds / seconds
-    calls = record_calls(shielded)
-    stats = replay_filter(shielded, inputs, state)
-    recorded_calls = Counter(calls)
-    flops = (
-        stats.wm_rows * layer_flops(shielded.world_model.layer_shapes)
-        + stats.om_rows * layer_flops(shielded.opponent_model.layer_shapes)
-        + stats.policy_rows * layer_flops(policy_shapes(shielded))
-    )
-    filter_seconds, mm_seconds = [], []
-    for _ in range(repeats):
-        filter_seconds.append(replay_filter(shielded, inputs, state).seconds)
-        mm_seconds.append(matmul_seconds(shielded, recorded_calls, repeats=1))
-    decisions = max(stats.decisions, 1)
-    return {
-        "num_envs": shielded.num_envs,
-        "n_agents": shielded.env.n_agents,
-        "rollout_count": k,
-        "lookahead": lookahead,
-        "ensemble_size": shielded.shield_cfg.ensemble_size,
-        "wm_hidden": list(shielded.shield_cfg.wm_hidden),
-        "screen_fraction": shielded.shield_cfg.screen_fraction,
-        "ippo_steps_per_s": ippo_rate,
-        "shield_steps_per_s": shield_rate,
-        "filter_share_of_collection": filter_share,
-        "filter_calls": len(inputs),
-        "interventions_per_decision": stats.interventions / decisions,
-        "no_safe_per_decision": stats.no_safe_action / decisions,
-        "world_model_rows": stats.wm_rows,
-        "gflop": flops / 1e9,
-        "filter_seconds": min(filter_seconds),
-        "shield_gflops_per_s": flops / min(filter_seconds) / 1e9,
-        "matmul_seconds_same_shapes": min(mm_seconds),
-        "matmul_gflops_per_s": flops / min(mm_seconds) / 1e9,
-        "fraction_of_matmul_rate": min(mm_seconds) / min(filter_seconds),
-    }
-
-
-def default_cost(env_name: str, n_agents: int, repeats: int, seed: int) -> dict[str, Any]:
-    """Filter seconds per armed update with the default workflow config on one env."""
-    import yaml
-
-    base = yaml.safe_load((ROOT / "config" / "config.yaml").read_text())["base"]
-    trainer = make_trainer(
+def filter_arithmetic(experiment: Mapping[str, Any], env_name: str, sizes: Sizes) -> dict[str, Any]:
+    """FLOPs and arithmetic share of the v1 filter, models fitted on `sizes.passive` rollouts."""
+    config = run_config(
+        experiment,
+        env_name,
         "shield",
-        env_name=env_name,
-        n_agents=n_agents,
-        num_envs=base["num_envs"],
-        rollouts=base["rollouts"],
-        seed=seed,
+        patience=sizes.passive,
+        num_envs=sizes.num_envs,
+        rollouts=sizes.rollouts,
     )
-    assert isinstance(trainer, ShieldedIPPO)
-    arm(trainer)
-    rate, _ = collection_rate(trainer, repeats)
-    updates = base["timesteps"] // (base["num_envs"] * base["rollouts"])
-    armed_updates = max(0, updates - base["shield_patience"])
-    per_update = trainer.shield.stats.seconds / repeats
-    defaults = ShieldConfig.__dataclass_fields__
+    trainer = make_trainer(config)
+    if not isinstance(trainer, ShieldedIPPO) or not isinstance(trainer.shield, BudgetShield):
+        raise RuntimeError(f"{env_name}: the default shield is not the v1 shield")
+    for update in range(sizes.passive):
+        trainer.collect_rollout()
+        trainer.after_update(update)
+    if not trainer.armed:
+        raise RuntimeError(f"{env_name}: the shield did not arm after {sizes.passive} updates")
+    shield = trainer.shield
+    inputs, undo = record_filter_inputs(shield)
+    trainer.collect_rollout()
+    undo()
+    inputs = inputs[: sizes.filter_calls] if sizes.filter_calls else inputs
+    with torch.inference_mode(), MatmulRecorder() as recorder:
+        replay_filter(shield, inputs)
+    with count_stages(shield) as stages:
+        replay_filter(shield, inputs)
+    matmuls = matmul_replay(recorder.calls)
+    matmuls()  # allocations and first-touch outside the timed passes
+    filter_seconds, matmul_seconds = [], []
+    for _ in range(sizes.repeats):
+        filter_seconds.append(replay_filter(shield, inputs))
+        started = time.process_time()
+        matmuls()
+        matmul_seconds.append(time.process_time() - started)
+    flops = sum(call.flops for call in recorder.calls)
+    best_filter, best_matmul = min(filter_seconds), min(matmul_seconds)
+    ops: dict[str, int] = defaultdict(int)
+    for call in recorder.calls:
+        ops[call.op] += 1
     return {
         "env": env_name,
-        "n_agents": n_agents,
-        "num_envs": base["num_envs"],
-        "rollout_count": defaults["rollout_count"].default,
-        "lookahead": defaults["lookahead"].default,
-        "filter_seconds_per_update": per_update,
-        "collect_steps_per_s": rate,
-        "armed_updates": armed_updates,
-        "projected_filter_seconds_per_run": per_update * armed_updates,
+        "n_agents": trainer.env.n_agents,
+        "num_envs": trainer.num_envs,
+        "joint_actions": int(shield.joint.shape[0]),
+        "passive_rollouts": sizes.passive,
+        "filter_calls": len(inputs),
+        "decisions": stages.decisions,
+        **stages.shares(),
+        "matmul_calls": len(recorder.calls),
+        "matmul_ops": dict(ops),
+        "gflop": flops / 1e9,
+        "filter_seconds": best_filter,
+        "filter_ms_per_call": 1e3 * best_filter / len(inputs),
+        "filter_gflops_per_s": flops / best_filter / 1e9,
+        "matmul_seconds": best_matmul,
+        "matmul_gflops_per_s": flops / best_matmul / 1e9,
+        "arithmetic_fraction": best_matmul / best_filter,
     }
 
 
-def benchmark(*, k: int, lookahead: int, repeats: int, default_repeats: int) -> dict[str, Any]:
-    """Every measurement of this module."""
+# ------------------------------------------------------------------ training and evaluation
+
+
+def training_cost(
+    experiment: Mapping[str, Any], env_name: str, sizes: Sizes
+) -> tuple[dict[str, Any], ShieldedIPPO]:
+    """CPU seconds of `shield` vs `ippo` over the same updates, one update of each in turn."""
+    overrides = {"patience": sizes.patience, "num_envs": sizes.num_envs, "rollouts": sizes.rollouts}
+    ippo = [make_trainer(run_config(experiment, env_name, "ippo", **overrides)) for _ in range(2)]
+    shielded = make_trainer(run_config(experiment, env_name, "shield", **overrides))
+    if not isinstance(shielded, ShieldedIPPO) or not isinstance(shielded.shield, BudgetShield):
+        raise RuntimeError(f"{env_name}: the default shield is not the v1 shield")
+    patience = shielded.shield_cfg.shield_patience
+    updates = patience + sizes.armed_updates
+    if updates > shielded.num_updates:
+        raise ValueError(f"{updates} updates asked, the run has {shielded.num_updates}")
+    split = CpuSplit()
+    split.wrap(shielded, "collect_rollout", "collect")
+    split.wrap(shielded, "after_update", "models")
+    split.wrap(shielded.shield, "filter", "filter")
+    ippo_seconds = np.zeros((2, updates))
+    shield_seconds = np.zeros(updates)
+    parts = []
+    try:
+        with count_stages(shielded.shield) as stages:
+            for update in range(updates):
+                ippo_seconds[0, update] = train_one_update(ippo[0])
+                shield_seconds[update] = train_one_update(shielded)
+                ippo_seconds[1, update] = train_one_update(ippo[1])
+                parts.append(split.snapshot())
+    finally:
+        split.restore()
+    reference = ippo_seconds.mean(axis=0)
+    armed = slice(patience, updates)
+    before = parts[patience - 1] if patience > 0 else {}
+    after = parts[-1]
+    spent = {k: after.get(k, 0.0) - before.get(k, 0.0) for k in ("collect", "filter", "models")}
+    armed_shield = float(shield_seconds[armed].sum())
+    rows = shielded.updates[armed]
+    steps = sizes.armed_updates * shielded.steps_per_update
+    result = {
+        "env": env_name,
+        "n_agents": shielded.env.n_agents,
+        "num_envs": shielded.num_envs,
+        "rollouts": shielded.rollouts,
+        "steps_per_update": shielded.steps_per_update,
+        "patience": patience,
+        "armed_updates": sizes.armed_updates,
+        "run_updates": shielded.num_updates,
+        "ippo_seconds": float(reference.sum()),
+        "ippo_seconds_runs": [float(s) for s in ippo_seconds.sum(axis=1)],
+        "shield_seconds": float(shield_seconds.sum()),
+        "ratio_all": float(shield_seconds.sum() / reference.sum()),
+        "ippo_armed_seconds": float(reference[armed].sum()),
+        "shield_armed_seconds": armed_shield,
+        "ratio_armed": armed_shield / float(reference[armed].sum()),
+        "armed_collect_seconds": spent["collect"] - spent["filter"],
+        "armed_filter_seconds": spent["filter"],
+        "armed_model_seconds": spent["models"],
+        "armed_rest_seconds": armed_shield - spent["collect"] - spent["models"],
+        "unarmed_model_seconds_per_update": (before.get("models", 0.0) / max(patience, 1)),
+        "logged_filter_seconds": float(sum(r[M.SHIELD_SECONDS] for r in rows)),
+        "logged_model_seconds": float(sum(r[M.SHIELD_MODEL_SECONDS] for r in rows)),
+        "armed_steps": steps,
+        "shield_steps_per_cpu_s": steps / armed_shield,
+        "ippo_steps_per_cpu_s": steps / float(reference[armed].sum()),
+        **stages.shares(),
+    }
+    return result, shielded
+
+
+def evaluation_cost(trainer: ShieldedIPPO, sizes: Sizes) -> dict[str, Any]:
+    """CPU seconds of the trained shield policy's evaluation with the shield on and off."""
+    state = trainer.policy_state()
+    config = RunConfig.from_dict(state["config"])
+    settings = config.evaluation
+    episodes = sizes.eval_episodes or settings.episodes
+    steps = sizes.eval_steps or settings.max_horizon
+    batch = min(settings.final_policy_eval_num_envs, episodes)
+    params = config.env.constructor_params(max_steps=steps)
+    seeds = [settings.final_policy_eval_seed_offset + i for i in range(episodes)]
+    net = ActorCritic.from_policy_state(state)
+    shield = load_shield(state, config, net=net)
+    actors = {
+        "off": Actor(net=net, config=config),
+        "on": Actor(net=net, config=config, action_filter=shield),
+    }
+    seconds: dict[str, list[float]] = {"off": [], "on": []}
+    lengths: dict[str, float] = {}
+
+    def run(mode: str) -> float:
+        started = time.process_time()
+        episodes_run = collect_episodes(
+            make_vec=lambda copies: make_vector_env(
+                config.env_name, num_envs=copies, seed=None, **params
+            ),
+            actor=actors[mode],
+            seeds=seeds,
+            max_steps=steps,
+            batch_size=batch,
+            actor_seed=settings.final_policy_eval_seed_offset,
+        )
+        lengths[mode] = float(episodes_run.length.mean())
+        return time.process_time() - started
+
+    if not isinstance(shield, BudgetShield):
+        raise RuntimeError(f"{config.env_name}: the trained shield is not the v1 shield")
+    # Every pass of a mode runs the same episodes with the same actions: the counts of the
+    # passes are equal, and counting costs microseconds per call.
+    with count_stages(shield) as stages:
+        for _ in range(sizes.eval_repeats):
+            for mode in ("off", "on"):
+                seconds[mode].append(run(mode))
+    off, on = min(seconds["off"]), min(seconds["on"])
+    return {
+        "env": config.env_name,
+        "episodes": episodes,
+        "max_steps": steps,
+        "batch_size": batch,
+        "mean_length_off": lengths["off"],
+        "mean_length_on": lengths["on"],
+        "off_seconds": off,
+        "on_seconds": on,
+        "ratio": on / off,
+        **stages.shares(),
+    }
+
+
+# ------------------------------------------------------------------ the whole benchmark
+
+
+def shield_settings(experiment: Mapping[str, Any], env_name: str) -> dict[str, Any]:
+    """The resolved shield config of the default experiment on `env_name`."""
+    config = RunConfig.from_dict(run_config(experiment, env_name, "shield"))
+    return config.shield.to_dict()
+
+
+def benchmark(
+    sizes: Sizes = FULL,
+    *,
+    experiment: Mapping[str, Any] | None = None,
+    envs: Sequence[str] = ENVS,
+) -> dict[str, Any]:
+    """Every measurement of this module, per env."""
+    experiment = experiment if experiment is not None else default_experiment()
     torch.set_num_threads(1)
     load_before = os.getloadavg()
-    started = time.perf_counter()
-    result = {
-        "efficiency": efficiency(k, lookahead, repeats, seed=0),
-        "default": [
-            default_cost("hazard_grid", 2, default_repeats, seed=0),
-            default_cost("intersection", 3, default_repeats, seed=0),
-        ],
+    wall, cpu = time.perf_counter(), time.process_time()
+    result: dict[str, Any] = {
+        "sizes": asdict(sizes),
+        "config": {
+            "base": {k: v for k, v in experiment["base"].items() if k != "use_wandb"},
+            "env_params": {env: dict(experiment["env_params"][env]) for env in envs},
+            "algo_params": dict(experiment.get("algo_params", {}).get("shield", {})),
+            "shield": shield_settings(experiment, envs[0]),
+        },
+        "filter": [],
+        "training": [],
+        "evaluation": [],
     }
+    for env_name in envs:
+        result["filter"].append(filter_arithmetic(experiment, env_name, sizes))
+        training, trainer = training_cost(experiment, env_name, sizes)
+        result["training"].append(training)
+        result["evaluation"].append(evaluation_cost(trainer, sizes))
     result["machine"] = {
         "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        "platform": platform.platform(),
+        "processor": platform.processor() or platform.machine(),
         "cpus": os.cpu_count(),
         "python": platform.python_version(),
         "torch": torch.__version__,
+        "torch_threads": torch.get_num_threads(),
         "load_before": list(load_before),
         "load_after": list(os.getloadavg()),
-        "seconds": time.perf_counter() - started,
+        "wall_seconds": time.perf_counter() - wall,
+        "cpu_seconds": time.process_time() - cpu,
     }
     return result
 
 
-def render_markdown(r: dict[str, Any]) -> str:
+def targets(r: Mapping[str, Any]) -> list[str]:
+    """One line per target and env: the measured ratio and whether the target is met."""
+    lines = []
+    for t in r["training"]:
+        met = "met" if t["ratio_armed"] <= TRAIN_TARGET else "NOT met"
+        lines.append(
+            f"- {t['env']}: shield training <= {TRAIN_TARGET:g}x ippo (armed updates): "
+            f"{t['ratio_armed']:.2f}x, {met}."
+        )
+    for e in r["evaluation"]:
+        met = "met" if e["ratio"] <= EVAL_TARGET else "NOT met"
+        lines.append(
+            f"- {e['env']}: shield-on evaluation <= {EVAL_TARGET:g}x shield-off: "
+            f"{e['ratio']:.2f}x, {met}."
+        )
+    return lines
+
+
+def render_markdown(r: Mapping[str, Any], *, command: str = "python -m benchmarks.shield") -> str:
     """The BENCHMARKS.md section."""
-    e, m = r["efficiency"], r["machine"]
-    met = "met" if e["fraction_of_matmul_rate"] >= TARGET else "NOT met"
+    m, c, s = r["machine"], r["config"], r["sizes"]
+    base, shield = c["base"], c["shield"]
+    overrides = ", ".join(f"{k} {v}" for k, v in c["algo_params"].items()) or "none"
+    agents = ", ".join(f"{env} {p['n_agents']} agents" for env, p in c["env_params"].items())
     lines = [
         "## Shield",
         "",
-        f"`python -m benchmarks.shield` (part of `make bench`) on {m['date']}: {m['cpus']} CPUs, "
-        f"Python {m['python']}, torch {m['torch']}, one thread; load average "
-        f"{m['load_before'][0]:.2f} before, {m['load_after'][0]:.2f} after (shared machine), "
-        f"{m['seconds']:.0f} s in total.",
+        f"`{command}`{'' if '--quick' in command else ' (part of `make bench`)'} on "
+        f"{m['date']}: {m['platform']}, "
+        f"{m['cpus']} CPUs ({m['processor']}), Python {m['python']}, torch {m['torch']} on "
+        f"{m['torch_threads']} thread; load average {m['load_before'][0]:.2f} before, "
+        f"{m['load_after'][0]:.2f} after (shared machine); {m['wall_seconds']:.0f} s wall, "
+        f"{m['cpu_seconds']:.0f} s CPU in total. Times are CPU seconds of the process.",
         "",
-        f"`hazard_grid`, {e['num_envs']} copies, {e['n_agents']} agents; shield armed with "
-        f"K = {e['rollout_count']}, L = {e['lookahead']}, ensemble {e['ensemble_size']} x "
-        f"{tuple(e['wm_hidden'])}, screening {e['screen_fraction']}, its models fitted on one "
-        f"passive rollout; {e['filter_calls']} filter calls (one rollout of 16 steps). Rollout "
-        "collection only (no policy update). Rates: fastest of the alternating passes.",
+        f"Config: `config/config.yaml` ({agents}; {base['num_envs']} copies x "
+        f"{base['rollouts']} steps per update, {base['learning_epochs']} epochs x "
+        f"{base['mini_batches']} minibatches, learning rate {base['learning_rate']:g}, "
+        f"max_risk {base['max_risk']:g}, shield {base['shield_version']}, world model "
+        f"{base['wm_version']}; shield overrides: {overrides}). Shield: risk_scope "
+        f"{shield['risk_scope']}, horizon {shield['horizon']}, lookahead {shield['lookahead']}, "
+        f"ensemble {shield['ensemble_size']} x {tuple(shield['wm_hidden'])}, critic "
+        f"{tuple(shield['critic_hidden'])}.",
         "",
-        "| measure | value |",
-        "|---|---:|",
-        f"| `ippo` env-steps/s | {e['ippo_steps_per_s']:,.0f} |",
-        f"| `shield` env-steps/s | {e['shield_steps_per_s']:,.1f} |",
-        f"| share of `shield` collection time spent in the filter | "
-        f"{e['filter_share_of_collection']:.1%} |",
-        f"| interventions / no safe action, per decision | "
-        f"{e['interventions_per_decision']:.2f} / {e['no_safe_per_decision']:.2f} |",
-        f"| matmul work of the imagination (world model, opponent model, policy) | "
-        f"{e['gflop']:.1f} GFLOP |",
-        f"| shield arithmetic rate (matmul FLOPs / filter seconds) | "
-        f"{e['shield_gflops_per_s']:.2f} GFLOP/s |",
-        f"| plain torch matmuls at the same shapes | {e['matmul_gflops_per_s']:.2f} GFLOP/s |",
-        f"| **fraction of the matmul rate** | **{e['fraction_of_matmul_rate']:.2f}** |",
+        "### Arithmetic of the filter",
         "",
-        f"- Fraction of the matmul rate >= {TARGET}: {met}.",
+        f"Models fitted on {s['passive']} passive rollout{'s' * (s['passive'] != 1)}, shield "
+        "armed; the filter calls of "
+        "the next rollout replayed (deterministic). FLOPs of every matmul the filter runs "
+        "(from their shapes); the same matmuls timed alone on preallocated inputs; fastest of "
+        f"{s['repeats']} alternating passes. Stage shares: decisions whose proposal failed "
+        "(one-agent changes judged) and that judged every joint action.",
         "",
-        "Default configuration (`config/config.yaml` base: 8 copies, 64 steps per update; "
-        "ShieldConfig defaults), filter seconds per armed update with models fitted on one "
-        "rollout (every candidate fails its screening), projected over a run. With trained "
-        "models more candidates pass screening and need all K rollouts: the whole runs below "
-        "measure the real cost.",
-        "",
-        "| env | agents | K base | L | filter s / update | armed updates | filter s / run |",
-        "|---|---:|---:|---:|---:|---:|---:|",
+        "| env | joint actions | calls | one-agent / every joint | matmuls | GFLOP | "
+        "filter ms / call | filter GFLOP/s | matmul-only GFLOP/s | arithmetic fraction |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
-    for d in r["default"]:
+    for f in r["filter"]:
         lines.append(
-            f"| {d['env']} | {d['n_agents']} | {d['rollout_count']} | {d['lookahead']} | "
-            f"{d['filter_seconds_per_update']:.2f} | {d['armed_updates']} | "
-            f"{d['projected_filter_seconds_per_run']:.0f} |"
+            f"| {f['env']} | {f['joint_actions']} | {f['filter_calls']} | "
+            f"{f['one_change_share']:.0%} / {f['every_joint_share']:.0%} | {f['matmul_calls']} | "
+            f"{f['gflop']:.3f} | {f['filter_ms_per_call']:.2f} | "
+            f"{f['filter_gflops_per_s']:.2f} | {f['matmul_gflops_per_s']:.2f} | "
+            f"**{f['arithmetic_fraction']:.2f}** |"
         )
+    t0 = r["training"][0]
+    lines += [
+        "",
+        "### Training",
+        "",
+        f"The first {t0['patience']} + {t0['armed_updates']} updates (watching + armed) of "
+        f"a {t0['run_updates']}-update default run, `ippo` and `shield` one update each in "
+        "turn; `ippo` twice (same seed, before and after each shield update), its mean the "
+        "reference. Split of the shield's armed updates: collection (env and policy, without "
+        "the filter), filter, model fitting (`after_update`), rest (advantages, PPO update).",
+        "",
+        "| env | ippo s | shield s | ratio, all updates | ratio, armed updates | "
+        "collection s | filter s | model fitting s | rest s | one-agent / every joint |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for t in r["training"]:
+        lines.append(
+            f"| {t['env']} | {t['ippo_seconds']:.1f} | {t['shield_seconds']:.1f} | "
+            f"{t['ratio_all']:.2f} | **{t['ratio_armed']:.2f}** | "
+            f"{t['armed_collect_seconds']:.1f} | {t['armed_filter_seconds']:.1f} | "
+            f"{t['armed_model_seconds']:.1f} | {t['armed_rest_seconds']:.1f} | "
+            f"{t['one_change_share']:.0%} / {t['every_joint_share']:.0%} |"
+        )
+    e0 = r["evaluation"][0]
+    lines += [
+        "",
+        "### Evaluation",
+        "",
+        f"The trained shield policy above over {e0['episodes']} evaluation episodes of at most "
+        f"{e0['max_steps']} steps ({e0['batch_size']} copies per batch, the evaluation's "
+        f"seeds), shield on and off; fastest of {s['eval_repeats']} passes of each.",
+        "",
+        "| env | mean length off / on | off s | on s | ratio on / off | "
+        "overridden / one-agent / every joint |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
+    for e in r["evaluation"]:
+        lines.append(
+            f"| {e['env']} | {e['mean_length_off']:.0f} / {e['mean_length_on']:.0f} | "
+            f"{e['off_seconds']:.2f} | {e['on_seconds']:.2f} | **{e['ratio']:.2f}** | "
+            f"{e['overridden_share']:.0%} / {e['one_change_share']:.0%} / "
+            f"{e['every_joint_share']:.0%} |"
+        )
+    lines += ["", "Targets:", "", *targets(r)]
     lines += comparison_markdown()
     return "\n".join(lines)
 
@@ -378,19 +792,19 @@ def comparison_markdown(path: Path = OUT / "shield_vs_baselines.json") -> list[s
 def main(argv: Sequence[str] | None = None) -> int:
     """Command line: run the benchmark, save JSON, update BENCHMARKS.md."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rollout-count", type=int, default=256)
-    parser.add_argument("--lookahead", type=int, default=5)
-    parser.add_argument("--repeats", type=int, default=5, help="timed passes of each kind")
     parser.add_argument("--quick", action="store_true", help="tiny budget, no markdown update")
+    parser.add_argument("--armed-updates", type=int, help="training updates after arming")
+    parser.add_argument("--repeats", type=int, help="timed passes of the filter replays")
     args = parser.parse_args(list(argv) if argv is not None else [])
-    repeats, default_repeats = (1, 1) if args.quick else (args.repeats, 2)
-    results = benchmark(
-        k=args.rollout_count,
-        lookahead=args.lookahead,
-        repeats=repeats,
-        default_repeats=default_repeats,
-    )
-    markdown = render_markdown(results)
+    sizes = QUICK if args.quick else FULL
+    if args.armed_updates is not None:
+        sizes = replace(sizes, armed_updates=args.armed_updates)
+    if args.repeats is not None:
+        sizes = replace(sizes, repeats=args.repeats)
+    configure_logging(min_level=WARNING, file_enabled=False)  # no line per training update
+    results = benchmark(sizes)
+    command = "python -m benchmarks.shield" + (" --quick" if args.quick else "")
+    markdown = render_markdown(results, command=command)
     print(markdown)
     OUT.mkdir(parents=True, exist_ok=True)
     name = "shield_quick.json" if args.quick else "shield.json"
