@@ -113,17 +113,22 @@ def rollouts_for_step(
 def calibration_factor(
     *, predicted: ArrayLike, observed: ArrayLike, delta: float, mode: str
 ) -> float:
-    """c >= 1 with c * mean(predicted) >= a (1 - delta) upper bound on the true event rate.
+    """c > 0 with c * mean(predicted) = a (1 - delta) upper bound on the true event rate.
 
     `predicted` are a model's probabilities of an event on held-out transitions, `observed`
     whether it happened (0/1). With k events in n transitions, the true rate of such
     transitions is at most u(k, n, delta) (`risk_bound` in `mode`) with probability
-    >= 1 - delta; a model whose probabilities average to less is scaled up by c to meet it.
-    1 when there is nothing to check or the model already predicts enough.
+    >= 1 - delta; the model's probabilities are scaled by c = u / mean(predicted), up when
+    they average to less than u, down when they average to more (a model that over-predicts
+    makes its shield refuse actions it has no evidence against). 1 when there is nothing
+    to check.
 
-    >>> calibration_factor(predicted=[0.1] * 100, observed=[1] * 20 + [0] * 80,
-    ...                    delta=0.05, mode="mean")
+    >>> round(calibration_factor(predicted=[0.1] * 100, observed=[1] * 20 + [0] * 80,
+    ...                          delta=0.05, mode="mean"), 6)
     2.0
+    >>> round(calibration_factor(predicted=[0.4] * 100, observed=[1] * 20 + [0] * 80,
+    ...                          delta=0.05, mode="mean"), 6)
+    0.5
     """
     p = np.asarray(predicted, dtype=np.float64).reshape(-1)
     o = np.asarray(observed, dtype=np.float64).reshape(-1)
@@ -135,4 +140,4 @@ def calibration_factor(
     mean = float(p.mean())
     if mean <= 0.0:
         return 1.0 if upper <= 0.0 else 1.0 / max(mean, 1e-12)
-    return max(1.0, upper / mean)
+    return upper / mean

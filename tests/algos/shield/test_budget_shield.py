@@ -17,7 +17,7 @@ import pytest
 import torch
 
 from benchmarks.risk_floor import encode_joint_actions, model_from_env, solve_min_risk
-from src.algos.shield.bounds import calibration_factor
+from src.algos.shield.bounds import calibration_factor, risk_bound
 from src.algos.shield.budget import BudgetShield
 from src.algos.shield.critic import RiskCritic, joint_actions
 from src.algos.shield.replay import TransitionReplay
@@ -327,11 +327,12 @@ def test_calibration_factor_covers_an_optimistic_model_at_its_confidence(mode, c
         )
         covered += c * 0.02 >= 0.04
     assert covered / repeats >= coverage
-    # A well calibrated model is left as it is most of the time, and never scaled down.
+    # A pessimistic model is scaled down, but never below the upper bound of the evidence.
     c = calibration_factor(
         predicted=np.full(500, 0.5), observed=np.zeros(500), delta=0.1, mode=mode
     )
-    assert c == 1.0
+    assert 0.0 < c < 0.05
+    assert math.isclose(c * 0.5, float(risk_bound(k=0, n=500, delta=0.1, mode=mode)))
     assert math.isclose(
         calibration_factor(predicted=[0.1] * 10, observed=[1] * 10, delta=0.05, mode="mean"), 10.0
     )
