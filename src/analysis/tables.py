@@ -294,7 +294,10 @@ def _notes(frame: pd.DataFrame) -> list[str]:
         confidence = frame["confidence"].min()
         episodes = ", ".join(str(int(n)) for n in sorted(frame["eval_episodes"].unique()))
         pairs = frame[["env", "constraint_horizon"]].drop_duplicates()
-        where = ", ".join(f"{e}: H = {h}" for e, h in pairs.itertuples(index=False))
+        if pairs["constraint_horizon"].nunique() == 1:
+            where = f"H = {pairs['constraint_horizon'].iloc[0]}"
+        else:
+            where = ", ".join(f"{e}: H = {h}" for e, h in pairs.itertuples(index=False))
         notes += [
             "P(viol. ≤ H): probability of a violation within H steps, pooled over the runs' "
             f"evaluation episodes (violations and episodes summed; {episodes} episodes per "
@@ -303,7 +306,7 @@ def _notes(frame: pd.DataFrame) -> list[str]:
             "against max_risk: met = the interval's upper end ≤ max_risk; point = only the "
             "estimate ≤ max_risk; not met = the estimate > max_risk.",
         ]
-    notes.append("– means not measured.")
+    notes.append("Dashes mark quantities that were not measured.")
     return notes
 
 
@@ -318,7 +321,7 @@ def summary_markdown(frame: pd.DataFrame) -> str:
         "|" + "|".join("---" if h in _TEXT_COLUMNS else "---:" for h in header) + "|",
     ]
     lines += ["| " + " | ".join(cells) + " |" for cells in rows]
-    return "\n".join([*lines, "", *_notes(frame), ""])
+    return "\n".join([*lines, "", *(f"- {note}" for note in _notes(frame)), ""])
 
 
 def _latex_escape(text: str) -> str:

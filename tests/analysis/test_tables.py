@@ -175,9 +175,7 @@ def test_make_summary_writes_csv_markdown_and_latex(tmp_path: Path) -> None:
     markdown = (tmp_path / "tables" / "summary.md").read_text()
     assert markdown.count("\n| hazard_grid |") == 4
     assert "P(viol. ≤ 200)" in markdown and "| constraint |" in markdown
-    assert (
-        "Clopper-Pearson" in markdown and "largest horizon ≤ 100 (hazard_grid: H = 100)" in markdown
-    )
+    assert "Clopper-Pearson" in markdown and "largest horizon ≤ 100 (H = 100)" in markdown
     latex = (tmp_path / "tables" / "summary.tex").read_text()
     assert "\\begin{tabular}" in latex and "hazard\\_grid" in latex
     assert latex.count("\\\\") == 5  # header and four rows
