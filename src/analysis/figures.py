@@ -25,6 +25,7 @@ saying why, so the workflow always gets the same files.
 
 from __future__ import annotations
 
+import math
 import warnings
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -202,8 +203,22 @@ def _legend(fig: Figure, axes: list[Axes]) -> None:
             list(handles.values()),
             list(handles),
             loc="outside lower center",
-            ncols=min(len(handles), 4),
+            ncols=_legend_columns(list(handles), fig.get_figwidth()),
         )
+
+
+def _legend_columns(labels: list[str], width: float, most: int = 4) -> int:
+    """The most columns (up to `most`) whose legend fits `width` inches.
+
+    Matplotlib fills the columns top to bottom; a column is as wide as its longest label,
+    about 0.08 inch per character at the legend's font size, plus the line sample.
+    """
+    for ncols in range(min(len(labels), most), 1, -1):
+        rows = math.ceil(len(labels) / ncols)
+        columns = [labels[i : i + rows] for i in range(0, len(labels), rows)]
+        if sum(0.08 * max(map(len, column)) + 0.7 for column in columns) <= width:
+            return ncols
+    return 1
 
 
 def _runs_label(label: str, runs: int) -> str:
@@ -229,6 +244,15 @@ def _run_points(ax: Axes, x: np.ndarray, matrix: np.ndarray, *, color: str) -> N
     for row in matrix:
         keep = ~np.isnan(row)
         ax.scatter(x[keep], row[keep], s=5, color=color, alpha=RUN_ALPHA, linewidths=0)
+
+
+def _band(ax: Axes, x: np.ndarray, low: np.ndarray, high: np.ndarray, *, color: str) -> None:
+    """An interval band around a curve; a lone point gets an error bar (a band needs two)."""
+    x, low, high = (np.asarray(v, dtype=np.float64) for v in (x, low, high))
+    if x.size == 1 and not np.isnan(low[0]):
+        ax.vlines(x, low, high, color=color, alpha=2 * BAND_ALPHA, linewidth=4)
+    else:
+        ax.fill_between(x, low, high, color=color, alpha=BAND_ALPHA, linewidth=0)
 
 
 def _mean_curve(
@@ -259,7 +283,7 @@ def _mean_curve(
         marker="o" if len(x) < 10 else None,
         markersize=3,
     )
-    ax.fill_between(x, low, high, color=color, alpha=BAND_ALPHA, linewidth=0)
+    _band(ax, x, low, high, color=color)
 
 
 def _pooled_rate_curve(
@@ -269,7 +293,7 @@ def _pooled_rate_curve(
     estimate, low, high = pooled_rate(k, n, confidence=TRAINING_CONFIDENCE)
     color = algo_color(algo)
     ax.plot(x, estimate, color=color, label=label, marker="o" if len(x) < 10 else None, ms=3)
-    ax.fill_between(x, low, high, color=color, alpha=BAND_ALPHA, linewidth=0)
+    _band(ax, x, low, high, color=color)
 
 
 # (column, axis label, range of the quantity: bands are clipped to it)
@@ -378,14 +402,7 @@ def violation_vs_horizon(evaluation: pd.DataFrame, *, max_risk: MaxRisk) -> Figu
                 linestyle=policy_linestyle(algo, shielded),
                 label=_runs_label(policy_label(algo, shielded), runs),
             )
-            ax.fill_between(
-                horizons,
-                policy["ci_low"],
-                policy["ci_high"],
-                color=color,
-                alpha=BAND_ALPHA,
-                linewidth=0,
-            )
+            _band(ax, horizons, policy["ci_low"], policy["ci_high"], color=color)
         _max_risk_lines(ax, max_risk.get(env, ()))
         span = sorted(int(h) for h in env_rows["horizon"].unique())
         if len(span) > 1 and span[0] > 0 and span[-1] / span[0] >= 10:
