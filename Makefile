@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 CORES ?= 8
 
-.PHONY: setup run test lint bench clean
+.PHONY: setup run results test lint bench clean
 
 $(STAMP): pyproject.toml requirements.lock
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -18,6 +18,10 @@ setup: $(STAMP)
 
 run: $(STAMP)
 	$(BIN)/snakemake --cores $(CORES) --configfile config/config.yaml
+
+# docs/results.md and docs/results/*.png from the default experiment (run first if needed).
+results: run
+	$(BIN)/python -m src.analysis.results_doc config/config.yaml docs
 
 test: $(STAMP)
 	$(BIN)/python -m pytest

@@ -1,19 +1,33 @@
 """The experiment's figures (PNG and PDF), one panel per env, one colour per algorithm.
 
+How intervals are drawn (the same in every figure, and said on it):
+- probabilities (the final policies' P(violation within H), training violation rates) are
+  pooled over the runs of a policy, k and n summed, with a Clopper-Pearson interval
+  (`src.analysis.constraint`), which stays within [0, 1]; each run's own value is a small dot;
+- unbounded quantities (returns, costs, the Lagrange multiplier, interventions) are the mean
+  across runs with a Student-t interval, drawn only with two runs or more;
+- the number of runs of each policy is in its legend label;
+- every figure about violations draws each env's `max_risk` (from the run configs in the
+  tables' metadata) as a dotted black line.
+
+Figures:
 - `learning_curves`: team return, episode cost and violation rate of training episodes against
-  env steps; each run's episodes are averaged in bins of a grid shared by the env's runs, then
-  the runs' bin means give the mean and a 95% t-interval band.
+  env steps, in bins that hold episodes of every run (`adaptive_edges`), so curves have no gaps.
 - `violation_vs_horizon`: the final policy's P(violation within H steps) against H.
-- `return_vs_risk`: final return against violation probability at the largest horizon.
+- `return_vs_risk`: final return against P(violation) at the constraint horizon
+  (`src.analysis.constraint.constraint_horizon`).
 - `shield_interventions`: the shield's interventions per policy update over training.
-A figure with nothing to draw (no evaluation episodes, no shield runs) is still written, with a
-centred note saying why, so the workflow always gets the same eight files.
+- `lagrange_multiplier`: the Lagrange multiplier lambda over training.
+Which algorithms appear in the last two is read from the data (the column is non-null), never
+from algorithm names. A figure with nothing to draw is still written, with a centred note
+saying why, so the workflow always gets the same files.
 """
 
 from __future__ import annotations
 
+import math
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 import numpy as np
@@ -22,12 +36,18 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from scipy import stats
 
-from src.algos.metrics import SHIELD_INTERVENTIONS
+from src.algos.metrics import LAMBDA, SHIELD_INTERVENTIONS
 from src.analysis.aggregate import load_table
+from src.analysis.constraint import (
+    constraint_horizon,
+    max_risk_by_env,
+    pooled_rate,
+    pooled_violations,
+    run_configs,
+)
 from src.analysis.style import (
     algo_color,
     figure_title,
-    has_shield,
     new_figure,
     plt,
     policy_label,
@@ -37,7 +57,9 @@ from src.analysis.style import (
 
 __all__ = [
     "FIGURE_NAMES",
+    "adaptive_edges",
     "binned_run_means",
+    "lagrange_multiplier",
     "learning_curves",
     "make_figures",
     "return_vs_risk",
@@ -45,9 +67,23 @@ __all__ = [
     "violation_vs_horizon",
 ]
 
-FIGURE_NAMES = ("learning_curves", "violation_vs_horizon", "return_vs_risk", "shield_interventions")
+FIGURE_NAMES = (
+    "learning_curves",
+    "violation_vs_horizon",
+    "return_vs_risk",
+    "shield_interventions",
+    "lagrange_multiplier",
+)
 MAX_BINS = 40
+MAX_UPDATE_BINS = 100
+EPISODES_PER_BIN = 5
 BAND_ALPHA = 0.2
+RUN_ALPHA = 0.35
+TRAINING_CONFIDENCE = 0.95
+MAX_RISK_STYLE: dict[str, object] = {"color": "black", "linestyle": ":", "linewidth": 1.3}
+
+# Max-risk values per env, as `src.analysis.constraint.max_risk_by_env` returns them.
+MaxRisk = Mapping[str, tuple[float, ...]]
 
 
 def _t_band(
@@ -56,13 +92,18 @@ def _t_band(
     """Column-wise mean and Student-t interval over rows (runs), ignoring NaN; NaN band for < 2."""
     count = np.sum(~np.isnan(matrix), axis=0)
     with warnings.catch_warnings():
-        # Empty bins (no episode of any run) are expected and become NaN gaps in the curve.
+        # A column with a single value has no spread: its band is NaN and is not drawn.
         warnings.simplefilter("ignore", category=RuntimeWarning)
         mean = np.nanmean(matrix, axis=0)
         sd = np.nanstd(matrix, axis=0, ddof=1)
     quantile = stats.t.ppf(0.5 + confidence / 2.0, np.maximum(count - 1, 1))
     half = np.where(count >= 2, quantile * sd / np.sqrt(np.maximum(count, 1)), np.nan)
     return mean, mean - half, mean + half
+
+
+def _bin_index(values: np.ndarray, edges: np.ndarray) -> np.ndarray:
+    """Bin of each value in bins `[e_i, e_{i+1})`, the last one closed; outside values clipped."""
+    return np.clip(np.searchsorted(edges, values, side="right") - 1, 0, edges.size - 2)
 
 
 def binned_run_means(frame: pd.DataFrame, *, x: str, y: str, edges: np.ndarray) -> np.ndarray:
@@ -79,7 +120,7 @@ def binned_run_means(frame: pd.DataFrame, *, x: str, y: str, edges: np.ndarray) 
         rows = frame[frame["run"] == run]
         values = rows[y].to_numpy(dtype=np.float64)
         keep = ~np.isnan(values)
-        index = np.clip(np.searchsorted(edges, rows[x].to_numpy(), side="right") - 1, 0, n_bins - 1)
+        index = _bin_index(rows[x].to_numpy(), edges)
         sums = np.bincount(index[keep], weights=values[keep], minlength=n_bins)
         counts = np.bincount(index[keep], minlength=n_bins)
         with np.errstate(invalid="ignore", divide="ignore"):
@@ -87,19 +128,55 @@ def binned_run_means(frame: pd.DataFrame, *, x: str, y: str, edges: np.ndarray) 
     return out
 
 
+def adaptive_edges(frame: pd.DataFrame, *, x: str, bins: int) -> np.ndarray:
+    """Bin edges over `frame[x]` such that every bin holds at least one row of every run.
+
+    Starts from `bins` equal bins spanning the observed values and merges each bin into the
+    next until the merged bin holds a row of every run of `frame`; what is left at the end
+    joins the last bin. Curves drawn on these bins therefore have no gap. Edges are a subset
+    of the equal grid's, so the bins keep the convention of `binned_run_means`.
+
+    >>> frame = pd.DataFrame({"run": [0, 0, 1, 1], "t": [0, 10, 4, 10]})
+    >>> adaptive_edges(frame, x="t", bins=5).tolist()
+    [0.0, 6.0, 10.0]
+    """
+    if bins < 1:
+        raise ValueError(f"bins must be >= 1, got {bins}")
+    if frame.empty:
+        raise ValueError("no rows to bin")
+    values = frame[x].to_numpy(dtype=np.float64)
+    low, high = float(np.min(values)), float(np.max(values))
+    grid = np.linspace(low, max(high, low + 1.0), bins + 1)
+    runs = sorted(frame["run"].unique())
+    index = _bin_index(values, grid)
+    run_of = np.searchsorted(runs, frame["run"].to_numpy())
+    counts = np.zeros((len(runs), bins), dtype=np.int64)  # [runs, bins]
+    np.add.at(counts, (run_of, index), 1)
+    edges = [grid[0]]
+    held = np.zeros(len(runs), dtype=np.int64)
+    for b in range(bins):
+        held += counts[:, b]
+        if np.all(held > 0):
+            edges.append(grid[b + 1])
+            held[:] = 0
+    if held.any() or len(edges) == 1:
+        # Rows after the last complete bin: extend that bin to the end.
+        if len(edges) > 1:
+            edges[-1] = grid[-1]
+        else:
+            edges.append(grid[-1])
+    return np.asarray(edges, dtype=np.float64)
+
+
 def _bin_positions(frame: pd.DataFrame, *, x: str, edges: np.ndarray) -> np.ndarray:
-    """Where to draw each bin: the mean env step of its points (NaN for an empty bin)."""
+    """Where to draw each bin: the mean `x` of its rows over all runs (NaN for an empty bin)."""
     # Bin centres would shift curves whose points sit at a bin edge (e.g. update steps).
-    positions = binned_run_means(frame, x=x, y=x, edges=edges)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", category=RuntimeWarning)
-        return np.nanmean(positions, axis=0)
-
-
-def _grid(x_values: np.ndarray, n_bins: int) -> np.ndarray:
-    """`n_bins` equal bins (at most `MAX_BINS`) spanning the observed env steps."""
-    low, high = float(np.min(x_values)), float(np.max(x_values))
-    return np.linspace(low, max(high, low + 1.0), int(np.clip(n_bins, 1, MAX_BINS)) + 1)
+    index = _bin_index(frame[x].to_numpy(), edges)
+    n_bins = edges.size - 1
+    sums = np.bincount(index, weights=frame[x].to_numpy(dtype=np.float64), minlength=n_bins)
+    counts = np.bincount(index, minlength=n_bins)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(counts > 0, sums / np.maximum(counts, 1), np.nan)
 
 
 def _note(ax: Axes, text: str) -> None:
@@ -126,8 +203,27 @@ def _legend(fig: Figure, axes: list[Axes]) -> None:
             list(handles.values()),
             list(handles),
             loc="outside lower center",
-            ncols=min(len(handles), 4),
+            ncols=_legend_columns(list(handles), fig.get_figwidth()),
         )
+
+
+def _legend_columns(labels: list[str], width: float, most: int = 4) -> int:
+    """The most columns (up to `most`) whose legend fits `width` inches.
+
+    Matplotlib fills the columns top to bottom; a column is as wide as its longest label,
+    about 0.08 inch per character at the legend's font size, plus the line sample.
+    """
+    for ncols in range(min(len(labels), most), 1, -1):
+        rows = math.ceil(len(labels) / ncols)
+        columns = [labels[i : i + rows] for i in range(0, len(labels), rows)]
+        if sum(0.08 * max(map(len, column)) + 0.7 for column in columns) <= width:
+            return ncols
+    return 1
+
+
+def _runs_label(label: str, runs: int) -> str:
+    """A legend label with the number of runs behind the curve."""
+    return f"{label} ({runs} run{'' if runs == 1 else 's'})"
 
 
 def _policies(frame: pd.DataFrame) -> list[tuple[str, bool]]:
@@ -136,112 +232,180 @@ def _policies(frame: pd.DataFrame) -> list[tuple[str, bool]]:
     return sorted(((str(a), bool(s)) for a, s in pairs), key=lambda p: (p[0], not p[1]))
 
 
-def _curve(
+def _max_risk_lines(ax: Axes, values: tuple[float, ...], *, vertical: bool = False) -> None:
+    """Draw each `max_risk` value of an env as a dotted black line, labelled with its value."""
+    for value in values:
+        line = ax.axvline if vertical else ax.axhline
+        line(value, label=f"max_risk = {value:g}", **MAX_RISK_STYLE)
+
+
+def _run_points(ax: Axes, x: np.ndarray, matrix: np.ndarray, *, color: str) -> None:
+    """Each run's values as small dots at the positions `x` (rows of `matrix` are runs)."""
+    for row in matrix:
+        keep = ~np.isnan(row)
+        ax.scatter(x[keep], row[keep], s=5, color=color, alpha=RUN_ALPHA, linewidths=0)
+
+
+def _band(ax: Axes, x: np.ndarray, low: np.ndarray, high: np.ndarray, *, color: str) -> None:
+    """An interval band around a curve; a lone point gets an error bar (a band needs two)."""
+    x, low, high = (np.asarray(v, dtype=np.float64) for v in (x, low, high))
+    if x.size == 1 and not np.isnan(low[0]):
+        ax.vlines(x, low, high, color=color, alpha=2 * BAND_ALPHA, linewidth=4)
+    else:
+        ax.fill_between(x, low, high, color=color, alpha=BAND_ALPHA, linewidth=0)
+
+
+def _mean_curve(
     ax: Axes,
     x: np.ndarray,
     matrix: np.ndarray,
     *,
     algo: str,
-    shielded: bool,
+    label: str,
     limits: tuple[float, float] = (-np.inf, np.inf),
+    run_lines: bool = False,
 ) -> None:
+    """Mean across runs (rows of `matrix`) with its t-interval band, and each run's values."""
     mean, low, high = _t_band(matrix)
     low, high = np.clip(low, *limits), np.clip(high, *limits)
     color = algo_color(algo)
+    if run_lines and matrix.shape[0] > 1:
+        for row in matrix:
+            ax.plot(x, row, color=color, alpha=RUN_ALPHA, linewidth=0.7)
+    elif matrix.shape[0] > 1:
+        _run_points(ax, x, matrix, color=color)
     ax.plot(
         x,
         mean,
         color=color,
-        linestyle=policy_linestyle(algo, shielded),
-        label=policy_label(algo, shielded),
+        label=label,
         # With few bins a lone point would be invisible as a line.
         marker="o" if len(x) < 10 else None,
         markersize=3,
     )
-    ax.fill_between(x, low, high, color=color, alpha=BAND_ALPHA, linewidth=0)
+    _band(ax, x, low, high, color=color)
+
+
+def _pooled_rate_curve(
+    ax: Axes, x: np.ndarray, k: np.ndarray, n: np.ndarray, *, algo: str, label: str
+) -> None:
+    """Pooled rate k / n per bin with its Clopper-Pearson band."""
+    estimate, low, high = pooled_rate(k, n, confidence=TRAINING_CONFIDENCE)
+    color = algo_color(algo)
+    ax.plot(x, estimate, color=color, label=label, marker="o" if len(x) < 10 else None, ms=3)
+    _band(ax, x, low, high, color=color)
 
 
 # (column, axis label, range of the quantity: bands are clipped to it)
 LEARNING_METRICS: tuple[tuple[str, str, tuple[float, float]], ...] = (
     ("team_return", "team return per episode", (-np.inf, np.inf)),
     ("cost", "episode cost (sum over agents)", (0.0, np.inf)),
-    ("violated", "violation rate (fraction of episodes)", (0.0, 1.0)),
 )
 
 
-def learning_curves(history: pd.DataFrame) -> Figure:
-    """Return, episode cost and violation rate against env steps: rows are metrics, columns envs."""
+def learning_curves(history: pd.DataFrame, *, max_risk: MaxRisk) -> Figure:
+    """Return, episode cost and violation rate against env steps: rows are metrics, columns envs.
+
+    `max_risk` maps each env to its `max_risk` values (drawn on the violation-rate row).
+    """
     if history.empty:
         return _note_figure("no training episodes to plot")
     envs = sorted(history["env"].unique())
-    fig, axes = new_figure(len(envs), rows=len(LEARNING_METRICS))
+    rows = len(LEARNING_METRICS) + 1
+    fig, axes = new_figure(len(envs), rows=rows)
     frame = history.assign(violated=history["violated"].astype(np.float64))
     for column, env in enumerate(envs):
         env_rows = frame[frame["env"] == env]
-        per_run = env_rows.groupby(["algo", "run"]).size()
-        # About five episodes per run in a bin keeps the curves readable without hiding trends.
-        edges = _grid(env_rows["t_end"].to_numpy(), int(per_run.min()) // 5)
-        for row, (metric, label, limits) in enumerate(LEARNING_METRICS):
-            ax = axes[row * len(envs) + column]
-            for algo in sorted(env_rows["algo"].unique()):
-                runs = env_rows[env_rows["algo"] == algo]
+        for algo in sorted(env_rows["algo"].unique()):
+            runs = env_rows[env_rows["algo"] == algo]
+            n_runs = int(runs["run"].nunique())
+            label = _runs_label(algo, n_runs)
+            # About EPISODES_PER_BIN episodes per run in a bin before merging.
+            per_run = int(runs.groupby("run").size().min())
+            edges = adaptive_edges(
+                runs, x="t_end", bins=int(np.clip(per_run // EPISODES_PER_BIN, 1, MAX_BINS))
+            )
+            x = _bin_positions(runs, x="t_end", edges=edges)
+            for row, (metric, _, limits) in enumerate(LEARNING_METRICS):
                 matrix = binned_run_means(runs, x="t_end", y=metric, edges=edges)
-                x = _bin_positions(runs, x="t_end", edges=edges)
-                _curve(ax, x, matrix, algo=algo, shielded=True, limits=limits)
-            ax.set_ylabel(label)
+                ax = axes[row * len(envs) + column]
+                _mean_curve(ax, x, matrix, algo=algo, label=label, limits=limits)
+            ax = axes[(rows - 1) * len(envs) + column]
+            index = _bin_index(runs["t_end"].to_numpy(), edges)
+            k = np.bincount(index, weights=runs["violated"].to_numpy(), minlength=x.size)
+            n = np.bincount(index, minlength=x.size)
+            if n_runs > 1:
+                matrix = binned_run_means(runs, x="t_end", y="violated", edges=edges)
+                _run_points(ax, x, matrix, color=algo_color(algo))
+            _pooled_rate_curve(ax, x, k, n, algo=algo, label=label)
+        _max_risk_lines(axes[(rows - 1) * len(envs) + column], max_risk.get(env, ()))
+        labels = [label for _, label, _ in LEARNING_METRICS]
+        labels.append("violation rate (fraction of episodes)")
+        for row, ylabel in enumerate(labels):
+            ax = axes[row * len(envs) + column]
+            ax.set_ylabel(ylabel)
             ax.set_xlabel("env steps")
             if row == 0:
                 ax.set_title(env)
-            if metric == "violated":
-                ax.set_ylim(-0.02, 1.02)
-    figure_title(fig, "Training curves: mean across runs, band = 95% t-interval")
+        axes[(rows - 1) * len(envs) + column].set_ylim(-0.02, 1.02)
+    figure_title(
+        fig,
+        "Training episodes in bins of env steps that hold episodes of every run. Return and "
+        "cost: mean across runs, band = 95% t-interval (none for one run). Violation rate: "
+        "pooled over runs, band = 95% Clopper-Pearson. Dots: single runs; dotted: max_risk.",
+    )
     _legend(fig, axes)
     return fig
 
 
-def _probability_band(
-    group: pd.DataFrame, horizons: list[int]
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Mean p_violation per horizon across runs with its band (t-interval, or one run's CP)."""
-    table = group.pivot_table(index="run", columns="horizon", values="p_violation").reindex(
-        columns=horizons
-    )
-    matrix = table.to_numpy(dtype=np.float64)
-    if matrix.shape[0] >= 2:
-        mean, low, high = _t_band(matrix)
-        return mean, np.clip(low, 0.0, 1.0), np.clip(high, 0.0, 1.0)
-    single = group.set_index("horizon").reindex(horizons)
-    return (
-        single["p_violation"].to_numpy(dtype=np.float64),
-        single["ci_low"].to_numpy(dtype=np.float64),
-        single["ci_high"].to_numpy(dtype=np.float64),
-    )
+def _confidence(evaluation: pd.DataFrame) -> float:
+    """The evaluation's interval confidence (the smallest, if runs disagree)."""
+    return float(evaluation["confidence"].min())
 
 
-def violation_vs_horizon(evaluation: pd.DataFrame) -> Figure:
-    """P(violation within H steps) of the final policies against H, one panel per env."""
+def violation_vs_horizon(evaluation: pd.DataFrame, *, max_risk: MaxRisk) -> Figure:
+    """P(violation within H steps) of the final policies against H, one panel per env.
+
+    Pooled over runs with a Clopper-Pearson band; each run's value is a dot; `max_risk` maps
+    each env to its `max_risk` values (dotted lines).
+    """
     if evaluation.empty:
         return _note_figure("no final-policy evaluation (final_policy_eval_episodes is 0)")
     envs = sorted(evaluation["env"].unique())
     fig, axes = new_figure(len(envs))
+    pooled = pooled_violations(evaluation, by=["env", "algo", "shielded", "horizon"])
     for ax, env in zip(axes, envs, strict=True):
         env_rows = evaluation[evaluation["env"] == env]
-        horizons = sorted(int(h) for h in env_rows["horizon"].unique())
         for algo, shielded in _policies(env_rows):
             group = env_rows[(env_rows["algo"] == algo) & (env_rows["shielded"] == shielded)]
-            mean, low, high = _probability_band(group, horizons)
+            policy = pooled[
+                (pooled["env"] == env) & (pooled["algo"] == algo) & (pooled["shielded"] == shielded)
+            ].sort_values("horizon")
             color = algo_color(algo)
+            horizons = policy["horizon"].to_numpy(dtype=np.float64)
+            runs = int(policy["runs"].max())
+            if runs > 1:
+                ax.scatter(
+                    group["horizon"],
+                    group["p_violation"],
+                    s=9,
+                    color=color,
+                    alpha=RUN_ALPHA + 0.15,
+                    linewidths=0,
+                )
             ax.plot(
                 horizons,
-                mean,
+                policy["p_violation"],
                 marker="o",
                 markersize=3,
                 color=color,
                 linestyle=policy_linestyle(algo, shielded),
-                label=policy_label(algo, shielded),
+                label=_runs_label(policy_label(algo, shielded), runs),
             )
-            ax.fill_between(horizons, low, high, color=color, alpha=BAND_ALPHA, linewidth=0)
-        if len(horizons) > 1 and horizons[0] > 0 and horizons[-1] / horizons[0] >= 10:
+            _band(ax, horizons, policy["ci_low"], policy["ci_high"], color=color)
+        _max_risk_lines(ax, max_risk.get(env, ()))
+        span = sorted(int(h) for h in env_rows["horizon"].unique())
+        if len(span) > 1 and span[0] > 0 and span[-1] / span[0] >= 10:
             ax.set_xscale("log")
         ax.set_xlabel("horizon H (env steps)")
         ax.set_ylabel("P(violation within H steps)")
@@ -249,8 +413,9 @@ def violation_vs_horizon(evaluation: pd.DataFrame) -> Figure:
         ax.set_title(env)
     figure_title(
         fig,
-        "Final policies: mean across runs; band = 95% t-interval across runs "
-        "(Clopper-Pearson interval for a single run)",
+        "Final policies: P(violation within H) pooled over runs (violations and episodes "
+        f"summed), band = {_confidence(evaluation):.0%} Clopper-Pearson interval; dots: "
+        "single runs; dotted: max_risk.",
     )
     _legend(fig, axes)
     return fig
@@ -263,80 +428,143 @@ def _mean_half_width(values: np.ndarray) -> tuple[float, float]:
     return float(mean[0]), 0.0 if np.isnan(half) else half
 
 
-def return_vs_risk(evaluation: pd.DataFrame) -> Figure:
-    """Final return against violation probability at the largest horizon: runs and policy means."""
+def return_vs_risk(evaluation: pd.DataFrame, *, max_risk: MaxRisk) -> Figure:
+    """Final return against P(violation) at the constraint horizon, per policy and per run.
+
+    Large markers: x the pooled P(violation) with its Clopper-Pearson interval, y the mean
+    return across runs with its t-interval; small markers: single runs.
+    """
     if evaluation.empty:
         return _note_figure("no final-policy evaluation (final_policy_eval_episodes is 0)")
     envs = sorted(evaluation["env"].unique())
-    fig, axes = new_figure(len(envs))
+    # Taller panels than the default: the axis label and the three-line title need the room.
+    fig, axes = new_figure(len(envs), panel_size=(4.2, 4.0))
+    horizons_used: set[int] = set()
     for ax, env in zip(axes, envs, strict=True):
         env_rows = evaluation[evaluation["env"] == env]
-        horizon = int(env_rows["horizon"].max())
-        last = env_rows[env_rows["horizon"] == horizon]
-        for algo, shielded in _policies(last):
-            group = last[(last["algo"] == algo) & (last["shielded"] == shielded)]
+        horizon = constraint_horizon(env_rows["horizon"])
+        horizons_used.add(horizon)
+        at_h = env_rows[env_rows["horizon"] == horizon]
+        pooled = pooled_violations(at_h, by=["algo", "shielded"])
+        for algo, shielded in _policies(at_h):
+            group = at_h[(at_h["algo"] == algo) & (at_h["shielded"] == shielded)]
+            row = pooled[(pooled["algo"] == algo) & (pooled["shielded"] == shielded)].iloc[0]
             color = algo_color(algo)
-            risk = group["p_violation"].to_numpy(dtype=np.float64)
-            ret = group["mean_return"].to_numpy(dtype=np.float64)
             marker = "s" if policy_linestyle(algo, shielded) == "--" else "o"
-            ax.scatter(risk, ret, color=color, alpha=0.5, s=28, marker=marker, linewidths=0)
-            (mx, ex), (my, ey) = _mean_half_width(risk), _mean_half_width(ret)
+            returns = group["mean_return"].to_numpy(dtype=np.float64)
+            if len(group) > 1:
+                ax.scatter(
+                    group["p_violation"],
+                    returns,
+                    color=color,
+                    alpha=0.5,
+                    s=22,
+                    marker=marker,
+                    linewidths=0,
+                )
+            mean_return, half = _mean_half_width(returns)
+            p, low, high = (float(row[c]) for c in ("p_violation", "ci_low", "ci_high"))
             ax.errorbar(
-                mx,
-                my,
-                xerr=ex,
-                yerr=ey,
+                p,
+                mean_return,
+                xerr=[[p - low], [high - p]],
+                yerr=half,
                 color=color,
                 marker=marker,
                 markersize=7,
                 capsize=3,
                 linestyle="none",
-                label=policy_label(algo, shielded),
+                label=_runs_label(policy_label(algo, shielded), int(row["runs"])),
             )
+        _max_risk_lines(ax, max_risk.get(env, ()), vertical=True)
+        # Probabilities from 0, so that the distance to max_risk reads at a glance.
+        ax.set_xlim(-0.02, min(max(ax.get_xlim()[1], 0.1), 1.02))
         ax.set_xlabel(f"P(violation within {horizon} steps)")
-        ax.set_ylabel(f"mean team return over {horizon} steps")
+        ax.set_ylabel(f"team return over {horizon} steps")
         ax.set_title(env)
     figure_title(
-        fig, "Return against risk: small markers are runs; large markers the mean ± 95% t-interval"
+        fig,
+        "Return against risk at H = "
+        + ", ".join(str(h) for h in sorted(horizons_used))
+        + ": large markers: P(violation) pooled over runs with its "
+        f"{_confidence(evaluation):.0%} Clopper-Pearson interval, mean return across runs with "
+        "its 95% t-interval (none for one run); small markers: single runs; dotted: max_risk.",
     )
     _legend(fig, axes)
     return fig
 
 
-def shield_interventions(updates: pd.DataFrame) -> Figure:
-    """Shield interventions per policy update against env steps, for the shielded runs."""
-    shield = updates[updates["algo"].map(has_shield).astype(bool)] if not updates.empty else updates
-    if shield.empty or shield[SHIELD_INTERVENTIONS].isna().all():
-        return _note_figure("no shield runs: no interventions to plot")
-    envs = sorted(shield["env"].unique())
-    fig, axes = new_figure(len(envs))
+def _over_training(
+    updates: pd.DataFrame, column: str, *, ylabel: str, title: str, note: str
+) -> Figure:
+    """Mean across runs of an update metric against env steps, for the algorithms that log it."""
+    logged = updates[updates[column].notna()] if not updates.empty else updates
+    if logged.empty:
+        return _note_figure(note)
+    envs = sorted(logged["env"].unique())
+    fig, axes = new_figure(len(envs), panel_size=(4.2, 3.8))
     for ax, env in zip(axes, envs, strict=True):
-        env_rows = shield[shield["env"] == env]
+        env_rows = logged[logged["env"] == env]
         for algo in sorted(env_rows["algo"].unique()):
             rows = env_rows[env_rows["algo"] == algo]
-            # Runs of one config share their update steps: one bin per update.
-            edges = _grid(rows["global_step"].to_numpy(), int(rows.groupby("run").size().min()))
-            matrix = binned_run_means(rows, x="global_step", y=SHIELD_INTERVENTIONS, edges=edges)
+            # Runs of one config share their update steps: one bin per update, merged only
+            # where runs differ, at most MAX_UPDATE_BINS.
+            per_run = int(rows.groupby("run").size().min())
+            edges = adaptive_edges(rows, x="global_step", bins=min(per_run, MAX_UPDATE_BINS))
+            matrix = binned_run_means(rows, x="global_step", y=column, edges=edges)
             x = _bin_positions(rows, x="global_step", edges=edges)
-            _curve(ax, x, matrix, algo=algo, shielded=True, limits=(0.0, np.inf))
+            label = _runs_label(algo, int(rows["run"].nunique()))
+            _mean_curve(ax, x, matrix, algo=algo, label=label, limits=(0.0, np.inf), run_lines=True)
         ax.set_xlabel("env steps")
-        ax.set_ylabel("interventions per update (count)")
+        ax.set_ylabel(ylabel)
         ax.set_title(env)
-    figure_title(fig, "Shield interventions: mean across runs, band = 95% t-interval")
+    figure_title(fig, title)
     _legend(fig, axes)
     return fig
 
 
+def shield_interventions(updates: pd.DataFrame) -> Figure:
+    """Shield interventions per policy update against env steps, for the runs that log them."""
+    return _over_training(
+        updates,
+        SHIELD_INTERVENTIONS,
+        ylabel="interventions per update",
+        title="Shield interventions (agent-steps whose proposed action the shield changed) per "
+        "policy update: mean across runs, band = 95% t-interval (none for one run); thin "
+        "lines: single runs.",
+        note="no shield runs: no interventions to plot",
+    )
+
+
+def lagrange_multiplier(updates: pd.DataFrame) -> Figure:
+    """The Lagrange multiplier lambda against env steps, for the runs that log it."""
+    return _over_training(
+        updates,
+        LAMBDA,
+        ylabel="Lagrange multiplier λ",
+        title="Lagrange multiplier λ at each policy update (it grows while the measured "
+        "episode risk exceeds max_risk): mean across runs, band = 95% t-interval (none for "
+        "one run); thin lines: single runs.",
+        note="no run logs a Lagrange multiplier (safety/lambda): nothing to plot",
+    )
+
+
 def make_figures(tables_dir: str | Path, figures_dir: str | Path) -> list[Path]:
-    """Draw the four figures from the aggregated tables; returns the PNG and PDF paths written."""
-    history = load_table(tables_dir, "history").to_pandas()
+    """Draw every figure of `FIGURE_NAMES` from the aggregated tables; returns the paths written.
+
+    `max_risk` comes from the run configs stored in the tables' metadata.
+    """
+    history_table = load_table(tables_dir, "history")
+    history = history_table.to_pandas()
     evaluation = load_table(tables_dir, "eval").to_pandas()
     updates = load_table(tables_dir, "updates").to_pandas()
+    max_risk = max_risk_by_env(run_configs(history_table))
     builders: dict[str, Callable[[], Figure]] = {
-        "learning_curves": lambda: learning_curves(history),
-        "violation_vs_horizon": lambda: violation_vs_horizon(evaluation),
-        "return_vs_risk": lambda: return_vs_risk(evaluation),
+        "learning_curves": lambda: learning_curves(history, max_risk=max_risk),
+        "violation_vs_horizon": lambda: violation_vs_horizon(evaluation, max_risk=max_risk),
+        "return_vs_risk": lambda: return_vs_risk(evaluation, max_risk=max_risk),
         "shield_interventions": lambda: shield_interventions(updates),
+        "lagrange_multiplier": lambda: lagrange_multiplier(updates),
     }
     paths: list[Path] = []
     for name in FIGURE_NAMES:

@@ -1,14 +1,19 @@
-"""Summary table of an experiment: one row per env and policy, mean and 95% interval across runs.
+"""Summary table of an experiment: one row per env and policy, with the constraint's verdict.
 
 Per run, the summary takes
 - `train_return`, `train_cost`: mean team return and episode cost over the last
   `FINAL_FRACTION` of its training episodes (by `t_end`, at least one episode);
 - `eval_return`, `eval_cost`: the final policy's evaluation mean return and cost at the largest
-  horizon;
-- `p_violation_h{H}`: the final policy's violation probability within H steps.
-Across the runs of a policy it reports the mean and a 95% Student-t interval (NaN with a
-single run); intervals of probabilities are clipped to [0, 1]. A `shield` run evaluated with
-the shield off is its own policy row; its training columns are empty (it was trained shielded).
+  horizon.
+Across the runs of a policy these get the mean and a 95% Student-t interval (NaN with a single
+run; costs clipped at 0). Probabilities are pooled instead (`src.analysis.constraint`): for
+every evaluation horizon H, `violations_h{H}` = k summed over the runs, `p_violation_h{H}` =
+k / n with n = `eval_episodes` summed over the runs, and the Clopper-Pearson interval of (k, n)
+at the evaluation's confidence. `constraint` is the verdict at the constraint horizon against
+the runs' `max_risk` (from their configs): "met", "point" or "not met".
+
+A `shield` run evaluated with the shield off is its own policy row; its training columns are
+empty (it was trained shielded).
 """
 
 from __future__ import annotations
@@ -21,6 +26,14 @@ import pandas as pd
 from scipy import stats
 
 from src.analysis.aggregate import load_table
+from src.analysis.constraint import (
+    CONSTRAINT_HORIZON,
+    constraint_horizon,
+    constraint_status,
+    max_risk_of_runs,
+    pooled_violations,
+    run_configs,
+)
 from src.analysis.files import write_text
 from src.analysis.style import has_shield, policy_label
 from src.core.io import atomic_output
@@ -32,11 +45,20 @@ __all__ = [
     "make_summary",
     "mean_interval",
     "summary_frame",
+    "summary_markdown",
 ]
 
 FINAL_FRACTION = 0.1
 SUMMARY_FILES = ("summary.csv", "summary.md", "summary.tex")
 _RUN_KEYS = ["env", "algo", "run"]
+_POLICY_KEYS = ["env", "algo", "shielded"]
+# Metrics averaged across runs with a t-interval (unbounded quantities), and their labels.
+MEAN_METRICS: dict[str, str] = {
+    "train_return": "return (train)",
+    "train_cost": "cost (train)",
+    "eval_return": "return (eval)",
+    "eval_cost": "cost (eval)",
+}
 
 
 def mean_interval(values: np.ndarray, *, confidence: float = 0.95) -> tuple[float, float, float]:
@@ -72,50 +94,91 @@ def final_training_metrics(history: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=[*_RUN_KEYS, "train_return", "train_cost"])
 
 
-def _per_run_eval(evaluation: pd.DataFrame) -> tuple[pd.DataFrame, list[int]]:
-    horizons = sorted(int(h) for h in evaluation["horizon"].unique())
+def _per_run_eval(evaluation: pd.DataFrame) -> pd.DataFrame:
+    """Per run and shield mode: evaluation return and cost at the largest horizon."""
     rows = []
     for (env, algo, run, shielded), group in evaluation.groupby(
         [*_RUN_KEYS, "shielded"], sort=True
     ):
-        by_h = group.set_index("horizon")
-        last = by_h.loc[by_h.index.max()]
-        row = {
-            "env": env,
-            "algo": algo,
-            "run": run,
-            "shielded": bool(shielded),
-            "eval_return": float(last["mean_return"]),
-            "eval_cost": float(last["mean_cost"]),
-        }
-        for h in horizons:
-            row[f"p_violation_h{h}"] = (
-                float(by_h.loc[h, "p_violation"]) if h in by_h.index else math.nan
+        last = group.loc[group["horizon"].idxmax()]
+        rows.append(
+            {
+                "env": env,
+                "algo": algo,
+                "run": run,
+                "shielded": bool(shielded),
+                "eval_return": float(last["mean_return"]),
+                "eval_cost": float(last["mean_cost"]),
+            }
+        )
+    return pd.DataFrame(rows, columns=[*_RUN_KEYS, "shielded", "eval_return", "eval_cost"])
+
+
+def _probability_columns(evaluation: pd.DataFrame, horizons: list[int]) -> pd.DataFrame:
+    """Per policy: pooled evaluation episodes, and k, estimate and interval per horizon."""
+    pooled = pooled_violations(evaluation, by=[*_POLICY_KEYS, "horizon"])
+    columns: list[pd.DataFrame] = []
+    for h in horizons:
+        at_h = pooled[pooled["horizon"] == h].set_index(_POLICY_KEYS)
+        columns.append(
+            pd.DataFrame(
+                {
+                    f"p_violation_h{h}": at_h["p_violation"],
+                    f"p_violation_h{h}_low": at_h["ci_low"],
+                    f"p_violation_h{h}_high": at_h["ci_high"],
+                    f"violations_h{h}": at_h["violations"],
+                }
             )
-        rows.append(row)
-    columns = [
-        *_RUN_KEYS,
-        "shielded",
-        "eval_return",
-        "eval_cost",
-        *(f"p_violation_h{h}" for h in horizons),
-    ]
-    return pd.DataFrame(rows, columns=columns), horizons
+        )
+    episodes = pooled.groupby(_POLICY_KEYS).agg(
+        eval_episodes=("n", "max"), confidence=("confidence", "min")
+    )
+    frame = pd.concat([episodes, *columns], axis=1)
+    return frame.reset_index()
 
 
-def summary_frame(history: pd.DataFrame, evaluation: pd.DataFrame) -> pd.DataFrame:
-    """One row per (env, algo, shielded) with `{metric}_{mean,low,high}` columns."""
+def _verdicts(
+    probabilities: pd.DataFrame, evaluation: pd.DataFrame, max_risk: pd.DataFrame
+) -> pd.DataFrame:
+    """Per policy: its `max_risk` (the strictest of its runs), the horizon and the verdict."""
+    rows = []
+    for _, policy in probabilities.iterrows():
+        env, algo = policy["env"], policy["algo"]
+        risks = max_risk.loc[(max_risk["env"] == env) & (max_risk["algo"] == algo), "max_risk"]
+        bound = float(risks.min()) if len(risks) else math.nan
+        horizon = constraint_horizon(evaluation.loc[evaluation["env"] == env, "horizon"])
+        estimate = float(policy[f"p_violation_h{horizon}"])
+        upper = float(policy[f"p_violation_h{horizon}_high"])
+        rows.append(
+            {
+                "env": env,
+                "algo": algo,
+                "shielded": policy["shielded"],
+                "max_risk": bound,
+                "constraint_horizon": horizon,
+                "constraint": constraint_status(estimate=estimate, upper=upper, max_risk=bound),
+            }
+        )
+    return pd.DataFrame(
+        rows, columns=[*_POLICY_KEYS, "max_risk", "constraint_horizon", "constraint"]
+    )
+
+
+def summary_frame(
+    history: pd.DataFrame, evaluation: pd.DataFrame, *, max_risk: pd.DataFrame | None = None
+) -> pd.DataFrame:
+    """One row per (env, algo, shielded): constraint verdict, run means, pooled probabilities.
+
+    `max_risk` has one row per run (`env`, `algo`, `run`, `max_risk`, as
+    `src.analysis.constraint.max_risk_of_runs` builds it from the run configs); without it the
+    verdict is empty.
+    """
     if history.empty:
         raise ValueError("the history table is empty: there is no training episode to summarise")
+    if max_risk is None:
+        max_risk = max_risk_of_runs([])
     train = final_training_metrics(history)
-    per_eval, horizons = _per_run_eval(evaluation)
-    metrics = [
-        "train_return",
-        "train_cost",
-        "eval_return",
-        "eval_cost",
-        *(f"p_violation_h{h}" for h in horizons),
-    ]
+    per_eval = _per_run_eval(evaluation)
     if per_eval.empty:
         runs = train.assign(shielded=train["algo"].map(has_shield).astype(bool))
     else:
@@ -138,51 +201,127 @@ def summary_frame(history: pd.DataFrame, evaluation: pd.DataFrame) -> pd.DataFra
             "policy": policy_label(algo, bool(shielded)),
             "runs": int(group["run"].nunique()),
         }
-        for metric in metrics:
+        for metric in MEAN_METRICS:
             values = group[metric].to_numpy(dtype=np.float64) if metric in group else np.array([])
             mean, low, high = mean_interval(values)
-            # Costs and probabilities are non-negative, probabilities at most one.
-            upper = 1.0 if metric.startswith("p_violation") else math.inf
-            if metric.startswith(("p_violation", "train_cost", "eval_cost")):
-                low, high = (x if math.isnan(x) else min(max(x, 0.0), upper) for x in (low, high))
+            if metric.endswith("_cost"):
+                # Costs are non-negative.
+                low, high = (x if math.isnan(x) else max(x, 0.0) for x in (low, high))
             row.update({f"{metric}_mean": mean, f"{metric}_low": low, f"{metric}_high": high})
         rows.append(row)
-    return pd.DataFrame(rows)
+    frame = pd.DataFrame(rows)
+    if evaluation.empty:
+        return frame
+    horizons = sorted(int(h) for h in evaluation["horizon"].unique())
+    probabilities = _probability_columns(evaluation, horizons)
+    verdicts = _verdicts(probabilities, evaluation, max_risk)
+    frame = frame.merge(verdicts, on=_POLICY_KEYS, how="left").merge(
+        probabilities, on=_POLICY_KEYS, how="left"
+    )
+    leading = [
+        *_POLICY_KEYS,
+        "policy",
+        "runs",
+        "max_risk",
+        "constraint_horizon",
+        "constraint",
+        "confidence",
+        "eval_episodes",
+    ]
+    return frame[leading + [c for c in frame.columns if c not in leading]]
 
 
-def _cell(frame: pd.DataFrame, index: int, metric: str) -> str:
+def _format(value: float) -> str:
+    return f"{value:.3g}"
+
+
+def _mean_cell(frame: pd.DataFrame, index: int, metric: str) -> str:
     mean, low, high = (frame.loc[index, f"{metric}_{part}"] for part in ("mean", "low", "high"))
     if math.isnan(mean):
         return "–"
     if math.isnan(low):
-        return f"{mean:.3g}"
-    return f"{mean:.3g} [{low:.3g}, {high:.3g}]"
+        return _format(mean)
+    return f"{_format(mean)} [{_format(low)}, {_format(high)}]"
 
 
-def _display_columns(frame: pd.DataFrame) -> list[tuple[str, str]]:
-    names = {
-        "train_return": "return (train)",
-        "train_cost": "cost (train)",
-        "eval_return": "return (eval)",
-        "eval_cost": "cost (eval)",
-    }
-    metrics = [c[: -len("_mean")] for c in frame.columns if c.endswith("_mean")]
-    return [(m, names.get(m, f"P(viol. ≤ {m.removeprefix('p_violation_h')})")) for m in metrics]
+def _probability_cell(frame: pd.DataFrame, index: int, column: str) -> str:
+    estimate = frame.loc[index, column]
+    if pd.isna(estimate):
+        return "–"
+    low, high = frame.loc[index, f"{column}_low"], frame.loc[index, f"{column}_high"]
+    return f"{_format(estimate)} [{_format(low)}, {_format(high)}]"
 
 
-def _markdown(frame: pd.DataFrame) -> str:
-    columns = _display_columns(frame)
-    header = ["env", "policy", "runs", *(label for _, label in columns)]
-    lines = [
-        "| " + " | ".join(header) + " |",
-        "|" + "|".join(["---"] * 2 + ["---:"] * (len(header) - 2)) + "|",
-    ]
+def _horizons(frame: pd.DataFrame) -> list[int]:
+    prefix = "p_violation_h"
+    return sorted(
+        int(c.removeprefix(prefix))
+        for c in frame.columns
+        if c.startswith(prefix) and c.removeprefix(prefix).isdigit()
+    )
+
+
+def _header_and_rows(frame: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
+    horizons = _horizons(frame)
+    verdict = "constraint" in frame.columns
+    header = ["env", "policy", "runs"]
+    if verdict:
+        header += ["max_risk", "constraint"]
+    header += list(MEAN_METRICS.values())
+    header += [f"P(viol. ≤ {h})" for h in horizons]
+    rows = []
     for i in frame.index:
         cells = [str(frame.loc[i, "env"]), str(frame.loc[i, "policy"]), str(frame.loc[i, "runs"])]
-        cells += [_cell(frame, i, metric) for metric, _ in columns]
-        lines.append("| " + " | ".join(cells) + " |")
-    note = "Mean across runs with its 95% t-interval in brackets; – means not measured."
-    return "\n".join([*lines, "", note, ""])
+        if verdict:
+            bound = frame.loc[i, "max_risk"]
+            cells += [
+                "–" if pd.isna(bound) else _format(bound),
+                str(frame.loc[i, "constraint"] or "–"),
+            ]
+        cells += [_mean_cell(frame, i, metric) for metric in MEAN_METRICS]
+        cells += [_probability_cell(frame, i, f"p_violation_h{h}") for h in horizons]
+        rows.append(cells)
+    return header, rows
+
+
+def _notes(frame: pd.DataFrame) -> list[str]:
+    """What the cells mean, with this table's horizons and confidence."""
+    notes = [
+        "Returns and costs: mean across runs, 95% t-interval across runs in brackets (none "
+        "with one run).",
+    ]
+    if "constraint" in frame.columns:
+        confidence = frame["confidence"].min()
+        episodes = ", ".join(str(int(n)) for n in sorted(frame["eval_episodes"].unique()))
+        pairs = frame[["env", "constraint_horizon"]].drop_duplicates()
+        if pairs["constraint_horizon"].nunique() == 1:
+            where = f"H = {pairs['constraint_horizon'].iloc[0]}"
+        else:
+            where = ", ".join(f"{e}: H = {h}" for e, h in pairs.itertuples(index=False))
+        notes += [
+            "P(viol. ≤ H): probability of a violation within H steps, pooled over the runs' "
+            f"evaluation episodes (violations and episodes summed; {episodes} episodes per "
+            f"policy), {confidence:.0%} Clopper-Pearson interval in brackets.",
+            f"constraint: judged at the largest horizon ≤ {CONSTRAINT_HORIZON} ({where}) "
+            "against max_risk: met = the interval's upper end ≤ max_risk; point = only the "
+            "estimate ≤ max_risk; not met = the estimate > max_risk.",
+        ]
+    notes.append("Dashes mark quantities that were not measured.")
+    return notes
+
+
+_TEXT_COLUMNS = ("env", "policy", "constraint")
+
+
+def summary_markdown(frame: pd.DataFrame) -> str:
+    """The summary as a Markdown table followed by what its cells mean."""
+    header, rows = _header_and_rows(frame)
+    lines = [
+        "| " + " | ".join(header) + " |",
+        "|" + "|".join("---" if h in _TEXT_COLUMNS else "---:" for h in header) + "|",
+    ]
+    lines += ["| " + " | ".join(cells) + " |" for cells in rows]
+    return "\n".join([*lines, "", *(f"- {note}" for note in _notes(frame)), ""])
 
 
 def _latex_escape(text: str) -> str:
@@ -198,29 +337,31 @@ def _latex_escape(text: str) -> str:
 
 
 def _latex(frame: pd.DataFrame) -> str:
-    columns = _display_columns(frame)
-    header = ["env", "policy", "runs", *(label for _, label in columns)]
-    lines = [
-        r"\begin{tabular}{ll" + "r" * (len(header) - 2) + "}",
+    header, rows = _header_and_rows(frame)
+    lines = [f"% {note}" for note in _notes(frame)]
+    lines += [
+        r"\begin{tabular}{" + "".join("l" if h in _TEXT_COLUMNS else "r" for h in header) + "}",
         r"\toprule",
         " & ".join(_latex_escape(h) for h in header) + r" \\",
         r"\midrule",
     ]
-    for i in frame.index:
-        cells = [str(frame.loc[i, "env"]), str(frame.loc[i, "policy"]), str(frame.loc[i, "runs"])]
-        cells += [_cell(frame, i, metric) for metric, _ in columns]
-        lines.append(" & ".join(_latex_escape(c) for c in cells) + r" \\")
+    lines += [" & ".join(_latex_escape(c) for c in cells) + r" \\" for cells in rows]
     lines += [r"\bottomrule", r"\end{tabular}", ""]
     return "\n".join(lines)
 
 
 def make_summary(tables_dir: str | Path) -> None:
-    """Write `summary.csv`, `summary.md` and `summary.tex` from the tables in `tables_dir`."""
-    history = load_table(tables_dir, "history").to_pandas()
+    """Write `summary.csv`, `summary.md` and `summary.tex` from the tables in `tables_dir`.
+
+    `max_risk` comes from the run configs stored in the tables' metadata.
+    """
+    history_table = load_table(tables_dir, "history")
+    history = history_table.to_pandas()
     evaluation = load_table(tables_dir, "eval").to_pandas()
-    frame = summary_frame(history, evaluation)
+    max_risk = max_risk_of_runs(run_configs(history_table))
+    frame = summary_frame(history, evaluation, max_risk=max_risk)
     out = Path(tables_dir)
     with atomic_output(out / "summary.csv") as tmp:
         frame.to_csv(tmp, index=False)
-    write_text(_markdown(frame), out / "summary.md")
+    write_text(summary_markdown(frame), out / "summary.md")
     write_text(_latex(frame), out / "summary.tex")

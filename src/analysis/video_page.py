@@ -2,7 +2,8 @@
 
 The report registers the page's folder with `report(directory(...), htmlindex="index.html")`;
 the folder is self-contained (videos and posters are copied in), so it plays the same from the
-report zip as from the results tree.
+report zip as from the results tree. The page says what the safety marks on the frames mean
+(`src.evaluation.overlay.MARKS_LEGEND`).
 """
 
 from __future__ import annotations
@@ -13,6 +14,8 @@ import shutil
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
+
+from src.evaluation.overlay import MARKS_LEGEND
 
 __all__ = ["write_video_page"]
 
@@ -84,7 +87,10 @@ def write_video_page(
             f"  <title>{html.escape(title)}</title>\n"
             "  <style>body{font-family:sans-serif;margin:1em}figure{display:inline-block;"
             "margin:0 1em 1em 0}section{margin-bottom:2em}</style>\n</head>\n<body>\n"
-            f"  <h1>{html.escape(title)}</h1>\n" + "\n".join(sections) + "\n</body>\n</html>\n"
+            f"  <h1>{html.escape(title)}</h1>\n"
+            f'  <p class="legend">{html.escape(MARKS_LEGEND)}</p>\n'
+            + "\n".join(sections)
+            + "\n</body>\n</html>\n"
         )
         (staging / "index.html").write_text(page, encoding="utf-8")
         if out.exists():

@@ -1,8 +1,11 @@
 """Videos of a run's final policy and a poster (a grid of frames) for reports.
 
-The policy acts in a single `rgb_array` env wrapped in `RecordVideo`, one mp4 per episode;
-episode i is seeded like evaluation episode i (`final_policy_eval_seed_offset + i`). The
-poster shows evenly spaced frames of the first episode.
+The policy acts in a single `rgb_array` env wrapped in `SafetyOverlay` (`src.evaluation.
+overlay`: each frame over a strip that marks the agents that incur a cost, the agents whose
+action the shield changed, the step and the running violation count) and then in
+`RecordVideo`, one mp4 per episode; episode i is seeded like evaluation episode i
+(`final_policy_eval_seed_offset + i`). The poster shows evenly spaced frames of the first
+episode, marks included.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from src.core.io import atomic_output
 from src.core.wrappers import apply_hidden_episode_cap, infer_episode_cap
 from src.core.wrappers.record_video_parallel import RecordVideo
 from src.envs.registry import make_env
+from src.evaluation.overlay import SafetyOverlay
 
 __all__ = ["POSTER_NAME", "EvenFrames", "make_poster", "render_run"]
 
@@ -69,13 +73,20 @@ def make_poster(frames: Sequence[tuple[int, np.ndarray]], path: str | Path, *, t
     rows, cols = POSTER_GRID
     if len(frames) > rows * cols:
         raise ValueError(f"a poster holds at most {rows * cols} frames, got {len(frames)}")
-    fig, axes = plt.subplots(rows, cols, figsize=(2.4 * cols, 2.9 * rows), squeeze=False)
-    for ax in axes.flat:
-        ax.axis("off")
-    for ax, (step, frame) in zip(axes.flat, frames, strict=False):
-        image = np.asarray(frame)
+    images = [np.asarray(frame) for _, frame in frames]
+    for (step, _), image in zip(frames, images, strict=True):
         if image.ndim != 3 or image.shape[2] not in (3, 4):
             raise ValueError(f"frame of step {step} must be [H, W, 3|4], got shape {image.shape}")
+    # Tiles keep the frames' aspect (the status strip makes them taller than wide), plus room
+    # for each tile's title.
+    aspect = max(image.shape[0] / max(image.shape[1], 1) for image in images)
+    tile = 2.4
+    fig, axes = plt.subplots(
+        rows, cols, figsize=(tile * cols, (tile * aspect + 0.5) * rows), squeeze=False
+    )
+    for ax in axes.flat:
+        ax.axis("off")
+    for ax, (step, _), image in zip(axes.flat, frames, images, strict=False):
         ax.axis("on")  # a thin frame separates frames with white backgrounds
         ax.imshow(image)
         ax.set_xticks([])
@@ -96,7 +107,7 @@ def render_run(run_dir: str | Path, video_dir: str | Path, *, episodes: int) -> 
     """Record `episodes` episodes of the run's final policy as mp4 files plus `poster.png`.
 
     Returns the mp4 paths in episode order followed by the poster path. `shield` runs are
-    recorded with the shield on (the deployed policy).
+    recorded with the shield on (the deployed policy), its interventions marked.
     """
     if not isinstance(episodes, int) or isinstance(episodes, bool) or episodes < 1:
         raise ValueError(f"episodes must be an integer >= 1, got {episodes!r}")
@@ -107,8 +118,11 @@ def render_run(run_dir: str | Path, video_dir: str | Path, *, episodes: int) -> 
     params = config.env.constructor_params()
 
     actor = load_actor(run_dir, shielded=True)
+    overlay = SafetyOverlay(
+        make_env(config.env_name, render_mode="rgb_array", **params), shielded=actor.shielded
+    )
     env = RecordVideo(
-        make_env(config.env_name, render_mode="rgb_array", **params),
+        overlay,
         str(video_path),
         episode_trigger=lambda _: True,
         name_prefix=prefix,
@@ -128,6 +142,8 @@ def render_run(run_dir: str | Path, video_dir: str | Path, *, episodes: int) -> 
                 joint = np.stack([obs[agent] for agent in agents])[None]  # [1, A, D]
                 # The actor takes the 1-based index of the step its actions take.
                 actions = actor.act(joint, np.array([step + 1], dtype=np.int64))  # [1, A]
+                if actor.last_intervened is not None:
+                    overlay.set_interventions(actor.last_intervened[0])
                 live = list(env.agents)
                 obs, _, terminations, truncations, _ = env.step(
                     {agent: int(actions[0, agents.index(agent)]) for agent in live}

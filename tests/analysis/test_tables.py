@@ -16,6 +16,7 @@ from src.analysis.tables import (
     mean_interval,
     summary_frame,
 )
+from src.stats import clopper_pearson_interval
 from tests.analysis.synthetic import HORIZONS, write_experiment
 
 
@@ -53,7 +54,7 @@ def test_final_training_metrics_use_the_last_tenth_of_episodes() -> None:
     assert short.loc[0, "train_return"] == 7.0  # at least one episode
 
 
-def eval_rows(run: int, algo: str, shielded: bool, p: dict[int, float]) -> list[dict]:
+def eval_rows(run: int, algo: str, shielded: bool, k: dict[int, int], n: int = 100) -> list[dict]:
     return [
         {
             "env": "e",
@@ -61,11 +62,14 @@ def eval_rows(run: int, algo: str, shielded: bool, p: dict[int, float]) -> list[
             "run": run,
             "shielded": shielded,
             "horizon": h,
-            "p_violation": v,
+            "n": n,
+            "violations": v,
+            "p_violation": v / n,
+            "confidence": 0.95,
             "mean_return": 10.0 * h,
-            "mean_cost": v,
+            "mean_cost": v / n,
         }
-        for h, v in p.items()
+        for h, v in k.items()
     ]
 
 
@@ -76,12 +80,15 @@ def test_summary_frame_hand_checked() -> None:
         + history_rows(0, [5.0] * 10, algo="shield")
     )
     evaluation = pd.DataFrame(
-        eval_rows(0, "ippo", False, {1: 0.1, 5: 0.2})
-        + eval_rows(1, "ippo", False, {1: 0.3, 5: 0.4})
-        + eval_rows(0, "shield", True, {1: 0.0, 5: 0.05})
-        + eval_rows(0, "shield", False, {1: 0.2, 5: 0.5})
+        eval_rows(0, "ippo", False, {1: 10, 5: 20})
+        + eval_rows(1, "ippo", False, {1: 30, 5: 40})
+        + eval_rows(0, "shield", True, {1: 0, 5: 2})  # upper end 0.07
+        + eval_rows(0, "shield", False, {1: 20, 5: 50})
     )
-    frame = summary_frame(history, evaluation)
+    max_risk = pd.DataFrame(
+        {"env": "e", "algo": ["ippo", "ippo", "shield"], "run": [0, 1, 0], "max_risk": 0.1}
+    )
+    frame = summary_frame(history, evaluation, max_risk=max_risk)
     assert frame[["algo", "shielded", "policy", "runs"]].values.tolist() == [
         ["ippo", False, "ippo", 2],
         ["shield", True, "shield", 1],
@@ -89,15 +96,44 @@ def test_summary_frame_hand_checked() -> None:
     ]
     ippo = frame.iloc[0]
     assert ippo["train_return_mean"] == 2.0
-    assert ippo["p_violation_h1_mean"] == pytest.approx(0.2)
-    assert ippo["p_violation_h5_mean"] == pytest.approx(0.3)
     assert ippo["eval_return_mean"] == 50.0  # mean return at the largest horizon
-    # Two runs 0.1 and 0.3: t-interval 0.2 +- 12.706 * 0.1414 / sqrt(2), clipped to [0, 1].
-    assert ippo["p_violation_h1_low"] == 0.0
-    assert ippo["p_violation_h1_high"] == 1.0
+    # Pooled over the two runs: 40 of 200 at H = 1, 60 of 200 at H = 5, with the
+    # Clopper-Pearson interval of the sums (a t-interval across the runs' 0.1 and 0.3 would
+    # be 0.2 +- 1.27).
+    assert (ippo["violations_h1"], ippo["eval_episodes"]) == (40, 200)
+    assert ippo["p_violation_h1"] == pytest.approx(0.2)
+    assert ippo["p_violation_h5"] == pytest.approx(0.3)
+    low, high = (float(b) for b in clopper_pearson_interval(k=40, n=200, confidence=0.95))
+    assert (ippo["p_violation_h1_low"], ippo["p_violation_h1_high"]) == pytest.approx((low, high))
+    # The verdict is taken at the largest horizon <= 100, here H = 5.
+    assert frame["constraint_horizon"].tolist() == [5, 5, 5]
+    assert frame["constraint"].tolist() == ["not met", "met", "not met"]
     shield_off = frame.iloc[2]
     assert math.isnan(shield_off["train_return_mean"])  # trained shielded: no own training
-    assert shield_off["p_violation_h5_mean"] == 0.5
+    assert shield_off["p_violation_h5"] == 0.5
+
+
+@pytest.mark.parametrize(
+    ("k", "max_risk", "verdict"),
+    [
+        (0, 0.05, "met"),  # 0 of 100: upper end 0.036
+        (3, 0.05, "point"),  # 3 of 100: 0.03, upper end 0.085
+        (8, 0.05, "not met"),
+        (5, 0.05, "point"),  # the estimate equal to max_risk still meets it
+    ],
+)
+def test_verdict_compares_the_pooled_interval_with_max_risk(
+    k: int, max_risk: float, verdict: str
+) -> None:
+    history = pd.DataFrame(history_rows(0, [1.0, 2.0]))
+    evaluation = pd.DataFrame(eval_rows(0, "ippo", False, {50: k, 100: k, 200: 100}))
+    bounds = pd.DataFrame({"env": ["e"], "algo": ["ippo"], "run": [0], "max_risk": [max_risk]})
+    frame = summary_frame(history, evaluation, max_risk=bounds)
+    assert frame.loc[0, "constraint_horizon"] == 100  # not 200, where every episode violates
+    assert frame.loc[0, "constraint"] == verdict
+    assert frame.loc[0, "max_risk"] == max_risk
+    # Without max_risk there is no verdict.
+    assert summary_frame(history, evaluation).loc[0, "constraint"] == ""
 
 
 def test_summary_without_evaluation_keeps_training_columns() -> None:
@@ -130,14 +166,18 @@ def test_make_summary_writes_csv_markdown_and_latex(tmp_path: Path) -> None:
     make_summary(tmp_path / "tables")
     csv = pd.read_csv(tmp_path / "tables" / "summary.csv")
     assert len(csv) == 4  # ippo, ippo_lag, shield on, shield off
-    assert {
-        f"p_violation_h{h}_{part}" for h in HORIZONS for part in ("mean", "low", "high")
-    } <= set(csv.columns)
+    assert {f"p_violation_h{h}{part}" for h in HORIZONS for part in ("", "_low", "_high")} <= set(
+        csv.columns
+    )
+    assert csv["eval_episodes"].tolist() == [80] * 4  # two runs of 40 episodes, pooled
+    assert csv["max_risk"].tolist() == [0.1] * 4  # from the run configs
+    assert set(csv["constraint"]) <= {"met", "point", "not met"}
     markdown = (tmp_path / "tables" / "summary.md").read_text()
     assert markdown.count("\n| hazard_grid |") == 4
-    assert "P(viol. ≤ 200)" in markdown
+    assert "P(viol. ≤ 200)" in markdown and "| constraint |" in markdown
+    assert "Clopper-Pearson" in markdown and "largest horizon ≤ 100 (H = 100)" in markdown
     latex = (tmp_path / "tables" / "summary.tex").read_text()
-    assert latex.startswith("\\begin{tabular}") and "hazard\\_grid" in latex
+    assert "\\begin{tabular}" in latex and "hazard\\_grid" in latex
     assert latex.count("\\\\") == 5  # header and four rows
 
 

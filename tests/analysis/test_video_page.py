@@ -39,6 +39,8 @@ def test_page_plays_every_video_from_its_own_folder(tmp_path: Path):
         first / "a-episode-1.mp4"
     ).read_bytes()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a", "b", "page"]  # no staging left
+    # The page says what the safety marks on the frames mean.
+    assert "a red ring marks an agent that incurred a cost" in page
 
 
 def test_rewriting_replaces_the_old_page(tmp_path: Path):

@@ -6,9 +6,11 @@ import os
 import re
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+import yaml
 
 REPO = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
@@ -47,3 +49,57 @@ def job_counts(output: str) -> dict[str, int]:
 def results_dir(tmp_path: Path) -> Path:
     """A results root of the test's own (the config key `results_dir`)."""
     return tmp_path / "results"
+
+
+RECORDER = Path(__file__).resolve().parent / "record_imports"
+TEST_CONFIG = yaml.safe_load((REPO / ".test" / "config.yaml").read_text())
+
+
+@dataclass(frozen=True)
+class WorkflowRun:
+    """A finished Snakemake run of `.test/config.yaml` (whether or not it succeeded)."""
+
+    results_dir: Path
+    """The results root (config key `results_dir`)."""
+    imports: Path
+    """One JSON record per job of the src files its script imported."""
+    args: tuple[str, ...]
+    """The config arguments of the run, for further Snakemake calls on the same results."""
+    done: subprocess.CompletedProcess
+    """The run's process: return code, stdout and stderr."""
+
+    @property
+    def experiment(self) -> Path:
+        """The experiment folder, `{results_dir}/{experiment_tag}`."""
+        return self.results_dir / TEST_CONFIG["experiment_tag"]
+
+
+@pytest.fixture(scope="session")
+def test_config_run(tmp_path_factory: pytest.TempPathFactory) -> WorkflowRun:
+    """One real run of `.test/config.yaml`, shared by the tests that read its outputs.
+
+    Every job records the src files its script imports (tests/workflow/record_imports).
+    """
+    root = tmp_path_factory.mktemp("test_config_run")
+    imports = root / "imports"
+    imports.mkdir()
+    env = {
+        "SAFE_MARL_RECORD_IMPORTS": str(imports),
+        "PYTHONPATH": os.pathsep.join(
+            p for p in (str(RECORDER), os.environ.get("PYTHONPATH")) if p
+        ),
+    }
+    args = ("--configfile", ".test/config.yaml", "--config", f"results_dir={root / 'results'}")
+    done = snakemake("--cores", "2", *args, timeout=1200, env=env)
+    return WorkflowRun(results_dir=root / "results", imports=imports, args=args, done=done)
+
+
+@pytest.fixture(scope="session")
+def test_config_report(test_config_run: WorkflowRun) -> Path:
+    """`snakemake --report` of the run of `.test/config.yaml`: the path of its zip."""
+    run = test_config_run
+    assert run.done.returncode == 0, run.done.stdout[-5000:] + run.done.stderr[-5000:]
+    report = run.experiment / "report.zip"
+    made = snakemake(*run.args, "--report", str(report))
+    assert made.returncode == 0, made.stdout[-3000:] + made.stderr[-3000:]
+    return report

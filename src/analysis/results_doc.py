@@ -1,0 +1,209 @@
+"""`docs/results.md`: an experiment's figures and summary table, as a newcomer sees them.
+
+`make results` runs the workflow on `config/config.yaml` (nothing reruns if it is up to date)
+and then
+
+    python -m src.analysis.results_doc config/config.yaml docs
+
+which copies the experiment's figures (PNG) into `docs/results/` and writes `docs/results.md`:
+what was run (read from the run configs stored in the tables, never typed in), the summary
+table (`tables/summary.md`), and every figure with a description of what it shows and how to
+read it. The descriptions are generic, so the page stays right whatever the numbers are.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+from collections.abc import Sequence
+from pathlib import Path
+
+import yaml
+
+from src.analysis.aggregate import load_table
+from src.analysis.constraint import CONSTRAINT_HORIZON, run_configs
+from src.analysis.figures import FIGURE_NAMES
+from src.analysis.files import write_text
+from src.core.io import atomic_output
+
+__all__ = ["FIGURE_GUIDE", "RESULTS_FOLDER", "experiment_dir", "main", "write_results_doc"]
+
+RESULTS_FOLDER = "results"
+"""Folder next to `results.md` that holds the copied figures."""
+
+# Figure name -> (heading, what it shows and how to read it).
+FIGURE_GUIDE: dict[str, tuple[str, str]] = {
+    "learning_curves": (
+        "Training curves",
+        "One column per env, one colour per algorithm. Rows: team return per training "
+        "episode, episode cost (summed over agents), and the fraction of episodes with a "
+        "violation. Episodes are grouped in bins of env steps, each holding episodes of every "
+        "run, so the curves have no gaps. Return and cost are the mean across runs with a 95% "
+        "t-interval band (none with a single run); the violation rate is pooled over the runs "
+        "(violating episodes over episodes in the bin) with a 95% Clopper-Pearson band; faint "
+        "dots are single runs; the dotted black line is `max_risk`. A method that learns to be "
+        "safe brings its violation rate down towards the dotted line while its return rises; "
+        "wide bands mean the runs disagree.",
+    ),
+    "violation_vs_horizon": (
+        "Violation probability against horizon",
+        "For each final policy, the probability that some agent violates the constraint within "
+        "the first H steps of an episode, for every evaluated horizon H (log axis). Each point "
+        "pools the runs' evaluation episodes (violations and episodes summed) and the band is "
+        "its Clopper-Pearson interval; dots are single runs. Dashed curves are shielded "
+        "policies evaluated with their shield off (the base policy): the distance between a "
+        "solid curve and its dashed twin is what the shield contributes. The curves can only "
+        f"rise with H; compare them at H = {CONSTRAINT_HORIZON} with the dotted `max_risk` line.",
+    ),
+    "return_vs_risk": (
+        "Return against risk",
+        f"Each final policy at the constraint horizon (the largest evaluated H <= "
+        f"{CONSTRAINT_HORIZON}): horizontally its pooled probability of a violation within H "
+        "steps with the Clopper-Pearson interval, vertically its mean team return over those "
+        "steps with the 95% t-interval across runs (none with a single run); small markers "
+        "are single runs, squares shielded policies with the shield off. Up and to the left "
+        "is better. A policy meets the constraint with confidence when its whole horizontal "
+        "bar lies left of the dotted `max_risk` line.",
+    ),
+    "shield_interventions": (
+        "Shield interventions during training",
+        "For the algorithms that log it, the number of agent-steps per policy update whose "
+        "proposed action the shield replaced: mean across runs with a 95% t-interval band, "
+        "thin lines for single runs. The shield arms after `shield_patience` updates, so the "
+        "curve starts at zero; a falling curve afterwards means the policy learned to propose "
+        "actions that the shield lets through.",
+    ),
+    "lagrange_multiplier": (
+        "Lagrange multiplier during training",
+        "For the algorithms that log one, the Lagrange multiplier lambda at each policy "
+        "update: mean across runs with a 95% t-interval band, thin lines for single runs. "
+        "lambda grows while the measured episode risk exceeds `max_risk` and shrinks when it "
+        "is below, so a lambda that keeps rising means the constraint was still violated "
+        "during training, and one that levels off means the policy reached it.",
+    ),
+}
+
+
+def experiment_dir(config_file: str | Path) -> Path:
+    """`{results_dir}/{experiment_tag}` of a workflow config file."""
+    config = yaml.safe_load(Path(config_file).read_text(encoding="utf-8"))
+    if not isinstance(config, dict) or not {"results_dir", "experiment_tag"} <= set(config):
+        raise ValueError(f"{config_file} must set results_dir and experiment_tag")
+    return Path(config["results_dir"]) / str(config["experiment_tag"])
+
+
+def _values(configs: Sequence[dict], key: str) -> str:
+    """The distinct values of a config key over the runs, as text."""
+    values = sorted({str(config.get(key)) for config in configs})
+    return ", ".join(values)
+
+
+def _setup(configs: Sequence[dict], tag: str) -> list[str]:
+    """What was run, from the run configs."""
+    if not configs:
+        return ["The tables carry no run configs, so the setup cannot be listed."]
+    pairs = sorted({(c["env_name"], c["algo"], int(c["run_idx"])) for c in configs})
+    envs = sorted({env for env, _, _ in pairs})
+    algos = sorted({algo for _, algo, _ in pairs})
+    runs = {(env, algo): 0 for env, algo, _ in pairs}
+    for env, algo, _ in pairs:
+        runs[(env, algo)] += 1
+    counts = sorted(set(runs.values()))
+    commits = sorted(
+        {f"{c.get('git_commit', '?')}{' (dirty)' if c.get('git_dirty') else ''}" for c in configs}
+    )
+    return [
+        f"- experiment `{tag}`: envs {', '.join(f'`{e}`' for e in envs)}; algorithms "
+        f"{', '.join(f'`{a}`' for a in algos)}; {' or '.join(map(str, counts))} run(s) per "
+        "env and algorithm (seed = `seed_offset` + run index)",
+        f"- env steps per run: {_values(configs, 'timesteps')}; agents per env: "
+        + ", ".join(
+            f"`{e}` {_values([c for c in configs if c['env_name'] == e], 'n_agents')}" for e in envs
+        ),
+        f"- constraint: P(violation within an episode) <= `max_risk` = "
+        f"{_values(configs, 'max_risk')}",
+        f"- evaluation: {_values(configs, 'final_policy_eval_episodes')} episodes per final "
+        f"policy at horizons {_values(configs, 'final_policy_eval_horizons')}, intervals at "
+        f"confidence {_values(configs, 'final_policy_eval_confidence')}",
+        f"- code: commit {', '.join(commits)}",
+    ]
+
+
+def write_results_doc(
+    experiment: str | Path, docs_dir: str | Path, *, config_file: str = "config/config.yaml"
+) -> Path:
+    """Copy the figures of `experiment` into `docs_dir/results/` and write `docs_dir/results.md`.
+
+    `experiment` is a finished experiment folder (`tables/summary.md`, the aggregated tables
+    and `figures/{name}.png` for every name of `FIGURE_NAMES`). Figures in `docs_dir/results/`
+    that are no longer produced are removed. `config_file` is the workflow config the page
+    names as the experiment's source. Returns the path of `results.md`.
+    """
+    source = Path(experiment)
+    summary = source / "tables" / "summary.md"
+    if not summary.is_file():
+        raise FileNotFoundError(f"{summary} is missing: run the workflow first (make run)")
+    missing = [n for n in FIGURE_NAMES if not (source / "figures" / f"{n}.png").is_file()]
+    if missing:
+        raise FileNotFoundError(f"{source / 'figures'} lacks the figures {missing}")
+    unexplained = sorted(set(FIGURE_NAMES) - set(FIGURE_GUIDE))
+    if unexplained:
+        raise ValueError(f"no description in FIGURE_GUIDE for the figures {unexplained}")
+    configs = run_configs(load_table(source / "tables", "history"))
+
+    docs = Path(docs_dir)
+    folder = docs / RESULTS_FOLDER
+    folder.mkdir(parents=True, exist_ok=True)
+    for name in FIGURE_NAMES:
+        with atomic_output(folder / f"{name}.png") as tmp:
+            shutil.copyfile(source / "figures" / f"{name}.png", tmp)
+    for stale in folder.glob("*.png"):
+        if stale.stem not in FIGURE_NAMES:
+            stale.unlink()
+
+    lines = [
+        f"# Results of the experiment `{source.name}`",
+        "",
+        f"What the workflow produces on `{config_file}`, as a newcomer sees it. The page and "
+        f"the figures in `{RESULTS_FOLDER}/` are generated: `make results` runs the workflow "
+        "(if anything changed) and rewrites them from "
+        f"`{source.as_posix()}/`; do not edit them by hand. How the numbers are computed: "
+        "[design.md](design.md) (sections 1 and 7), the columns: [schemas.md](schemas.md).",
+        "",
+        "## Setup",
+        "",
+        *_setup(configs, source.name),
+        "",
+        "## Summary table",
+        "",
+        "One row per env and policy (`shield (shield off)` is the shield's base policy "
+        "evaluated without its shield). Cells are `estimate [interval]`.",
+        "",
+        summary.read_text(encoding="utf-8").strip(),
+        "",
+        "## Figures",
+        "",
+        "Every figure has one panel per env and one colour per algorithm; legend labels give "
+        "the number of runs behind each curve. The same figures, as PDF, are in "
+        f"`{source.as_posix()}/figures/`.",
+    ]
+    for name in FIGURE_NAMES:
+        heading, text = FIGURE_GUIDE[name]
+        lines += ["", f"### {heading}", "", f"![{heading}]({RESULTS_FOLDER}/{name}.png)", "", text]
+    target = docs / "results.md"
+    write_text("\n".join(lines) + "\n", target)
+    return target
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """Command line: `python -m src.analysis.results_doc CONFIG DOCS_DIR`."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("config", help="workflow config file, e.g. config/config.yaml")
+    parser.add_argument("docs", help="docs folder to write results.md and results/ into")
+    args = parser.parse_args(argv)
+    path = write_results_doc(experiment_dir(args.config), args.docs, config_file=args.config)
+    print(f"wrote {path}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,80 @@
+"""docs/results.md from a finished experiment: setup from the configs, table, every figure."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from src.analysis.aggregate import aggregate
+from src.analysis.figures import FIGURE_NAMES, make_figures
+from src.analysis.results_doc import (
+    FIGURE_GUIDE,
+    RESULTS_FOLDER,
+    experiment_dir,
+    main,
+    write_results_doc,
+)
+from src.analysis.tables import make_summary
+from tests.analysis.synthetic import write_experiment
+
+
+@pytest.fixture(scope="module")
+def experiment(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("results") / "results" / "demo"
+    run_dirs = write_experiment(root, envs=("hazard_grid",), runs=2, eval_episodes=30)
+    aggregate(run_dirs, root / "tables")
+    make_summary(root / "tables")
+    make_figures(root / "tables", root / "figures")
+    return root
+
+
+def test_every_figure_is_described() -> None:
+    assert set(FIGURE_GUIDE) == set(FIGURE_NAMES)
+
+
+def test_page_holds_setup_table_and_every_figure(experiment: Path, tmp_path: Path) -> None:
+    docs = tmp_path / "docs"
+    (docs / RESULTS_FOLDER).mkdir(parents=True)
+    (docs / RESULTS_FOLDER / "old_figure.png").write_bytes(b"stale")
+    page = write_results_doc(experiment, docs)
+    text = page.read_text()
+    assert page == docs / "results.md"
+    # The setup comes from the run configs in the tables.
+    assert "envs `hazard_grid`; algorithms `ippo`, `ippo_lag`, `shield`; 2 run(s)" in text
+    assert "`max_risk` = 0.1" in text and "30 episodes per final policy" in text
+    # The summary table as make_summary wrote it.
+    assert (experiment / "tables" / "summary.md").read_text().strip() in text
+    for name in FIGURE_NAMES:
+        copy = docs / RESULTS_FOLDER / f"{name}.png"
+        assert copy.read_bytes() == (experiment / "figures" / f"{name}.png").read_bytes()
+        heading, description = FIGURE_GUIDE[name]
+        assert f"![{heading}]({RESULTS_FOLDER}/{name}.png)" in text and description in text
+    assert not (docs / RESULTS_FOLDER / "old_figure.png").exists()
+
+
+def test_command_line_finds_the_experiment_of_a_config(
+    experiment: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys
+) -> None:
+    config = tmp_path / "config.yaml"
+    config.write_text(
+        yaml.safe_dump({"results_dir": str(experiment.parent), "experiment_tag": "demo"})
+    )
+    assert experiment_dir(config) == experiment
+    main([str(config), str(tmp_path / "docs")])
+    assert "wrote" in capsys.readouterr().out
+    assert f"on `{config}`" in (tmp_path / "docs" / "results.md").read_text()
+
+
+def test_missing_outputs_are_named(experiment: Path, tmp_path: Path) -> None:
+    with pytest.raises(FileNotFoundError, match="run the workflow first"):
+        write_results_doc(tmp_path, tmp_path / "docs")
+    (tmp_path / "tables").mkdir()
+    (tmp_path / "tables" / "summary.md").write_text("| t |")
+    with pytest.raises(FileNotFoundError, match="lacks the figures"):
+        write_results_doc(tmp_path, tmp_path / "docs")
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("envs: [hazard_grid]\n")
+    with pytest.raises(ValueError, match="results_dir and experiment_tag"):
+        experiment_dir(bad)
