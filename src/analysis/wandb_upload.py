@@ -29,6 +29,7 @@ Files under `results/{tag}/wandb/`:
 from __future__ import annotations
 
 import hashlib
+import multiprocessing
 import json
 import netrc
 import os
@@ -40,6 +41,7 @@ import subprocess
 import sys
 import urllib.parse
 from collections.abc import Mapping
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 from typing import Any
 
@@ -210,10 +212,13 @@ def _load_manifest(wandb_dir: Path) -> dict[str, dict[str, Any]]:
     return dict(manifest)
 
 
-def upload_experiment(results_dir: str | Path, *, sync: bool, timeout: float = 300.0) -> None:
+def upload_experiment(
+    results_dir: str | Path, *, sync: bool, timeout: float = 300.0, workers: int = 1
+) -> None:
     """Log every run of the experiment in `results_dir` (`results/{tag}`) to wandb.
 
-    Creates (or keeps, when its inputs are unchanged) one offline run per run folder, then
+    Creates (or keeps, when its inputs are unchanged) one offline run per run folder, in up
+    to `workers` processes at once (one wandb run per process at a time), then
     with `sync` uploads each run not yet marked as synced, if credentials exist. Without
     credentials or network it logs one line saying so and keeps the offline runs; a later
     call uploads them. Writes `results_dir/wandb/upload.done` last, in every case (see the
@@ -225,6 +230,8 @@ def upload_experiment(results_dir: str | Path, *, sync: bool, timeout: float = 3
         raise TypeError(f"sync must be a bool, got {sync!r}")
     if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout <= 0:
         raise ValueError(f"timeout must be a positive number of seconds, got {timeout!r}")
+    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
+        raise ValueError(f"workers must be an int >= 1, got {workers!r}")
     if sync:
         wandb_command()  # a bad SAFE_MARL_WANDB_CLI fails before any work, not mid-upload
     results = Path(results_dir)
@@ -238,6 +245,7 @@ def upload_experiment(results_dir: str | Path, *, sync: bool, timeout: float = 3
     manifest = _load_manifest(wandb_dir)
 
     created = kept = 0
+    pending: dict[str, tuple[Path, str]] = {}
     for run_dir in run_dirs:
         name = "-".join(run_dir.relative_to(results / "runs").parts)
         fingerprint = _fingerprint(run_dir)
@@ -252,15 +260,31 @@ def upload_experiment(results_dir: str | Path, *, sync: bool, timeout: float = 3
         if entry and entry.get("folder") and not entry.get("synced"):
             # A stale offline run (its training changed since) that was never uploaded.
             shutil.rmtree(wandb_dir / entry["folder"], ignore_errors=True)
-        folder = _log_run(run_dir, wandb_dir, figures, summary)
+        pending[name] = (run_dir, fingerprint)
+
+    def record(name: str, folder: Path | None) -> None:
         manifest[name] = {
-            "fingerprint": fingerprint,
+            "fingerprint": pending[name][1],
             "folder": None if folder is None else str(folder.relative_to(wandb_dir)),
             "synced": False,
         }
         # Saved after each run: a killed upload step keeps what it finished.
         save_to_file(manifest, wandb_dir, MANIFEST)
-        created += 1
+
+    if workers == 1 or len(pending) <= 1:
+        for name, (run_dir, _) in pending.items():
+            record(name, _log_run(run_dir, wandb_dir, figures, summary))
+    else:
+        # Separate processes (spawned: wandb keeps threads a fork would not carry over).
+        context = multiprocessing.get_context("spawn")
+        with ProcessPoolExecutor(min(workers, len(pending)), mp_context=context) as pool:
+            futures = {
+                pool.submit(_log_run, run_dir, wandb_dir, figures, summary): name
+                for name, (run_dir, _) in pending.items()
+            }
+            for future in as_completed(futures):
+                record(futures[future], future.result())
+    created = len(pending)
 
     offline = {name: e for name, e in manifest.items() if e.get("folder")}
     markers = wandb_dir / SYNCED

@@ -99,8 +99,11 @@ def _offline_runs(results: Path) -> list[Path]:
     return sorted((results / "wandb" / "wandb").glob("offline-run-*"))
 
 
-def test_offline_runs_hold_one_history_row_per_episode(results: Path, no_credentials: None):
-    upload_experiment(results, sync=False)
+@pytest.mark.parametrize("workers", [1, 2])
+def test_offline_runs_hold_one_history_row_per_episode(
+    results: Path, no_credentials: None, workers: int
+):
+    upload_experiment(results, sync=False, workers=workers)
 
     files = find_run_files(results / "wandb")
     assert len(files) == len(RUNS)
@@ -320,6 +323,8 @@ def test_bad_arguments_are_refused(tmp_path: Path):
         upload_experiment(tmp_path, sync="yes")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="timeout"):
         upload_experiment(tmp_path, sync=False, timeout=0)
+    with pytest.raises(ValueError, match="workers"):
+        upload_experiment(tmp_path, sync=False, workers=0)
 
 
 def test_missing_run_input_is_named(results: Path, no_credentials: None):

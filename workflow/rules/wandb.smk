@@ -18,9 +18,9 @@ rule wandb_upload:
     localrule: True
     conda:
         ENVIRONMENT
-    threads: 1
+    threads: workflow.cores
     resources:
-        mem_mb=2000,
+        mem_mb=lambda wildcards, threads: 1000 + 600 * threads,
         runtime=30,
     params:
         sync=config["wandb"]["upload"],

@@ -1,5 +1,6 @@
 """Script of the wandb_upload rule: offline wandb runs, synced when enabled."""
 
+import os
 from pathlib import Path
 
 from job import start_job
@@ -13,4 +14,6 @@ upload_experiment(
     Path(snakemake.output[0]).parents[1],  # results/{tag}/wandb/upload.done -> results/{tag}
     sync=snakemake.params.sync,
     timeout=snakemake.params.timeout,
+    # One offline run per process at a time, never more processes than CPUs.
+    workers=max(1, min(snakemake.threads, os.cpu_count() or 1)),
 )
