@@ -68,3 +68,36 @@ def test_spread_run_trains(tmp_path):
     # two copies, 50 steps each, episodes capped at 25 steps -> 4 truncated episodes
     assert len(history) == 4 and all(ep["truncated_by_cap"] for ep in history)
     assert all(ep["length"] == 25 for ep in history)
+
+
+@pytest.mark.slow
+def test_v1_shield_arms_and_filters_on_spread(tmp_path):
+    # Continuous observations: the team world model and the critic learn them like the grids'.
+    config = make_run_config(
+        env_name="spread",
+        algo="shield",
+        num_envs=4,
+        n_agents=3,
+        rollouts=25,
+        timesteps=4 * 25 * 3,
+        learning_epochs=1,
+        mini_batches=2,
+        shield_patience=1,
+        shield_version="v1",
+        wm_version="v1",
+        env_params={"max_steps": 25},
+        algo_params={"critic_steps": 2, "model_epochs": 1.0},
+    )
+    train_run(config, tmp_path, progress=False)
+    updates = load_from_file(tmp_path, "updates.json")
+    assert [u["shield/armed"] for u in updates] == [0.0, 1.0, 1.0]
+    assert all(u["shield/critic_loss"] is not None for u in updates)
+    actor = load_actor(tmp_path, shielded=True)
+    env = make_vector_env("spread", num_envs=3, seed=3, n_agents=3, max_steps=25)
+    obs = env.reset(seed=3)
+    actor.reset(3, 3)
+    for step in range(1, 4):
+        actions = actor.act(obs, np.full(3, step, dtype=np.int64))
+        assert actions.shape == (3, 3) and 0 <= actions.min() and actions.max() < env.n_actions
+        obs = env.step(actions).obs
+    assert actor.action_filter.stats.decisions == 9

@@ -22,7 +22,7 @@ def _expected(config_path: Path) -> dict[str, int]:
 
 
 @pytest.mark.parametrize(
-    ("config_file", "runs"), [("config/config.yaml", 12), ("config/paper.yaml", 45)]
+    ("config_file", "runs"), [("config/config.yaml", 18), ("config/paper.yaml", 45)]
 )
 def test_dry_run_job_counts(config_file: str, runs: int, results_dir: Path):
     done = snakemake("-n", "--configfile", config_file, "--config", f"results_dir={results_dir}")
@@ -36,7 +36,7 @@ def test_dry_run_job_counts(config_file: str, runs: int, results_dir: Path):
 def test_default_config_is_used_without_configfile(results_dir: Path):
     done = snakemake("-n", "--config", f"results_dir={results_dir}")
     assert done.returncode == 0, done.stderr + done.stdout
-    assert job_counts(done.stdout)["train"] == 12
+    assert job_counts(done.stdout)["train"] == 18
     assert f"{results_dir}/default/runs/hazard_grid/ippo/run0/policy.pt" in done.stdout
 
 
