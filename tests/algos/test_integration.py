@@ -98,6 +98,6 @@ def test_v1_shield_arms_and_filters_on_spread(tmp_path):
     actor.reset(3, 3)
     for step in range(1, 4):
         actions = actor.act(obs, np.full(3, step, dtype=np.int64))
-        assert actions.shape == (3, 3) and 0 <= actions.min() and actions.max() < env.n_actions
+        assert actions.shape == (3, 3) and actions.min() >= 0 and actions.max() < env.n_actions
         obs = env.step(actions).obs
     assert actor.action_filter.stats.decisions == 9

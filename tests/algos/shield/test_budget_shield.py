@@ -207,7 +207,7 @@ def test_with_a_receding_allowance_every_executed_action_keeps_the_risk_to_go_al
         ).reshape(400, -1)
         # Q*(s, a_executed) <= max(max_risk, V*(s)): the allowance, or the safest action.
         assert np.all(taken <= np.maximum(max_risk, every.min(axis=1)) + 1e-9)
-        passed = (oracle.q_star(joint, torch.from_numpy(proposed)) <= max_risk)
+        passed = oracle.q_star(joint, torch.from_numpy(proposed)) <= max_risk
         assert np.array_equal(executed[passed], proposed[passed])  # allowed proposals pass
         screened += int(np.isnan(shield.last.safest).sum())
         judged += int((~np.isnan(shield.last.safest)).sum())
