@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import numbers
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -18,10 +19,14 @@ __all__ = [
     "StepResult",
     "VectorEnv",
     "check_actions",
+    "check_config",
     "check_int",
     "check_number",
     "check_probability",
+    "check_snapshot",
+    "first_reset_seeds",
     "joint_observation",
+    "require_reset",
     "resolve_seeds",
 ]
 
@@ -122,6 +127,71 @@ def resolve_seeds(seed: int | Sequence[int] | None, num_envs: int) -> list[int] 
         if not 0 <= value <= _MAX_SEED:
             raise ValueError(f"seeds must lie in [0, 2**64 - 1], got {value}")
     return seeds
+
+
+def first_reset_seeds(
+    seed: int | Sequence[int] | None,
+    num_envs: int,
+    *,
+    initial: list[int] | None,
+    started: bool,
+) -> list[int] | None:
+    """The per-copy seeds of a reset of a counter- or generator-seeded batch.
+
+    ``seed`` as :func:`resolve_seeds` reads it; if that is ``None`` and no reset has ``started``
+    the streams yet, the constructor's seeds ``initial``, else fresh OS entropy (as Gymnasium
+    does for unseeded resets). ``None`` means: continue every copy's stream.
+    """
+    seeds = resolve_seeds(seed, num_envs)
+    if seeds is None and not started:
+        seeds = initial
+        if seeds is None:
+            # Never seeded: fresh OS entropy, as Gymnasium does for unseeded resets.
+            entropy = np.random.SeedSequence().generate_state(num_envs, dtype=np.uint64)
+            seeds = [int(value) for value in entropy]
+    return seeds
+
+
+def require_reset(started: bool, method: str) -> None:
+    """Raise ``RuntimeError`` unless a reset has ``started`` the episodes ``method`` needs."""
+    if not started:
+        raise RuntimeError(f"call reset() before {method}()")
+
+
+def check_config(config: Any, config_class: type) -> None:
+    """Raise ``ValueError`` unless ``config`` is a ``config_class`` (the env's parameters)."""
+    if not isinstance(config, config_class):
+        name = config_class.__name__
+        article = "an" if name[:1] in "AEIOU" else "a"
+        raise ValueError(f"config must be {article} {name}, got {type(config).__name__}")
+
+
+def check_snapshot(
+    state: Any,
+    *,
+    name: str,
+    config: Any,
+    shapes: Mapping[str, tuple[int, ...]] | None = None,
+) -> None:
+    """Raise ``ValueError`` unless ``state`` is a ``get_state()`` snapshot this env can restore.
+
+    The snapshot must be a dict made by env ``name`` with the dataclass ``config``; with
+    ``shapes``, it must also hold every array named there, each of the given shape.
+    """
+    if not isinstance(state, dict):
+        raise ValueError(f"state must be a dict, got {type(state).__name__}")
+    expected = shapes or {}
+    missing = [key for key in expected if key not in state]
+    if missing:
+        raise ValueError(f"state lacks the entries {missing}")
+    if state.get("name") != name or state.get("config") != asdict(config):
+        raise ValueError(
+            f"state belongs to {state.get('name')!r} with config {state.get('config')}, "
+            f"not to {name!r} with config {asdict(config)}"
+        )
+    for key, shape in expected.items():
+        if np.shape(state[key]) != shape:
+            raise ValueError(f"state[{key!r}] has shape {np.shape(state[key])}, expected {shape}")
 
 
 def check_actions(actions: Any, num_envs: int, n_agents: int, n_actions: int) -> np.ndarray:

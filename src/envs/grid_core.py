@@ -32,9 +32,13 @@ from src.envs.base import (
     StepResult,
     VectorEnv,
     check_actions,
+    check_config,
     check_int,
     check_number,
     check_probability,
+    check_snapshot,
+    first_reset_seeds,
+    require_reset,
     resolve_seeds,
 )
 from src.envs.rendering import agent_colours, draw_grid
@@ -48,7 +52,6 @@ _DCOL = np.array([0, 0, 0, -1, 1], dtype=np.int64)
 _N_ACTIONS = len(ACTION_NAMES)
 _MAX_SIZE = 64
 _VIEW = 3  # side of the local hazard view centred on the agent
-_STATE_KEYS = ("keys", "counters", "cell", "goal", "at_goal", "vel", "steps", "hazard", "finished")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -90,14 +93,17 @@ class GridConfig:
 class GridVectorEnv(VectorEnv):
     """Batched grid task: ``num_envs`` copies of ``n_agents`` agents in flat NumPy arrays.
 
-    Subclasses set :attr:`name`, the colours, :attr:`observe_velocity` and implement
-    :meth:`_place`. Observation of agent i (float32, in [-1, 1]): own row and column divided by
-    ``size - 1``; vector to own goal; own last move (if :attr:`observe_velocity`); the 3x3
-    hazard view around it (1 = hazard, row-major, off-grid cells 0); for every other agent in
-    agent order its relative position (and last move); 1 if on its goal. Never the step count.
+    Subclasses set :attr:`name`, :attr:`config_class`, the colours, :attr:`observe_velocity`,
+    build their fixed tables in :meth:`_build_layout` and implement :meth:`_place`. Observation
+    of agent i (float32, in [-1, 1]): own row and column divided by ``size - 1``; vector to own
+    goal; own last move (if :attr:`observe_velocity`); the 3x3 hazard view around it (1 =
+    hazard, row-major, off-grid cells 0); for every other agent in agent order its relative
+    position (and last move); 1 if on its goal. Never the step count.
     """
 
     n_actions: int = _N_ACTIONS
+    config_class: ClassVar[type[GridConfig]] = GridConfig
+    """The task's config dataclass: the constructor rejects any other config."""
     observe_velocity: ClassVar[bool] = False
     floor_colour: ClassVar[tuple[int, int, int]] = (245, 245, 245)
     hazard_colour: ClassVar[tuple[int, int, int]] = (200, 40, 40)
@@ -110,8 +116,7 @@ class GridVectorEnv(VectorEnv):
         seed: int | Sequence[int] | None = None,
         autoreset: bool = True,
     ) -> None:
-        if not isinstance(config, GridConfig):
-            raise ValueError(f"config must be a GridConfig, got {type(config).__name__}")
+        check_config(config, self.config_class)
         check_int("num_envs", num_envs, low=1)
         self.config = config
         self.num_envs = num_envs
@@ -128,6 +133,7 @@ class GridVectorEnv(VectorEnv):
         self.state_dim = self.n_agents * (5 + (2 if self.observe_velocity else 0)) + self.n_cells
         self._colours = agent_colours(self.n_agents)
         self._allocate()
+        self._build_layout()
 
     # ------------------------------------------------------------------ setup
 
@@ -180,6 +186,9 @@ class GridVectorEnv(VectorEnv):
         self._hazpad = np.zeros((self.num_envs, self._n_padded), dtype=np.float32)
         self._finished = np.zeros(self.num_envs, dtype=bool)
 
+    def _build_layout(self) -> None:
+        """Build the task's own fixed tables, after the shared ones (none by default)."""
+
     @abstractmethod
     def _place(
         self, keys: np.ndarray, counters: np.ndarray
@@ -194,13 +203,9 @@ class GridVectorEnv(VectorEnv):
 
     def reset(self, seed: int | Sequence[int] | None = None) -> np.ndarray:
         """Start a new episode in every copy; returns obs ``[E, A, D]`` float32."""
-        seeds = resolve_seeds(seed, self.num_envs)
-        if seeds is None and self._keys is None:
-            seeds = self._initial_seeds
-            if seeds is None:
-                # Never seeded: fresh OS entropy, as Gymnasium does for unseeded resets.
-                entropy = np.random.SeedSequence().generate_state(self.num_envs, dtype=np.uint64)
-                seeds = [int(value) for value in entropy]
+        seeds = first_reset_seeds(
+            seed, self.num_envs, initial=self._initial_seeds, started=self._keys is not None
+        )
         if seeds is not None:
             self._keys = seed_keys(seeds)
             self._counters = np.zeros(self.num_envs, dtype=np.uint64)
@@ -237,8 +242,7 @@ class GridVectorEnv(VectorEnv):
 
     def step(self, actions: np.ndarray) -> StepResult:
         """Advance every copy by one step; finished copies reset if ``autoreset``."""
-        if self._keys is None:
-            raise RuntimeError("call reset() before step()")
+        require_reset(self._keys is not None, "step")
         if self._finished.any():
             raise RuntimeError(
                 "an episode has ended in a copy without autoreset; call reset() first"
@@ -371,8 +375,7 @@ class GridVectorEnv(VectorEnv):
 
     def get_state(self) -> dict[str, Any]:
         """Copies of every array that determines the future (keys, counters, positions...)."""
-        if self._keys is None:
-            raise RuntimeError("call reset() before get_state()")
+        require_reset(self._keys is not None, "get_state")
         return {
             "name": self.name,
             "config": asdict(self.config),
@@ -389,18 +392,8 @@ class GridVectorEnv(VectorEnv):
 
     def set_state(self, state: dict[str, Any]) -> None:
         """Restore a :meth:`get_state` snapshot (arrays are copied in)."""
-        if not isinstance(state, dict):
-            raise ValueError(f"state must be a dict, got {type(state).__name__}")
-        missing = [key for key in _STATE_KEYS if key not in state]
-        if missing:
-            raise ValueError(f"state lacks the entries {missing}")
-        if state.get("name") != self.name or state.get("config") != asdict(self.config):
-            raise ValueError(
-                f"state belongs to {state.get('name')!r} with config {state.get('config')}, "
-                f"not to {self.name!r} with config {asdict(self.config)}"
-            )
         e, a = self.num_envs, self.n_agents
-        expected = {
+        shapes = {
             "keys": (e,),
             "counters": (e,),
             "cell": (e, a),
@@ -411,11 +404,7 @@ class GridVectorEnv(VectorEnv):
             "hazard": (e, self.n_cells),
             "finished": (e,),
         }
-        for key, shape in expected.items():
-            if np.shape(state[key]) != shape:
-                raise ValueError(
-                    f"state[{key!r}] has shape {np.shape(state[key])}, expected {shape}"
-                )
+        check_snapshot(state, name=self.name, config=self.config, shapes=shapes)
         for key in ("cell", "goal"):
             cells = np.asarray(state[key])
             if cells.min() < 0 or cells.max() >= self.n_cells:
@@ -439,8 +428,7 @@ class GridVectorEnv(VectorEnv):
     def render(self, index: int = 0) -> np.ndarray:
         """``[H, W, 3]`` uint8 frame of copy ``index``."""
         check_int("index", index, low=0, high=self.num_envs - 1)
-        if self._keys is None:
-            raise RuntimeError("call reset() before render()")
+        require_reset(self._keys is not None, "render")
         return draw_grid(
             size=self.size,
             cell_pixels=self.config.cell_pixels,

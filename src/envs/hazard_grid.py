@@ -17,7 +17,6 @@ Dynamics, costs, rewards and observations are those of :mod:`src.envs.grid_core`
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -61,19 +60,11 @@ class HazardGridVectorEnv(GridVectorEnv):
     """Batched ``hazard_grid``: see the module docstring."""
 
     name = "hazard_grid"
+    config_class = HazardGridConfig
 
-    def __init__(
-        self,
-        config: HazardGridConfig,
-        *,
-        num_envs: int = 1,
-        seed: int | Sequence[int] | None = None,
-        autoreset: bool = True,
-    ) -> None:
-        if not isinstance(config, HazardGridConfig):
-            raise ValueError(f"config must be a HazardGridConfig, got {type(config).__name__}")
-        super().__init__(config, num_envs=num_envs, seed=seed, autoreset=autoreset)
-        self._n_hazards = config.n_hazards
+    def _build_layout(self) -> None:
+        """The hazard sites and the draw indices of hazards, starts and goals."""
+        self._n_hazards = self.config.n_hazards
         rows, cols = self._row, self._col
         self._sites = np.flatnonzero((rows % 2 == 1) & (cols % 2 == 1))
         # Draw indices: first one per hazard site, then one per cell (for starts and goals).

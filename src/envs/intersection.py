@@ -19,7 +19,6 @@ observation includes every agent's last move (``observe_velocity``).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -68,21 +67,14 @@ class IntersectionVectorEnv(GridVectorEnv):
     """Batched ``intersection``: see the module docstring."""
 
     name = "intersection"
+    config_class = IntersectionConfig
     observe_velocity = True
     floor_colour = (225, 225, 225)
     hazard_colour = (110, 150, 90)
 
-    def __init__(
-        self,
-        config: IntersectionConfig,
-        *,
-        num_envs: int = 1,
-        seed: int | Sequence[int] | None = None,
-        autoreset: bool = True,
-    ) -> None:
-        if not isinstance(config, IntersectionConfig):
-            raise ValueError(f"config must be an IntersectionConfig, got {type(config).__name__}")
-        super().__init__(config, num_envs=num_envs, seed=seed, autoreset=autoreset)
+    def _build_layout(self) -> None:
+        """The road, the start cells of every arm and jitter, the goals and the draw indices."""
+        config = self.config
         size = self.size
         low = config.arm_length  # road rows and columns are low and low + 1
         road = (np.isin(self._row, (low, low + 1))) | (np.isin(self._col, (low, low + 1)))

@@ -17,6 +17,7 @@ from typing import Any
 from pettingzoo import ParallelEnv
 
 from src.envs.base import VectorEnv
+from src.envs.grid_core import GridConfig, GridVectorEnv
 from src.envs.grid_parallel import GridParallelEnv
 from src.envs.hazard_grid import HazardGridConfig, HazardGridVectorEnv
 from src.envs.intersection import IntersectionConfig, IntersectionVectorEnv
@@ -42,17 +43,27 @@ class EnvSpec:
     """One line for listings."""
 
 
-ENVS: dict[str, EnvSpec] = {
-    "hazard_grid": EnvSpec(
-        name="hazard_grid",
-        config_class=HazardGridConfig,
+def _grid_spec(
+    name: str, config_class: type[GridConfig], core_class: type[GridVectorEnv], description: str
+) -> EnvSpec:
+    """The spec of a native grid task: its ParallelEnv is a :class:`GridParallelEnv` view."""
+    return EnvSpec(
+        name=name,
+        config_class=config_class,
         make_parallel=lambda config, render_mode: GridParallelEnv(
-            HazardGridVectorEnv, config, render_mode=render_mode
+            core_class, config, render_mode=render_mode
         ),
-        make_vector=lambda config, num_envs, seed: HazardGridVectorEnv(
-            config, num_envs=num_envs, seed=seed
-        ),
-        description="agents reach goals on a grid with hazard cells; hazards and collisions cost",
+        make_vector=lambda config, num_envs, seed: core_class(config, num_envs=num_envs, seed=seed),
+        description=description,
+    )
+
+
+ENVS: dict[str, EnvSpec] = {
+    "hazard_grid": _grid_spec(
+        "hazard_grid",
+        HazardGridConfig,
+        HazardGridVectorEnv,
+        "agents reach goals on a grid with hazard cells; hazards and collisions cost",
     ),
     "spread": EnvSpec(
         name="spread",
@@ -76,16 +87,11 @@ ENVS: dict[str, EnvSpec] = {
         ),
         description="mpe2 simple_spread_v3 itself (the reference of spread); collisions cost",
     ),
-    "intersection": EnvSpec(
-        name="intersection",
-        config_class=IntersectionConfig,
-        make_parallel=lambda config, render_mode: GridParallelEnv(
-            IntersectionVectorEnv, config, render_mode=render_mode
-        ),
-        make_vector=lambda config, num_envs, seed: IntersectionVectorEnv(
-            config, num_envs=num_envs, seed=seed
-        ),
-        description="agents cross a four-way junction; collisions and leaving the road cost",
+    "intersection": _grid_spec(
+        "intersection",
+        IntersectionConfig,
+        IntersectionVectorEnv,
+        "agents cross a four-way junction; collisions and leaving the road cost",
     ),
 }
 

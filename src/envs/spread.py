@@ -25,7 +25,17 @@ from gymnasium import spaces
 from mpe2 import simple_spread_v3
 from pettingzoo import ParallelEnv
 
-from src.envs.base import StepResult, VectorEnv, check_actions, check_int, resolve_seeds
+from src.envs.base import (
+    StepResult,
+    VectorEnv,
+    check_actions,
+    check_config,
+    check_int,
+    check_snapshot,
+    require_reset,
+    resolve_seeds,
+)
+from src.envs.parallel import ParallelReset, ParallelStep, check_render_mode
 from src.envs.spread_core import ACTION_WIDTH, SpreadConfig, check_continuous_actions
 
 __all__ = ["SpreadConfig", "SpreadParallelEnv", "SpreadVectorEnv"]
@@ -56,8 +66,7 @@ class SpreadParallelEnv(ParallelEnv):
     """
 
     def __init__(self, config: SpreadConfig, *, render_mode: str | None = None) -> None:
-        if render_mode not in (None, "rgb_array"):
-            raise ValueError(f"render_mode must be None or 'rgb_array', got {render_mode!r}")
+        check_render_mode(render_mode)
         self.env = _make_mpe(config, render_mode)
         self.max_cycles = config.max_steps
         self.render_mode = render_mode
@@ -74,23 +83,13 @@ class SpreadParallelEnv(ParallelEnv):
         """mpe2's action space of ``agent`` (Discrete(5), or Box(0, 1, (5,)) if continuous)."""
         return self.env.action_space(agent)
 
-    def reset(
-        self, seed: int | None = None, options: dict | None = None
-    ) -> tuple[dict[str, np.ndarray], dict[str, dict]]:
+    def reset(self, seed: int | None = None, options: dict | None = None) -> ParallelReset:
         """Reset mpe2; ``seed=None`` continues its random stream."""
         obs, infos = self.env.reset(seed=seed, options=options)
         self.agents = list(self.env.agents)
         return obs, infos
 
-    def step(
-        self, actions: dict[str, Any]
-    ) -> tuple[
-        dict[str, np.ndarray],
-        dict[str, float],
-        dict[str, bool],
-        dict[str, bool],
-        dict[str, dict],
-    ]:
+    def step(self, actions: dict[str, Any]) -> ParallelStep:
         """Step mpe2 and add ``infos[agent]["cost"]``."""
         obs, rewards, terminations, truncations, infos = self.env.step(actions)
         self.agents = list(self.env.agents)
@@ -127,8 +126,7 @@ class SpreadVectorEnv(VectorEnv):
         num_envs: int = 1,
         seed: int | Sequence[int] | None = None,
     ) -> None:
-        if not isinstance(config, SpreadConfig):
-            raise ValueError(f"config must be a SpreadConfig, got {type(config).__name__}")
+        check_config(config, SpreadConfig)
         check_int("num_envs", num_envs, low=1)
         self.config = config
         self.num_envs = num_envs
@@ -159,8 +157,7 @@ class SpreadVectorEnv(VectorEnv):
 
     def step(self, actions: np.ndarray) -> StepResult:
         """Step every copy once; finished copies reset (continuing their stream)."""
-        if not self._was_reset:
-            raise RuntimeError("call reset() before step()")
+        require_reset(self._was_reset, "step")
         if self.continuous_actions:
             act = check_continuous_actions(actions, self.num_envs, self.n_agents)
             rows = list(act)  # [A, 5] arrays: mpe2 takes one array per agent
@@ -198,8 +195,7 @@ class SpreadVectorEnv(VectorEnv):
 
     def get_state(self) -> dict[str, Any]:
         """Positions, velocities, step counters and mpe2 RNG states of every copy."""
-        if not self._was_reset:
-            raise RuntimeError("call reset() before get_state()")
+        require_reset(self._was_reset, "get_state")
         copies = []
         for env in self._envs:
             raw = env.unwrapped
@@ -222,13 +218,7 @@ class SpreadVectorEnv(VectorEnv):
 
     def set_state(self, state: dict[str, Any]) -> None:
         """Restore a :meth:`get_state` snapshot into the live mpe2 envs."""
-        if not isinstance(state, dict):
-            raise ValueError(f"state must be a dict, got {type(state).__name__}")
-        if state.get("name") != self.name or state.get("config") != asdict(self.config):
-            raise ValueError(
-                f"state belongs to {state.get('name')!r} with config {state.get('config')}, "
-                f"not to {self.name!r} with config {asdict(self.config)}"
-            )
+        check_snapshot(state, name=self.name, config=self.config)
         copies = state.get("copies")
         if not isinstance(copies, list) or len(copies) != self.num_envs:
             raise ValueError(f"state['copies'] must list {self.num_envs} copies")

@@ -43,8 +43,12 @@ from src.envs.base import (
     StepResult,
     VectorEnv,
     check_actions,
+    check_config,
     check_int,
     check_probability,
+    check_snapshot,
+    first_reset_seeds,
+    require_reset,
     resolve_seeds,
 )
 from src.envs.rendering import paint_disc
@@ -77,7 +81,6 @@ _DISCRETE_U = _SENSITIVITY * np.array(
 _DOUBLE_SHIFT = np.uint64(11)
 _DOUBLE_SCALE = 1.0 / 9007199254740992.0
 _MASK64 = (1 << 64) - 1
-_STATE_KEYS = ("pos", "vel", "landmarks", "steps", "cam_range", "rng", "finished")
 
 # Rendering, after mpe2's SimpleEnv.draw: 700 x 700 pixels, entity colour * 200.
 FRAME_SIZE = 700
@@ -182,8 +185,7 @@ class NativeSpreadVectorEnv(VectorEnv):
         seed: int | Sequence[int] | None = None,
         autoreset: bool = True,
     ) -> None:
-        if not isinstance(config, SpreadConfig):
-            raise ValueError(f"config must be a SpreadConfig, got {type(config).__name__}")
+        check_config(config, SpreadConfig)
         check_int("num_envs", num_envs, low=1)
         self.config = config
         self.num_envs = num_envs
@@ -221,13 +223,9 @@ class NativeSpreadVectorEnv(VectorEnv):
 
     def reset(self, seed: int | Sequence[int] | None = None) -> np.ndarray:
         """Start a new episode in every copy; returns obs ``[E, A, D]`` float32."""
-        seeds = resolve_seeds(seed, self.num_envs)
-        if seeds is None and self._rngs is None:
-            seeds = self._initial_seeds
-            if seeds is None:
-                # Never seeded: fresh OS entropy, as Gymnasium does for unseeded resets.
-                entropy = np.random.SeedSequence().generate_state(self.num_envs, dtype=np.uint64)
-                seeds = [int(value) for value in entropy]
+        seeds = first_reset_seeds(
+            seed, self.num_envs, initial=self._initial_seeds, started=self._rngs is not None
+        )
         if seeds is not None:
             # Gymnasium's seeding.np_random(seed): PCG64 seeded through SeedSequence(seed).
             self._rngs = [np.random.PCG64(np.random.SeedSequence(s)) for s in seeds]
@@ -267,8 +265,7 @@ class NativeSpreadVectorEnv(VectorEnv):
 
     def step(self, actions: np.ndarray) -> StepResult:
         """Advance every copy by one step; finished copies reset if ``autoreset``."""
-        if self._rngs is None:
-            raise RuntimeError("call reset() before step()")
+        require_reset(self._rngs is not None, "step")
         if self._finished.any():
             raise RuntimeError(
                 "an episode has ended in a copy without autoreset; call reset() first"
@@ -419,8 +416,7 @@ class NativeSpreadVectorEnv(VectorEnv):
         Only arrays and plain values: ``rng`` holds the six uint64 words of each copy's
         generator (state and increment as high and low halves, then the uint32 buffer).
         """
-        if self._rngs is None:
-            raise RuntimeError("call reset() before get_state()")
+        require_reset(self._rngs is not None, "get_state")
         return {
             "name": self.name,
             "config": asdict(self.config),
@@ -435,18 +431,8 @@ class NativeSpreadVectorEnv(VectorEnv):
 
     def set_state(self, state: dict[str, Any]) -> None:
         """Restore a :meth:`get_state` snapshot (arrays are copied in)."""
-        if not isinstance(state, dict):
-            raise ValueError(f"state must be a dict, got {type(state).__name__}")
-        missing = [key for key in _STATE_KEYS if key not in state]
-        if missing:
-            raise ValueError(f"state lacks the entries {missing}")
-        if state.get("name") != self.name or state.get("config") != asdict(self.config):
-            raise ValueError(
-                f"state belongs to {state.get('name')!r} with config {state.get('config')}, "
-                f"not to {self.name!r} with config {asdict(self.config)}"
-            )
         e, n = self.num_envs, self.n_agents
-        expected = {
+        shapes = {
             "pos": (e, n, 2),
             "vel": (e, n, 2),
             "landmarks": (e, n, 2),
@@ -455,11 +441,7 @@ class NativeSpreadVectorEnv(VectorEnv):
             "rng": (e, 6),
             "finished": (e,),
         }
-        for key, shape in expected.items():
-            if np.shape(state[key]) != shape:
-                raise ValueError(
-                    f"state[{key!r}] has shape {np.shape(state[key])}, expected {shape}"
-                )
+        check_snapshot(state, name=self.name, config=self.config, shapes=shapes)
         raw = state["rng"]
         # Python lists (from JSON) are read as they are: NumPy would turn words >= 2**63 into
         # floats.
@@ -484,8 +466,7 @@ class NativeSpreadVectorEnv(VectorEnv):
         Colliding agents get a red ring.
         """
         check_int("index", index, low=0, high=self.num_envs - 1)
-        if self._rngs is None:
-            raise RuntimeError("call reset() before render()")
+        require_reset(self._rngs is not None, "render")
         pos = self._pos[index]
         rel = pos[self._others] - pos[:, None, :]
         colliding = (np.sqrt((rel * rel).sum(axis=2)) < _COLLISION_DISTANCE).any(axis=1)
