@@ -29,8 +29,8 @@ Files under `results/{tag}/wandb/`:
 from __future__ import annotations
 
 import hashlib
-import multiprocessing
 import json
+import multiprocessing
 import netrc
 import os
 import shlex
