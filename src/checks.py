@@ -60,16 +60,37 @@ def is_int(value: Any) -> bool:
     return isinstance(value, numbers.Integral) and not isinstance(value, bool | np.bool_)
 
 
+def _range_requirement(
+    kind: str,
+    low: float | None,
+    high: float | None,
+    *,
+    open_low: bool,
+    open_high: bool,
+    unbounded: str,
+) -> str:
+    """The requirement of a number of `kind` (``"an int"``) between `low` and `high`, as
+    `fail` words it: ``an int in [1, 8]``, ``a float > 0.0``; `unbounded` without either end.
+
+    >>> _range_requirement("a float", 0.0, 1.0, open_low=True, open_high=False, unbounded="")
+    'a float in (0.0, 1.0]'
+    """
+    if low is not None and high is not None:
+        left = "(" if open_low else "["
+        right = ")" if open_high else "]"
+        return f"{kind} in {left}{low}, {high}{right}"
+    if low is not None:
+        return f"{kind} {'>' if open_low else '>='} {low}"
+    if high is not None:
+        return f"{kind} {'<' if open_high else '<='} {high}"
+    return unbounded
+
+
 def check_int(name: str, value: Any, *, low: int | None = None, high: int | None = None) -> int:
     """An int in [low, high] (either end may be open-ended with None)."""
-    if low is not None and high is not None:
-        requirement = f"an int in [{low}, {high}]"
-    elif low is not None:
-        requirement = f"an int >= {low}"
-    elif high is not None:
-        requirement = f"an int <= {high}"
-    else:
-        requirement = "an int"
+    requirement = _range_requirement(
+        "an int", low, high, open_low=False, open_high=False, unbounded="an int"
+    )
     if not is_int(value):
         raise fail(name, value, requirement)
     if (low is not None and value < low) or (high is not None and value > high):
@@ -91,16 +112,9 @@ def check_float(
     `low` is excluded by default (``> low``) and `high` included (``<= high``); None leaves
     that side unbounded.
     """
-    left = "(" if open_low else "["
-    right = ")" if open_high else "]"
-    if low is not None and high is not None:
-        requirement = f"a float in {left}{low}, {high}{right}"
-    elif low is not None:
-        requirement = f"a float {'>' if open_low else '>='} {low}"
-    elif high is not None:
-        requirement = f"a float {'<' if open_high else '<='} {high}"
-    else:
-        requirement = "a finite float"
+    requirement = _range_requirement(
+        "a float", low, high, open_low=open_low, open_high=open_high, unbounded="a finite float"
+    )
     if isinstance(value, bool | np.bool_) or not isinstance(value, numbers.Real):
         raise fail(name, value, requirement)
     number = float(value)

@@ -24,6 +24,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from src.processes import pid_alive
+
 __all__ = [
     "LOCK_ENV_VAR",
     "LOCK_NAME",
@@ -39,16 +41,6 @@ LOCK_ENV_VAR = "SAFE_MARL_RESULTS_LOCK"
 
 class LockHeldError(RuntimeError):
     """The results folder is locked by another workflow; the message is one line."""
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def _read(path: Path) -> dict[str, Any] | None:
@@ -103,7 +95,7 @@ class ResultsLock:
                 stale = (
                     owner.get("host") == socket.gethostname()
                     and isinstance(owner.get("pid"), int)
-                    and not _pid_alive(owner["pid"])
+                    and not pid_alive(owner["pid"])
                 )
                 if stale:
                     with contextlib.suppress(FileNotFoundError):

@@ -126,26 +126,24 @@ class PIDLagrange:
         self.value = float(state["value"])
 
 
+def _bounds(config: LagrangeConfig) -> dict[str, float]:
+    """What every multiplier takes from the config: its limit, start and cap."""
+    return {"limit": config.max_risk, "init": config.lambda_init, "max_value": config.lambda_max}
+
+
 def _gradient_multiplier(config: LagrangeConfig) -> GradientLagrange:
-    return GradientLagrange(
-        limit=config.max_risk,
-        lr=config.lagrangian_lr,
-        init=config.lambda_init,
-        max_value=config.lambda_max,
-    )
+    return GradientLagrange(lr=config.lagrangian_lr, **_bounds(config))
 
 
 def _pid_multiplier(config: LagrangeConfig) -> PIDLagrange:
     return PIDLagrange(
-        limit=config.max_risk,
         kp=config.pid_kp,
         ki=config.pid_ki,
         kd=config.pid_kd,
         d_delay=config.pid_d_delay,
         ema_p=config.pid_ema_p,
         ema_d=config.pid_ema_d,
-        max_value=config.lambda_max,
-        init=config.lambda_init,
+        **_bounds(config),
     )
 
 

@@ -87,6 +87,8 @@ from typing import IO, Any
 import numpy as np
 import yaml
 
+from src.processes import pid_alive
+
 __all__ = [
     "SUPPORTED_FORMATS",
     "CorruptFileError",
@@ -505,16 +507,6 @@ def _tmp_prefix(target: Path) -> str:
     return f".{target.name[:_TMP_NAME_LIMIT]}."
 
 
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def _tmp_name(target: Path, *, keep_suffix: bool) -> str:
     # Hidden, unique per host and process; `keep_suffix` ends it with the target's suffix for
     # writers that pick a format from the file name (ffmpeg, matplotlib).
@@ -542,7 +534,7 @@ def _remove_stale_temps(target: Path) -> None:
         if len(fields) != 3 or fields[0] != _HOST or not fields[1].isdigit():
             continue
         pid = int(fields[1])
-        if pid != os.getpid() and not _pid_alive(pid):
+        if pid != os.getpid() and not pid_alive(pid):
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(entry.path)
 

@@ -150,13 +150,15 @@ class _StderrHandler(logging.StreamHandler):
 
 @dataclass(frozen=True)
 class _Settings:
-    min_level: int
-    logs_dir: Path | None
-    file_path: Path | None  # set by log_to_file: exactly this file, instead of one in logs_dir
-    console_enabled: bool
-    file_enabled: bool
-    console_sink: TextIO | None
-    log_format: str
+    """What `configure_logging` sets; the defaults are the configuration before any call."""
+
+    min_level: int = INFO
+    logs_dir: Path | None = None
+    file_path: Path | None = None  # set by log_to_file: exactly this file, not one in logs_dir
+    console_enabled: bool = True
+    file_enabled: bool = True
+    console_sink: TextIO | None = None
+    log_format: str = DEFAULT_LOG_FORMAT
 
 
 @dataclass
@@ -244,22 +246,10 @@ def _apply(settings: _Settings) -> None:
     _state = _State(settings=settings, pid=os.getpid(), handlers=handlers, log_file=log_file)
 
 
-def _default_settings() -> _Settings:
-    return _Settings(
-        min_level=INFO,
-        logs_dir=None,
-        file_path=None,
-        console_enabled=True,
-        file_enabled=True,
-        console_sink=None,
-        log_format=DEFAULT_LOG_FORMAT,
-    )
-
-
 def _ensure_configured() -> _State:
     with _lock:
         if _state is None:
-            _apply(_default_settings())
+            _apply(_Settings())
         elif _state.pid != os.getpid():
             # A forked child inherited the parent's sinks: give it a log file of its own.
             _apply(_state.settings)
@@ -308,7 +298,6 @@ def configure_logging(
     settings = _Settings(
         min_level=level,
         logs_dir=directory,
-        file_path=None,
         console_enabled=console_enabled,
         file_enabled=file_enabled,
         console_sink=console_sink,
@@ -328,7 +317,7 @@ def log_to_file(path: str | Path) -> None:
     if target.is_dir():
         raise IsADirectoryError(f"path {str(target)!r} is a directory, not a log file")
     with _lock:
-        current = _state.settings if _state is not None else _default_settings()
+        current = _state.settings if _state is not None else _Settings()
         _apply(replace(current, logs_dir=None, file_path=target, file_enabled=True))
 
 

@@ -47,13 +47,14 @@ shield is deterministic given its models.
 from __future__ import annotations
 
 import math
-import time
 from dataclasses import dataclass
 
 import numpy as np
 import torch
 
+from src.algos.filters import RiskFilter
 from src.algos.shield.critic import RiskCritic, joint_actions
+from src.algos.shield.ensemble import every_member
 from src.algos.shield.world_model import TeamWorldModel
 from src.config.shield import ShieldConfig
 
@@ -111,7 +112,7 @@ class BudgetStats:
         return self.budget_sum / self.decisions if self.decisions else math.nan
 
 
-class BudgetShield:
+class BudgetShield(RiskFilter):
     """v1 shield (see the module docstring); an `ActionFilter`."""
 
     def __init__(
@@ -149,9 +150,7 @@ class BudgetShield:
         action; its critic values the last successor over the steps then left.
         """
         m = self.world_model.ensemble_size
-        obs = joint_obs.unsqueeze(0).expand(m, *joint_obs.shape)
-        act = actions.unsqueeze(0).expand(m, *actions.shape)
-        left = remaining.unsqueeze(0).expand(m, -1)
+        obs, act, left = (every_member(t, m) for t in (joint_obs, actions, remaining))
         return self._member_q(obs, act, left, self.config.lookahead)
 
     def _member_q(
@@ -189,19 +188,14 @@ class BudgetShield:
         self.budget = np.zeros(num_envs, dtype=np.float64)
         self.stats = BudgetStats()
 
-    def filter(
-        self,
-        obs: np.ndarray,
-        proposed: np.ndarray,
-        logits: torch.Tensor,
-        episode_step: np.ndarray,
-    ) -> tuple[np.ndarray, np.ndarray]:
-        """obs [E, A, D], proposed [E, A] int, logits [E, A, n_actions] (the policy's),
-        episode_step [E] (1-based step of these actions in their episode; 1 starts a new
-        budget) -> executed [E, A] int64, intervened [E, A] bool."""
-        start = time.perf_counter()
-        obs_t, proposed_np, logits_t, step = self._check(obs, proposed, logits, episode_step)
-        e, a = proposed_np.shape
+    def _decide(
+        self, obs: torch.Tensor, proposed: np.ndarray, logits: torch.Tensor, step: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray, int]:
+        """obs [E, A, D], proposed [E, A] int64, logits [E, A, n_actions] (the policy's),
+        step [E] (1-based step of these actions in their episode; 1 starts a new budget) ->
+        executed [E, A] int64, their certified risks [E] and the number of copies that fell
+        back to the safest action (`RiskFilter.filter` checks the arguments and counts)."""
+        e, a = proposed.shape
         if self.budget.shape != (e,):
             self.budget = np.zeros(e, dtype=np.float64)
         episode = self.config.risk_scope == "episode"
@@ -215,20 +209,20 @@ class BudgetShield:
         safest = np.full(e, math.nan)
         allowance = np.full(e, self.config.max_risk)
         fallback = np.zeros(e, dtype=bool)
-        executed = proposed_np.copy()
+        executed = proposed.copy()
         with torch.inference_mode():
-            joint = obs_t.reshape(e, a * self.obs_dim)
+            joint = obs.reshape(e, a * self.obs_dim)
             judge = np.arange(e)
             if not episode:
                 # A proposal within the allowance is executed as it is; for the others, the
                 # most likely change of one agent's action within it. Only the copies left
                 # need every joint action judged.
-                bound = self.certified(joint, torch.from_numpy(proposed_np), remaining)
+                bound = self.certified(joint, torch.from_numpy(proposed), remaining)
                 bound = bound.double().numpy()
                 judge = np.flatnonzero(bound > self.config.max_risk)
                 if len(judge):
                     found, actions, risks = self._one_change(
-                        joint[judge], proposed_np[judge], logits_t[judge], remaining[judge]
+                        joint[judge], proposed[judge], logits[judge], remaining[judge]
                     )
                     executed[judge[found]] = actions[found]
                     bound[judge[found]] = risks[found]
@@ -254,9 +248,7 @@ class BudgetShield:
                 else:
                     room = np.maximum(self.config.max_risk - safest[judge], 0.0)
                 allowance[judge] = safest[judge] + room
-                chosen = self._choose(
-                    proposed_np[judge], logits_t[rows], risks, over, low.indices, room
-                )
+                chosen = self._choose(proposed[judge], logits[rows], risks, over, low.indices, room)
                 executed[judge], bound[judge], excess[judge], fallback[judge] = chosen
         self.last = Decision(
             budget=self.budget.copy() if episode else allowance - np.nan_to_num(safest),
@@ -270,14 +262,7 @@ class BudgetShield:
         if episode:
             self.stats.budget_sum += float(np.maximum(self.budget, 0.0).sum())
             self.budget -= excess
-        intervened = executed != proposed_np
-        s = self.stats
-        s.decisions += e
-        s.interventions += int(intervened.sum())
-        s.no_safe_action += int(fallback.sum())
-        s.bound_sum += float(bound.sum())
-        s.seconds += time.perf_counter() - start
-        return executed, intervened
+        return executed, bound, int(fallback.sum())
 
     def _one_change(
         self,
@@ -347,29 +332,3 @@ class BudgetShield:
         """Row of each joint action [E, A] in `self.joint` (agent 0 slowest-varying)."""
         weights = self.n_actions ** np.arange(self.n_agents - 1, -1, -1)
         return torch.from_numpy(np.asarray(actions, dtype=np.int64) @ weights)
-
-    def _check(
-        self, obs: np.ndarray, proposed: np.ndarray, logits: torch.Tensor, episode_step: np.ndarray
-    ) -> tuple[torch.Tensor, np.ndarray, torch.Tensor, np.ndarray]:
-        a, d, n = self.n_agents, self.obs_dim, self.n_actions
-        obs = np.asarray(obs, dtype=np.float32)
-        if obs.ndim != 3 or obs.shape[1:] != (a, d):
-            raise ValueError(f"obs must have shape [E, {a}, {d}], got {obs.shape}")
-        e = obs.shape[0]
-        proposed = np.asarray(proposed)
-        if proposed.shape != (e, a) or not np.issubdtype(proposed.dtype, np.integer):
-            raise ValueError(f"proposed must be an int array [{e}, {a}], got {proposed.shape}")
-        if proposed.min() < 0 or proposed.max() >= n:
-            raise ValueError(f"proposed actions must lie in [0, {n}), got {proposed}")
-        if not isinstance(logits, torch.Tensor) or tuple(logits.shape) != (e, a, n):
-            shape = tuple(logits.shape) if isinstance(logits, torch.Tensor) else type(logits)
-            raise ValueError(f"logits must be a tensor [{e}, {a}, {n}], got {shape}")
-        step = np.asarray(episode_step)
-        if step.shape != (e,) or not np.issubdtype(step.dtype, np.integer) or step.min() < 1:
-            raise ValueError(f"episode_step must be ints >= 1 of shape [{e}], got {episode_step}")
-        return (
-            torch.from_numpy(obs),
-            proposed.astype(np.int64),
-            logits.detach().float(),
-            step.astype(np.int64),
-        )

@@ -29,6 +29,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from src.algos.shield.ensemble import every_member, fit_normalisation, run_stacked, stacked_layers
 from src.algos.shield.optimizer_state import OptimizerState
 from src.algos.shield.replay import TransitionReplay
 from src.algos.shield.world_model import TeamWorldModel
@@ -50,15 +51,6 @@ def joint_actions(n_agents: int, n_actions: int) -> torch.Tensor:
     return torch.tensor(list(grid), dtype=torch.int64).reshape(-1, n_agents)
 
 
-def _init_stack(
-    members: int, fan_in: int, fan_out: int, generator: torch.Generator
-) -> tuple[nn.Parameter, nn.Parameter]:
-    bound = 1.0 / math.sqrt(fan_in)
-    weight = (torch.rand(members, fan_in, fan_out, generator=generator) * 2 - 1) * bound
-    bias = (torch.rand(members, 1, fan_out, generator=generator) * 2 - 1) * bound
-    return nn.Parameter(weight), nn.Parameter(bias)
-
-
 class _Members(nn.Module):
     """M stacked MLPs, joint obs [M, N, J] -> logit [M, N] (row (m, n) through member m)."""
 
@@ -66,12 +58,7 @@ class _Members(nn.Module):
         self, members: int, joint_dim: int, hidden: tuple[int, ...], generator: torch.Generator
     ) -> None:
         super().__init__()
-        self.weights = nn.ParameterList()
-        self.biases = nn.ParameterList()
-        for fan_in, fan_out in itertools.pairwise((joint_dim, *hidden, 1)):
-            w, b = _init_stack(members, fan_in, fan_out, generator)
-            self.weights.append(w)
-            self.biases.append(b)
+        self.weights, self.biases = stacked_layers(members, (joint_dim, *hidden, 1), generator)
         # Value iteration of a first-passage risk converges to V* from below (V* is the least
         # fixed point of its Bellman operator: a parked, safe state keeps any value it starts
         # with), so every member starts near V = 0, not at sigmoid(0) = 1/2.
@@ -80,12 +67,7 @@ class _Members(nn.Module):
             self.biases[-1].fill_(_START_LOGIT)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        last = len(self.weights) - 1
-        for i, (w, b) in enumerate(zip(self.weights, self.biases, strict=True)):
-            x = torch.baddbmm(b, x, w)
-            if i < last:
-                x = torch.relu(x)
-        return x.squeeze(-1)
+        return run_stacked(x, self.weights, self.biases).squeeze(-1)
 
 
 class RiskCritic(OptimizerState, nn.Module):
@@ -152,8 +134,7 @@ class RiskCritic(OptimizerState, nn.Module):
 
     def all_members(self, joint_obs: torch.Tensor, remaining: torch.Tensor | int) -> torch.Tensor:
         """Every member's V of the same joint_obs [N, J] and remaining steps -> [M, N]."""
-        m = self.ensemble_size
-        return self.values(joint_obs.unsqueeze(0).expand(m, *joint_obs.shape), remaining)
+        return self.values(every_member(joint_obs, self.ensemble_size), remaining)
 
     def backup_targets(
         self, world_model: TeamWorldModel, joint_obs: torch.Tensor, remaining: torch.Tensor
@@ -186,10 +167,7 @@ class RiskCritic(OptimizerState, nn.Module):
         if replay.train.size == 0 or steps == 0:
             return {"loss": math.nan}
         data = replay.train.latest(replay.train.size)
-        states = torch.cat([data["obs"], data["next_obs"]])
-        std = states.std(dim=0, unbiased=False)
-        self.obs_mean.copy_(states.mean(dim=0))
-        self.obs_std.copy_(torch.where(std > 1e-6, std, torch.ones_like(std)))
+        fit_normalisation(self.obs_mean, self.obs_std, torch.cat([data["obs"], data["next_obs"]]))
         total = 0.0
         m = self.ensemble_size
         for _ in range(steps):
@@ -203,9 +181,7 @@ class RiskCritic(OptimizerState, nn.Module):
                 target = self.backup_targets(world_model, obs, remaining)
             logit = self.members(self._inputs(obs, remaining))
             loss = F.binary_cross_entropy_with_logits(logit, target)
-            self.optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            self.optimizer.step()
+            self.optimizer_step(loss)
             with torch.no_grad():
                 for live, slow in zip(
                     self.members.parameters(), self.target.parameters(), strict=True

@@ -17,6 +17,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from src.algos.shield.ensemble import fit_steps
 from src.algos.shield.kernels import Workspace, softmax_last
 from src.algos.shield.optimizer_state import OptimizerState
 from src.algos.shield.replay import TransitionReplay
@@ -178,14 +179,12 @@ class OpponentMLP(OptimizerState, nn.Module):
         metrics = {"train_loss": math.nan, "valid_loss": math.nan, "valid_accuracy": math.nan}
         if replay.train.size == 0:
             return metrics
-        steps = max(1, math.ceil(n_samples / batch_size))
+        steps = fit_steps(n_samples, batch_size)
         total = 0.0
         for _ in range(steps):
             obs, agent, action = self._per_agent(replay.sample_train((batch_size,), generator))
             loss = F.cross_entropy(self.logits(obs, agent), action)
-            self.optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            self.optimizer.step()
+            self.optimizer_step(loss)
             total += float(loss.detach())
         metrics["train_loss"] = total / steps
         if replay.valid.size > 0:

@@ -1,4 +1,5 @@
-"""Checkpoint hooks shared by the shield's models, which train with optimizers of their own."""
+"""What the shield's models share as they train with optimizers of their own: the step and the
+checkpoint hooks."""
 
 from __future__ import annotations
 
@@ -10,13 +11,19 @@ __all__ = ["OptimizerState"]
 
 
 class OptimizerState:
-    """Checkpoint hooks of a model trained by its own `self.optimizer`.
+    """A model trained by its own `self.optimizer`: its step and checkpoint hooks.
 
     The parameters travel in the module's `state_dict`; the optimizer's moments travel here,
     so a resumed run continues the same Adam trajectory bit for bit.
     """
 
     optimizer: torch.optim.Optimizer
+
+    def optimizer_step(self, loss: torch.Tensor) -> None:
+        """One step of `self.optimizer` down the gradient of `loss` (gradients cleared first)."""
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        self.optimizer.step()
 
     def extra_state(self) -> dict[str, Any]:
         """Optimizer state (the parameters and buffers are in `state_dict`)."""

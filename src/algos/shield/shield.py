@@ -26,13 +26,13 @@ imagined step before a sampled done; it stops counting after the done.
 from __future__ import annotations
 
 import math
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
 import torch
 
+from src.algos.filters import RiskFilter
 from src.algos.seeding import derived_seeds
 from src.algos.shield.bounds import credible_delta, risk_bound, rollouts_for_step
 from src.algos.shield.opponent_model import OpponentModel
@@ -73,8 +73,8 @@ class ShieldStats:
         return self.bound_sum / self.decisions if self.decisions else float("nan")
 
 
-class Shield:
-    """v0 shield (see the module docstring)."""
+class Shield(RiskFilter):
+    """v0 shield (see the module docstring); an `ActionFilter`."""
 
     def __init__(
         self,
@@ -137,46 +137,34 @@ class Shield:
         )
         return risk_bound(k=k, n=n, delta=delta_t, mode=c.shield_reward_mode)
 
-    def filter(
-        self,
-        obs: np.ndarray,
-        proposed: np.ndarray,
-        logits: torch.Tensor,
-        episode_step: np.ndarray,
-    ) -> tuple[np.ndarray, np.ndarray]:
-        """Filter proposed actions.
+    def _decide(
+        self, obs: torch.Tensor, proposed: np.ndarray, logits: torch.Tensor, step: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray, int]:
+        """Filter checked proposals (`RiskFilter.filter`).
 
-        obs [E, A, D], proposed [E, A] int, logits [E, A, n_actions] (the policy's),
-        episode_step [E] = 1-based index, within its episode, of the step these actions take
+        obs [E, A, D], proposed [E, A] int64, logits [E, A, n_actions] (the policy's),
+        step [E] = 1-based index, within its episode, of the step these actions take
         (the trainer's convention; t of delta_t and K_t).
-        Returns executed [E, A] int64 and intervened [E, A] bool.
+        Returns executed [E, A] int64, the bound of each executed action [E, A] and the
+        number of (copy, agent) decisions without a safe action.
         """
-        start = time.perf_counter()
-        obs_t, proposed_np, logits_t, step = self._check(obs, proposed, logits, episode_step)
-        e, a = proposed_np.shape
+        e, a = proposed.shape
         with torch.inference_mode():
-            joint = obs_t.reshape(e, a * self.obs_dim)
-            executed = proposed_np.copy()
+            joint = obs.reshape(e, a * self.obs_dim)
+            executed = proposed.copy()
             # Phase 1: the proposals of every agent of every copy.
             block_copy = np.repeat(np.arange(e), a)
             bound = self._judge(
-                joint, block_copy, np.tile(np.arange(a), e), proposed_np.reshape(-1), step
+                joint, block_copy, np.tile(np.arange(a), e), proposed.reshape(-1), step
             ).reshape(e, a)
             chosen_bound = bound.copy()
             refused = np.argwhere(bound > self.config.max_risk)  # [R, 2] (copy, agent)
             no_safe = 0
             if len(refused):
                 no_safe = self._judge_alternatives(
-                    refused, joint, proposed_np, logits_t, step, bound, executed, chosen_bound
+                    refused, joint, proposed, logits, step, bound, executed, chosen_bound
                 )
-        intervened = executed != proposed_np
-        s = self.stats
-        s.decisions += e * a
-        s.interventions += int(intervened.sum())
-        s.no_safe_action += no_safe
-        s.bound_sum += float(chosen_bound.sum())
-        s.seconds += time.perf_counter() - start
-        return executed, intervened
+        return executed, chosen_bound, no_safe
 
     def _judge_alternatives(
         self,
@@ -326,29 +314,3 @@ class Shield:
             below = cdf.mul_(keep / cdf[..., -1:]).add_(ramp) <= u
         # u < 1 and the CDF ends at 1 up to rounding: the clamp keeps the index valid.
         return below.sum(dim=-1).clamp_(max=self.n_actions - 1)
-
-    def _check(
-        self, obs: np.ndarray, proposed: np.ndarray, logits: torch.Tensor, episode_step: np.ndarray
-    ) -> tuple[torch.Tensor, np.ndarray, torch.Tensor, np.ndarray]:
-        a, d, n = self.n_agents, self.obs_dim, self.n_actions
-        obs = np.asarray(obs, dtype=np.float32)
-        if obs.ndim != 3 or obs.shape[1:] != (a, d):
-            raise ValueError(f"obs must have shape [E, {a}, {d}], got {obs.shape}")
-        e = obs.shape[0]
-        proposed = np.asarray(proposed)
-        if proposed.shape != (e, a) or not np.issubdtype(proposed.dtype, np.integer):
-            raise ValueError(f"proposed must be an int array [{e}, {a}], got {proposed.shape}")
-        if proposed.min() < 0 or proposed.max() >= n:
-            raise ValueError(f"proposed actions must lie in [0, {n}), got {proposed}")
-        if not isinstance(logits, torch.Tensor) or tuple(logits.shape) != (e, a, n):
-            shape = tuple(logits.shape) if isinstance(logits, torch.Tensor) else type(logits)
-            raise ValueError(f"logits must be a tensor [{e}, {a}, {n}], got {shape}")
-        step = np.asarray(episode_step)
-        if step.shape != (e,) or not np.issubdtype(step.dtype, np.integer) or step.min() < 1:
-            raise ValueError(f"episode_step must be ints >= 1 of shape [{e}], got {episode_step}")
-        return (
-            torch.from_numpy(obs),
-            proposed.astype(np.int64),
-            logits.detach().float(),
-            step.astype(np.int64),
-        )

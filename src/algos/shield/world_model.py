@@ -18,7 +18,7 @@ overstate the team's risk when their costs are positively correlated (a collisio
 
 from __future__ import annotations
 
-import itertools
+import functools
 import math
 from collections.abc import Callable
 from typing import Any, Protocol, runtime_checkable
@@ -27,6 +27,13 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from src.algos.shield.ensemble import (
+    every_member,
+    fit_normalisation,
+    fit_steps,
+    run_stacked,
+    stacked_layers,
+)
 from src.algos.shield.kernels import Workspace
 from src.algos.shield.optimizer_state import OptimizerState
 from src.algos.shield.replay import TransitionReplay
@@ -54,16 +61,6 @@ class WorldModel(Protocol):
         """joint_obs [M, N, A*D] float, joint_action [M, N, A] int64 ->
         (next joint obs [M, N, A*D], cost probability [M, N, A], done probability [M, N])."""
         ...
-
-
-def _init_stack(
-    members: int, fan_in: int, fan_out: int, generator: torch.Generator
-) -> tuple[nn.Parameter, nn.Parameter]:
-    """nn.Linear's default init for M stacked layers, from an explicit generator (determinism)."""
-    bound = 1.0 / math.sqrt(fan_in)
-    weight = (torch.rand(members, fan_in, fan_out, generator=generator) * 2 - 1) * bound
-    bias = (torch.rand(members, 1, fan_out, generator=generator) * 2 - 1) * bound
-    return nn.Parameter(weight), nn.Parameter(bias)
 
 
 class EnsembleWorldModel(OptimizerState, nn.Module):
@@ -99,12 +96,7 @@ class EnsembleWorldModel(OptimizerState, nn.Module):
         self.out_dim = self.joint_dim + n_agents + 1
         generator = torch.Generator().manual_seed(seed)
         sizes = (self.in_dim, *hidden, self.out_dim)
-        self.weights = nn.ParameterList()
-        self.biases = nn.ParameterList()
-        for fan_in, fan_out in itertools.pairwise(sizes):
-            w, b = _init_stack(ensemble_size, fan_in, fan_out, generator)
-            self.weights.append(w)
-            self.biases.append(b)
+        self.weights, self.biases = stacked_layers(ensemble_size, sizes, generator)
         self.register_buffer("obs_mean", torch.zeros(self.joint_dim))
         self.register_buffer("obs_std", torch.ones(self.joint_dim))
         self.register_buffer("delta_mean", torch.zeros(self.joint_dim))
@@ -126,12 +118,7 @@ class EnsembleWorldModel(OptimizerState, nn.Module):
         x = torch.zeros(m, n, self.in_dim)
         x[..., : self.joint_dim] = (joint_obs - self.obs_mean) / self.obs_std
         x[..., self.joint_dim :].scatter_(2, joint_action + self.action_offset, 1.0)
-        last = len(self.weights) - 1
-        for i, (w, b) in enumerate(zip(self.weights, self.biases, strict=True)):
-            x = torch.baddbmm(b, x, w)
-            if i < last:
-                x = torch.relu_(x) if not x.requires_grad else torch.relu(x)
-        return x
+        return run_stacked(x, self.weights, self.biases)
 
     def _folded_layers(self) -> list[tuple[torch.Tensor, torch.Tensor]]:
         """The members' (weight, bias) with the normalisations folded in (inference only).
@@ -231,12 +218,8 @@ class EnsembleWorldModel(OptimizerState, nn.Module):
 
     def _refresh_normalisation(self, replay: TransitionReplay) -> None:
         data = replay.train.latest(replay.train.size)
-        delta = data["next_obs"] - data["obs"]
-        # A feature that never varies (e.g. a fixed map) keeps scale 1 instead of dividing by 0.
-        for name, values in (("obs", data["obs"]), ("delta", delta)):
-            std = values.std(dim=0, unbiased=False)
-            getattr(self, f"{name}_mean").copy_(values.mean(dim=0))
-            getattr(self, f"{name}_std").copy_(torch.where(std > 1e-6, std, torch.ones_like(std)))
+        fit_normalisation(self.obs_mean, self.obs_std, data["obs"])
+        fit_normalisation(self.delta_mean, self.delta_std, data["next_obs"] - data["obs"])
 
     def fit(
         self,
@@ -256,22 +239,18 @@ class EnsembleWorldModel(OptimizerState, nn.Module):
         if replay.train.size == 0:
             return metrics
         self._refresh_normalisation(replay)
-        steps = max(1, math.ceil(n_samples / batch_size))
+        steps = fit_steps(n_samples, batch_size)
         total = 0.0
         for _ in range(steps):
             rows = replay.sample_train((self.ensemble_size, batch_size), generator)
             loss = self._losses(rows)[0].sum()
-            self.optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            self.optimizer.step()
+            self.optimizer_step(loss)
             total += float(loss.detach()) / self.ensemble_size
         metrics["train_loss"] = total / steps
         if replay.valid.size > 0:
             with torch.no_grad():
                 valid = replay.valid.latest(max_valid)
-                rows = {
-                    k: v.unsqueeze(0).expand(self.ensemble_size, *v.shape) for k, v in valid.items()
-                }
+                rows = {k: every_member(v, self.ensemble_size) for k, v in valid.items()}
                 member_loss, cost_prob = self._losses(rows)
                 predicted = cost_prob.mean(dim=0) > 0.5
                 metrics["valid_loss"] = float(member_loss.mean())
@@ -305,12 +284,9 @@ class AgentCostModel(OptimizerState, nn.Module):
         self.n_agents, self.obs_dim, self.n_actions = a, d, n
         self.ensemble_size = ensemble_size
         self.in_dim = d + a * n + a
-        self.weights = nn.ParameterList()
-        self.biases = nn.ParameterList()
-        for fan_in, fan_out in itertools.pairwise((self.in_dim, *hidden, 1)):
-            w, b = _init_stack(ensemble_size, fan_in, fan_out, generator)
-            self.weights.append(w)
-            self.biases.append(b)
+        self.weights, self.biases = stacked_layers(
+            ensemble_size, (self.in_dim, *hidden, 1), generator
+        )
         others = [[j for j in range(a) if j != i] for i in range(a)]
         # Column of agent a's action (own first, then the others) in the action one-hots.
         order = torch.tensor([[i, *rest] for i, rest in enumerate(others)], dtype=torch.int64)
@@ -329,21 +305,14 @@ class AgentCostModel(OptimizerState, nn.Module):
         actions = joint_action[..., self.order]  # [M, N, A, A]: own action first
         x[..., d : d + a * self.n_actions].scatter_(3, actions + self.offset, 1.0)
         x[..., d + a * self.n_actions :] = torch.eye(a)
-        x = x.view(m, n * a, self.in_dim)
-        last = len(self.weights) - 1
-        for i, (w, b) in enumerate(zip(self.weights, self.biases, strict=True)):
-            x = torch.baddbmm(b, x, w)
-            if i < last:
-                x = torch.relu(x)
+        x = run_stacked(x.view(m, n * a, self.in_dim), self.weights, self.biases)
         return x.view(m, n, a)
 
     def fit_step(self, rows: dict[str, torch.Tensor]) -> float:
         """One Adam step on member-major rows ([M, B, ...]); returns the mean loss."""
         logit = self.logits(rows["obs"], rows["action"])
         loss = F.binary_cross_entropy_with_logits(logit, rows["cost"])
-        self.optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        self.optimizer.step()
+        self.optimizer_step(loss)
         return float(loss.detach())
 
 
@@ -372,24 +341,11 @@ class TeamWorldModel(nn.Module):
         super().__init__()
         self.ensemble_size = ensemble_size
         self.n_agents, self.obs_dim, self.n_actions = n_agents, obs_dim, n_actions
-        self.dynamics = EnsembleWorldModel(
-            n_agents=n_agents,
-            obs_dim=obs_dim,
-            n_actions=n_actions,
-            ensemble_size=ensemble_size,
-            hidden=hidden,
-            learning_rate=learning_rate,
-            seed=seed,
-        )
-        self.costs = AgentCostModel(
-            n_agents=n_agents,
-            obs_dim=obs_dim,
-            n_actions=n_actions,
-            ensemble_size=ensemble_size,
-            hidden=hidden,
-            learning_rate=learning_rate,
-            generator=torch.Generator().manual_seed(seed + 1),
-        )
+        # The two parts are built alike but for their random draws.
+        common = {"n_agents": n_agents, "obs_dim": obs_dim, "n_actions": n_actions}
+        common.update(ensemble_size=ensemble_size, hidden=hidden, learning_rate=learning_rate)
+        self.dynamics = EnsembleWorldModel(**common, seed=seed)
+        self.costs = AgentCostModel(**common, generator=torch.Generator().manual_seed(seed + 1))
 
     def agent_risk(self, joint_obs: torch.Tensor, joint_action: torch.Tensor) -> torch.Tensor:
         """Each agent's probability of a cost at this step, [M, N, A]."""
@@ -429,11 +385,8 @@ class TeamWorldModel(nn.Module):
         if replay.train.size == 0:
             return metrics
         obs = replay.train.latest(replay.train.size)["obs"]
-        per_agent = obs.view(-1, self.obs_dim)
-        std = per_agent.std(dim=0, unbiased=False)
-        self.costs.obs_mean.copy_(per_agent.mean(dim=0))
-        self.costs.obs_std.copy_(torch.where(std > 1e-6, std, torch.ones_like(std)))
-        steps = max(1, math.ceil(n_samples / batch_size))
+        fit_normalisation(self.costs.obs_mean, self.costs.obs_std, obs.view(-1, self.obs_dim))
+        steps = fit_steps(n_samples, batch_size)
         total = sum(
             self.costs.fit_step(replay.sample_train((self.ensemble_size, batch_size), generator))
             for _ in range(steps)
@@ -442,9 +395,7 @@ class TeamWorldModel(nn.Module):
         if replay.valid.size > 0:
             with torch.no_grad():
                 valid = replay.valid.latest(max_valid)
-                rows = {
-                    k: v.unsqueeze(0).expand(self.ensemble_size, *v.shape) for k, v in valid.items()
-                }
+                rows = {k: every_member(v, self.ensemble_size) for k, v in valid.items()}
                 logit = self.costs.logits(rows["obs"], rows["action"])
                 metrics["cost_valid_loss"] = float(
                     F.binary_cross_entropy_with_logits(logit, rows["cost"])
@@ -473,22 +424,17 @@ def make_world_model(
     )
 
 
-def _v0(
-    *, n_agents: int, obs_dim: int, n_actions: int, config: Any, seed: int
-) -> EnsembleWorldModel:
-    return EnsembleWorldModel(
-        n_agents=n_agents,
-        obs_dim=obs_dim,
-        n_actions=n_actions,
-        ensemble_size=config.ensemble_size,
-        hidden=tuple(config.wm_hidden),
-        learning_rate=config.wm_learning_rate,
-        seed=seed,
-    )
-
-
-def _v1(*, n_agents: int, obs_dim: int, n_actions: int, config: Any, seed: int) -> TeamWorldModel:
-    return TeamWorldModel(
+def _from_config(
+    model: type[EnsembleWorldModel | TeamWorldModel],
+    *,
+    n_agents: int,
+    obs_dim: int,
+    n_actions: int,
+    config: Any,
+    seed: int,
+) -> EnsembleWorldModel | TeamWorldModel:
+    """A `model` sized by the ShieldConfig's world-model settings."""
+    return model(
         n_agents=n_agents,
         obs_dim=obs_dim,
         n_actions=n_actions,
@@ -502,6 +448,6 @@ def _v1(*, n_agents: int, obs_dim: int, n_actions: int, config: Any, seed: int) 
 # wm_version -> factory. v0: per-agent costs on the joint input (the v0 shield's); v1: the
 # team's risk from an agent-shared cost model (the v1 shield's).
 WM_VERSIONS: dict[str, Callable[..., EnsembleWorldModel | TeamWorldModel]] = {
-    "v0": _v0,
-    "v1": _v1,
+    "v0": functools.partial(_from_config, EnsembleWorldModel),
+    "v1": functools.partial(_from_config, TeamWorldModel),
 }
