@@ -1,94 +1,51 @@
-"""Registry of the algorithms, their capabilities, and every implementation-version registry.
+"""Registry of the algorithms, their capabilities, and the names of every implementation version.
 
-`ALGORITHMS` maps an `algo` name to an `AlgorithmSpec`: how to get its trainer class and what
-the rest of the pipeline may expect of it (capabilities). Code outside this module asks the
-spec (`shielded`, `eval_modes`, `multiplier`, `sections`, `version_keys`) instead of comparing
-algorithm names. `versions_of(key)` returns the registry of one `*_version` key of the run
-config (each lives next to its implementations).
+`ALGORITHMS` maps an `algo` name to an `AlgorithmSpec`: what the rest of the pipeline may
+expect of it (capabilities). Code outside this module asks the spec (`shielded`,
+`eval_modes`, `multiplier`, `sections`, `version_keys`) instead of comparing algorithm names.
+`versions_of(key)` returns the known values of one `*_version` key of the run config.
 
-Nothing of the algorithms is imported when this module is: trainer classes and version
-registries are imported by the loader functions below on first use, so the capabilities are
-available to analysis code without torch.
+This module is a leaf: it imports no algorithm, so the config layer and the analysis code
+read capabilities without torch and without an import circle. The implementations live next
+to their code (`IPPO_VERSIONS`, `LAG_VERSIONS`, `SHIELD_VERSIONS`, `WM_VERSIONS`,
+`OM_VERSIONS`) and `src.algos.train.trainer_class` maps an algorithm to its trainer class; a
+test checks that every name here has an implementation and every implementation a name.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from src.checks import lookup
 
-if TYPE_CHECKING:
-    from src.algos.ippo import IPPO
+__all__ = [
+    "ALGORITHMS",
+    "VERSIONS",
+    "AlgorithmSpec",
+    "get_algorithm",
+    "shielded_algos",
+    "versions_of",
+]
 
-__all__ = ["ALGORITHMS", "AlgorithmSpec", "get_algorithm", "shielded_algos", "versions_of"]
-
-
-def _ippo_versions() -> Mapping[str, Any]:
-    from src.algos.ippo import IPPO_VERSIONS
-
-    return IPPO_VERSIONS
-
-
-def _lag_versions() -> Mapping[str, Any]:
-    from src.algos.lagrange import LAG_VERSIONS
-
-    return LAG_VERSIONS
-
-
-def _shield_versions() -> Mapping[str, Any]:
-    from src.algos.shield.assemble import SHIELD_VERSIONS
-
-    return SHIELD_VERSIONS
-
-
-def _wm_versions() -> Mapping[str, Any]:
-    from src.algos.shield.world_model import WM_VERSIONS
-
-    return WM_VERSIONS
-
-
-def _om_versions() -> Mapping[str, Any]:
-    from src.algos.shield.opponent_model import OM_VERSIONS
-
-    return OM_VERSIONS
-
-
-# Run-config key of an implementation version -> loader of its registry.
-_VERSION_REGISTRIES: dict[str, Callable[[], Mapping[str, Any]]] = {
-    "ippo_version": _ippo_versions,
-    "lag_version": _lag_versions,
-    "shield_version": _shield_versions,
-    "wm_version": _wm_versions,
-    "om_version": _om_versions,
+# Run-config key of an implementation version -> the versions it may name.
+VERSIONS: dict[str, tuple[str, ...]] = {
+    "ippo_version": ("v0",),
+    "lag_version": ("v0", "pid"),
+    "shield_version": ("v0", "v1"),
+    "wm_version": ("v0", "v1"),
+    "om_version": ("v0",),
 }
 
 
-def versions_of(key: str) -> Mapping[str, Any]:
-    """The registry of the implementation-version key `key` (e.g. `lag_version`)."""
-    return lookup(_VERSION_REGISTRIES, key, "version key")()
-
-
-def _ippo_trainer(versions: Mapping[str, Any]) -> type[IPPO]:
-    return lookup(versions_of("ippo_version"), versions["ippo_version"], "ippo_version")
-
-
-def _ippo_lag_trainer(versions: Mapping[str, Any]) -> type[IPPO]:
-    from src.algos.ippo_lag import IPPOLag
-
-    return IPPOLag
-
-
-def _shield_trainer(versions: Mapping[str, Any]) -> type[IPPO]:
-    from src.algos.shield.trainer import ShieldedIPPO
-
-    return ShieldedIPPO
+def versions_of(key: str) -> tuple[str, ...]:
+    """The known values of the implementation-version key `key` (e.g. `lag_version`)."""
+    return lookup(VERSIONS, key, "version key")
 
 
 @dataclass(frozen=True, kw_only=True)
 class AlgorithmSpec:
-    """One trainable algorithm: its trainer and its capabilities."""
+    """One trainable algorithm and its capabilities."""
 
     name: str
     """The `algo` value of the run config."""
@@ -104,17 +61,11 @@ class AlgorithmSpec:
     """Run-config sections whose tunable fields its `algo_params` may set."""
     version_keys: tuple[str, ...]
     """Implementation-version keys of the base config that select its code."""
-    load: Callable[[Mapping[str, Any]], type[IPPO]]
-    """Trainer class for the run config's version keys (imported on first use)."""
 
     @property
     def eval_modes(self) -> tuple[bool, ...]:
         """Shield settings its final policy is evaluated with: on and off, or just off."""
         return (True, False) if self.shielded else (False,)
-
-    def trainer(self, versions: Mapping[str, Any]) -> type[IPPO]:
-        """The trainer class selected by `versions` (a run config or its version keys)."""
-        return self.load(versions)
 
 
 ALGORITHMS: dict[str, AlgorithmSpec] = {
@@ -126,7 +77,6 @@ ALGORITHMS: dict[str, AlgorithmSpec] = {
         multiplier=False,
         sections=("ppo",),
         version_keys=("ippo_version",),
-        load=_ippo_trainer,
     ),
     "ippo_lag": AlgorithmSpec(
         name="ippo_lag",
@@ -136,7 +86,6 @@ ALGORITHMS: dict[str, AlgorithmSpec] = {
         multiplier=True,
         sections=("ppo", "lagrange"),
         version_keys=("lag_version",),
-        load=_ippo_lag_trainer,
     ),
     "shield": AlgorithmSpec(
         name="shield",
@@ -146,7 +95,6 @@ ALGORITHMS: dict[str, AlgorithmSpec] = {
         multiplier=False,
         sections=("ppo", "shield"),
         version_keys=("wm_version", "om_version", "shield_version"),
-        load=_shield_trainer,
     ),
 }
 

@@ -24,8 +24,11 @@ from src.algos.checkpoint import (
     remove_checkpoints,
     save_checkpoint,
 )
-from src.algos.ippo import IPPO, TrainingCallback
+from src.algos.ippo import IPPO, IPPO_VERSIONS, TrainingCallback
+from src.algos.ippo_lag import IPPOLag
 from src.algos.registry import get_algorithm
+from src.algos.shield.trainer import ShieldedIPPO
+from src.checks import lookup
 from src.config.run import RunConfig
 from src.core.io import create_dir, save_to_file
 from src.core.logging import log
@@ -38,6 +41,7 @@ __all__ = [
     "run_metadata",
     "torch_threads",
     "train_run",
+    "trainer_class",
 ]
 
 _PACKAGES = ("torch", "numpy", "pettingzoo", "mpe2", "gymnasium", "safe-marl-pipeline")
@@ -55,10 +59,24 @@ def make_vector_env_for(config: RunConfig) -> Any:
     )
 
 
+# Algorithm name -> its trainer class for the run config's version keys. `ippo` picks its
+# class by `ippo_version`; the others select their parts (multiplier, shield, models) inside.
+_TRAINERS: dict[str, Callable[[Mapping[str, Any]], type[IPPO]]] = {
+    "ippo": lambda versions: lookup(IPPO_VERSIONS, versions["ippo_version"], "ippo_version"),
+    "ippo_lag": lambda versions: IPPOLag,
+    "shield": lambda versions: ShieldedIPPO,
+}
+
+
+def trainer_class(algo: str, versions: Mapping[str, Any]) -> type[IPPO]:
+    """The trainer class of `algo` selected by `versions` (a run config's base or its keys)."""
+    return _TRAINERS[get_algorithm(algo).name](versions)
+
+
 def build_trainer(config: RunConfig | Mapping[str, Any], env: Any) -> IPPO:
     """The trainer of the run's algorithm (and implementation versions) on `env`."""
     config = RunConfig.from_dict(config)
-    return get_algorithm(config.algo).trainer(config.base)(config, env)
+    return trainer_class(config.algo, config.base)(config, env)
 
 
 def torch_threads(requested: int) -> int:

@@ -34,6 +34,7 @@ import numpy as np
 import pandas as pd
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
+from matplotlib.ticker import EngFormatter
 from scipy import stats
 
 from src.algos.metrics import LAMBDA, SHIELD_INTERVENTIONS
@@ -84,6 +85,12 @@ MAX_RISK_STYLE: dict[str, object] = {"color": "black", "linestyle": ":", "linewi
 
 # Max-risk values per env, as `src.analysis.constraint.max_risk_by_env` returns them.
 MaxRisk = Mapping[str, tuple[float, ...]]
+
+
+def _env_steps_axis(ax: Axes) -> None:
+    """Label the x axis as env steps, with ticks in engineering notation (20k, 120k)."""
+    ax.set_xlabel("env steps")
+    ax.xaxis.set_major_formatter(EngFormatter(sep=""))
 
 
 def _t_band(
@@ -344,7 +351,7 @@ def learning_curves(history: pd.DataFrame, *, max_risk: MaxRisk) -> Figure:
         for row, ylabel in enumerate(labels):
             ax = axes[row * len(envs) + column]
             ax.set_ylabel(ylabel)
-            ax.set_xlabel("env steps")
+            _env_steps_axis(ax)
             if row == 0:
                 ax.set_title(env)
         axes[(rows - 1) * len(envs) + column].set_ylim(-0.02, 1.02)
@@ -515,7 +522,7 @@ def _over_training(
             x = _bin_positions(rows, x="global_step", edges=edges)
             label = _runs_label(algo, int(rows["run"].nunique()))
             _mean_curve(ax, x, matrix, algo=algo, label=label, limits=(0.0, np.inf), run_lines=True)
-        ax.set_xlabel("env steps")
+        _env_steps_axis(ax)
         ax.set_ylabel(ylabel)
         ax.set_title(env)
     figure_title(fig, title)

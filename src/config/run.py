@@ -24,6 +24,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from src.algos.registry import get_algorithm, versions_of
 from src.checks import ConfigError, check_int, check_mapping, check_str, fail
 from src.config.base import REQUIRED_BASE_KEYS, create_base_config
 from src.config.evaluation import EvalConfig
@@ -127,8 +128,6 @@ class RunConfig:
 
         Raises `ConfigError` whose message is one line naming the key and the value.
         """
-        from src.algos.registry import get_algorithm, versions_of
-
         if isinstance(config, RunConfig):
             return config
         if not isinstance(config, Mapping):

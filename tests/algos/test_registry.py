@@ -6,8 +6,11 @@ import pytest
 
 from src.algos.ippo import IPPO, IPPO_VERSIONS
 from src.algos.lagrange import LAG_VERSIONS
-from src.algos.registry import ALGORITHMS, get_algorithm, versions_of
-from src.algos.train import build_trainer
+from src.algos.registry import ALGORITHMS, VERSIONS, get_algorithm, versions_of
+from src.algos.shield.assemble import SHIELD_VERSIONS
+from src.algos.shield.opponent_model import OM_VERSIONS
+from src.algos.shield.world_model import WM_VERSIONS
+from src.algos.train import build_trainer, trainer_class
 from src.checks import lookup
 from src.config.run import SECTIONS, RunConfig
 from tests.algos.conftest import toy_config
@@ -18,7 +21,7 @@ from tests.algos.toy_env import make_toy_env
 def test_every_algorithm_builds_a_trainer(name):
     spec = get_algorithm(name)
     config = RunConfig.from_dict(toy_config(algo=name))
-    trainer_cls = spec.trainer(config.base)
+    trainer_cls = trainer_class(name, config.base)
     assert issubclass(trainer_cls, IPPO)
     assert set(spec.sections) <= set(SECTIONS) and "ppo" in spec.sections
     for key in spec.version_keys:
@@ -30,6 +33,20 @@ def test_every_algorithm_builds_a_trainer(name):
     trainer = build_trainer(config, make_toy_env(config))
     trainer.train(progress=False)
     assert trainer.update == trainer.num_updates == 1
+
+
+def test_version_names_match_their_implementations():
+    # The registry is a leaf that names the versions; each implementation registry holds them.
+    implemented = {
+        "ippo_version": IPPO_VERSIONS,
+        "lag_version": LAG_VERSIONS,
+        "shield_version": SHIELD_VERSIONS,
+        "wm_version": WM_VERSIONS,
+        "om_version": OM_VERSIONS,
+    }
+    assert set(VERSIONS) == set(implemented)
+    for key, versions in implemented.items():
+        assert sorted(versions_of(key)) == sorted(versions), key
 
 
 @pytest.mark.parametrize("version", sorted(IPPO_VERSIONS))
