@@ -177,14 +177,14 @@ class ShieldConfig(Section):
         """Refuse settings this env cannot meet, naming the key, the value and what would work.
 
         Joint actions are enumerated by the v1 shield (n_actions ** n_agents of them, once per
-        imagined step), and no lookahead may be longer than the episode.
+        imagined step), and neither the lookahead nor the risk horizon may be longer than the
+        episode.
         """
-        if self.lookahead > max_steps:
-            raise fail(
-                "lookahead",
-                self.lookahead,
-                f"at most the episode cap max_steps={max_steps}",
-            )
+        for key in ("lookahead", "horizon"):
+            if getattr(self, key) > max_steps:
+                raise fail(
+                    key, getattr(self, key), f"at most the episode cap max_steps={max_steps}"
+                )
         if self.shield_version == "v0" and self.wm_version != "v0":
             raise fail(
                 "wm_version",

@@ -32,6 +32,12 @@ def _test_config(results_dir: Path) -> dict:
             "invalid config: config key 'base.max_risk' = 2.0:",
         ),
         (
+            # The shield's risk horizon cannot be longer than the episode cap (50 here).
+            lambda c: c.update(algo_params={"shield": {"horizon": 60}}),
+            "invalid config: config key 'algo_params.shield.horizon' = 60: must be at most the episode "
+            "cap max_steps=50",
+        ),
+        (
             lambda c: c["wandb"].update(projct="x"),
             "invalid config: unknown config key 'wandb.projct'",
         ),
