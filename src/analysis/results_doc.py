@@ -18,12 +18,17 @@ import shutil
 from collections.abc import Sequence
 from pathlib import Path
 
+import numpy as np
+import pandas as pd
 import yaml
 
+from src.algos.metrics import LAMBDA, SHIELD_INTERVENTIONS
+from src.algos.registry import get_algorithm
 from src.analysis.aggregate import load_table
 from src.analysis.constraint import CONSTRAINT_HORIZON, run_configs
 from src.analysis.figures import FIGURE_NAMES
 from src.analysis.files import write_text
+from src.config.lagrange import LagrangeConfig
 from src.core.io import atomic_output
 
 __all__ = ["FIGURE_GUIDE", "RESULTS_FOLDER", "experiment_dir", "main", "write_results_doc"]
@@ -79,7 +84,9 @@ FIGURE_GUIDE: dict[str, tuple[str, str]] = {
         "update: mean across runs with a 95% t-interval band, thin lines for single runs. "
         "lambda grows while the measured episode risk exceeds `max_risk` and shrinks when it "
         "is below, so a lambda that keeps rising means the constraint was still violated "
-        "during training, and one that levels off means the policy reached it.",
+        "during training, and one that levels off below its cap `lambda_max` means the "
+        "policy reached it; one pinned at the cap was still violating with the largest "
+        "penalty allowed.",
     ),
 }
 
@@ -127,6 +134,93 @@ def _setup(configs: Sequence[dict], tag: str) -> list[str]:
         f"confidence {_values(configs, 'final_policy_eval_confidence')}",
         f"- code: commit {', '.join(commits)}",
     ]
+
+
+def _lambda_line(env: str, updates: pd.DataFrame, configs: Sequence[dict]) -> str | None:
+    """Where the runs' Lagrange multipliers ended, against their cap `lambda_max`."""
+    rows = updates[(updates["env"] == env) & updates[LAMBDA].notna()] if LAMBDA in updates else []
+    if len(rows) == 0:
+        return None
+    caps = {float(c.get("lambda_max", LagrangeConfig.lambda_max)) for c in configs}
+    last = rows.sort_values("update").groupby(["algo", "run"])[LAMBDA].last()
+    text = f"lambda ends at {last.mean():.2f} (mean of {len(last)} runs)"
+    if len(caps) == 1 and np.allclose(last.to_numpy(), caps.pop()):
+        text += (
+            ", its cap `lambda_max`: the constraint was still violated with the strongest "
+            "penalty allowed, and lambda is flat only because it is clamped"
+        )
+    return text
+
+
+def _shield_line(env: str, history: pd.DataFrame, updates: pd.DataFrame, configs: list) -> str:
+    """Training violation rates after the shield arms (every algorithm, same window) and the
+    shield's interventions over its armed updates."""
+    shielded = [c for c in configs if get_algorithm(c["algo"]).shielded]
+    if not shielded:
+        return ""
+    config = shielded[0]
+    armed_at = int(config["shield_patience"]) * int(config["num_envs"]) * int(config["rollouts"])
+    episodes = history[(history["env"] == env) & (history["t_start"] >= armed_at)]
+    rates = episodes.groupby("algo")["violated"].agg(["mean", "size"])
+    text = (
+        f"training episodes that start after env step {armed_at:,} (where the shield arms) "
+        "violating: "
+        + ", ".join(
+            f"{algo} {row['mean']:.3f} of {int(row['size']):,}" for algo, row in rates.iterrows()
+        )
+    )
+    for algo in sorted({c["algo"] for c in shielded}):
+        rows = updates[(updates["env"] == env) & (updates["algo"] == algo)]
+        armed = rows[rows["global_step"] > armed_at].sort_values("update")
+        per_update = armed.groupby("update")[SHIELD_INTERVENTIONS].mean()
+        if len(per_update):
+            text += (
+                f"; `{algo}` interventions per update fall from {per_update.iloc[:3].mean():,.0f} "
+                f"(first three armed updates) to {per_update.iloc[-3:].mean():,.0f} (last three)"
+            )
+    return text
+
+
+def _observations(source: Path, configs: list[dict]) -> list[str]:
+    """What the run shows, per env: the policies ranked by risk, returns, lambda, shield."""
+    summary = pd.read_csv(source / "tables" / "summary.csv")
+    history = load_table(source / "tables", "history").to_pandas()
+    updates = load_table(source / "tables", "updates").to_pandas()
+    lines = []
+    for env, rows in summary.groupby("env", sort=True):
+        horizon = int(rows["constraint_horizon"].iloc[0])
+        max_risk = float(rows["max_risk"].iloc[0])
+        column = f"p_violation_h{horizon}"
+        ranked = rows.sort_values(column)
+        risks = ", ".join(
+            f"{r.policy} {r[column]:.3f} [{r[column + '_low']:.3f}, {r[column + '_high']:.3f}]"
+            for _, r in ranked.iterrows()
+        )
+        met = [r.policy for _, r in ranked.iterrows() if r["constraint"] != "not met"]
+        reference = rows.loc[rows["policy"] == "ippo", "eval_return_mean"]
+        lines.append(
+            f"- `{env}`: P(violation within {horizon}), lowest first: {risks}. "
+            + (
+                f"`max_risk` = {max_risk} is met (at least by its estimate) by {', '.join(met)}."
+                if met
+                else f"No policy meets `max_risk` = {max_risk}."
+            )
+        )
+        if len(reference):
+            ratios = ", ".join(
+                f"{r.policy} {r['eval_return_mean'] / reference.iloc[0]:.2f}x"
+                for _, r in ranked.iterrows()
+                if r.policy != "ippo"
+            )
+            lines.append(f"  Evaluation return relative to ippo's: {ratios}.")
+        env_configs = [c for c in configs if c["env_name"] == env]
+        for extra in (
+            _lambda_line(env, updates, env_configs),
+            _shield_line(env, history, updates, env_configs),
+        ):
+            if extra:
+                lines.append(f"  {extra[0].upper()}{extra[1:]}.")
+    return lines
 
 
 def write_results_doc(
@@ -180,6 +274,14 @@ def write_results_doc(
         "evaluated without its shield). Cells are `estimate [interval]`.",
         "",
         summary.read_text(encoding="utf-8").strip(),
+        "",
+        "## What this run shows",
+        "",
+        "Computed from the tables above and the training histories each time the page is "
+        "written. Exact floors of the achievable risk on the grid tasks are in "
+        "[BENCHMARKS.md](../benchmarks/BENCHMARKS.md) (risk floors).",
+        "",
+        *_observations(source, configs),
         "",
         "## Figures",
         "",

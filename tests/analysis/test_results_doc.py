@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pandas as pd
 import pytest
 import yaml
 
@@ -78,3 +79,16 @@ def test_missing_outputs_are_named(experiment: Path, tmp_path: Path) -> None:
     bad.write_text("envs: [hazard_grid]\n")
     with pytest.raises(ValueError, match="results_dir and experiment_tag"):
         experiment_dir(bad)
+
+
+def test_page_says_what_the_run_shows(experiment: Path, tmp_path: Path) -> None:
+    text = write_results_doc(experiment, tmp_path / "docs").read_text()
+    summary = pd.read_csv(experiment / "tables" / "summary.csv")
+    section = text.split("## What this run shows", 1)[1].split("## Figures", 1)[0]
+    # Every policy is ranked with its pooled risk at the constraint horizon, lowest first.
+    ranked = summary.sort_values("p_violation_h100")
+    line = next(x for x in section.splitlines() if x.startswith("- `hazard_grid`"))
+    positions = [line.index(f"{r.policy} {r.p_violation_h100:.3f}") for r in ranked.itertuples()]
+    assert positions == sorted(positions)
+    assert "Evaluation return relative to ippo's" in section
+    assert "where the shield arms" in section
