@@ -34,8 +34,8 @@ def _test_config(results_dir: Path) -> dict:
         (
             # The shield's risk horizon cannot be longer than the episode cap (50 here).
             lambda c: c.update(algo_params={"shield": {"horizon": 60}}),
-            "invalid config: config key 'algo_params.shield.horizon' = 60: must be at most the episode "
-            "cap max_steps=50",
+            "invalid config: config key 'algo_params.shield.horizon' = 60: "
+            "must be at most the episode cap max_steps=50",
         ),
         (
             lambda c: c["wandb"].update(projct="x"),
