@@ -212,39 +212,18 @@ def _load_manifest(wandb_dir: Path) -> dict[str, dict[str, Any]]:
     return dict(manifest)
 
 
-def upload_experiment(
-    results_dir: str | Path, *, sync: bool, timeout: float = 300.0, workers: int = 1
-) -> None:
-    """Log every run of the experiment in `results_dir` (`results/{tag}`) to wandb.
-
-    Creates (or keeps, when its inputs are unchanged) one offline run per run folder, in up
-    to `workers` processes at once (one wandb run per process at a time), then
-    with `sync` uploads each run not yet marked as synced, if credentials exist. Without
-    credentials or network it logs one line saying so and keeps the offline runs; a later
-    call uploads them. Writes `results_dir/wandb/upload.done` last, in every case (see the
-    module docstring for its fields). Raises `FileNotFoundError` when `results_dir` holds no
-    finished run or a run lacks one of its inputs, and `ValueError` when `SAFE_MARL_WANDB_CLI`
-    cannot be split into a command line.
-    """
-    if not isinstance(sync, bool):
-        raise TypeError(f"sync must be a bool, got {sync!r}")
-    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout <= 0:
-        raise ValueError(f"timeout must be a positive number of seconds, got {timeout!r}")
-    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
-        raise ValueError(f"workers must be an int >= 1, got {workers!r}")
-    if sync:
-        wandb_command()  # a bad SAFE_MARL_WANDB_CLI fails before any work, not mid-upload
-    results = Path(results_dir)
-    run_dirs = find_run_dirs(results)
-    if not run_dirs:
-        raise FileNotFoundError(f"{results} holds no run (runs/*/*/run*/config.json)")
-    wandb_dir = results / "wandb"
-    wandb_dir.mkdir(parents=True, exist_ok=True)
+def _create_runs(
+    results: Path,
+    run_dirs: list[Path],
+    wandb_dir: Path,
+    manifest: dict[str, dict[str, Any]],
+    workers: int,
+) -> tuple[int, int]:
+    """Create an offline wandb run for every run folder whose inputs changed since the
+    manifest recorded it, in up to `workers` processes; returns (created, kept)."""
     figures = sorted((results / "figures").glob("*.png"))
     summary = results / "tables" / "summary.csv"
-    manifest = _load_manifest(wandb_dir)
-
-    created = kept = 0
+    kept = 0
     pending: dict[str, tuple[Path, str]] = {}
     for run_dir in run_dirs:
         name = "-".join(run_dir.relative_to(results / "runs").parts)
@@ -284,8 +263,14 @@ def upload_experiment(
             }
             for future in as_completed(futures):
                 record(futures[future], future.result())
-    created = len(pending)
+    return len(pending), kept
 
+
+def _sync_runs(
+    wandb_dir: Path, manifest: dict[str, dict[str, Any]], *, sync: bool, timeout: float
+) -> tuple[str, str | None, int]:
+    """Upload the offline runs not yet marked as synced (with `sync` and credentials);
+    returns (status, reason it stopped or was skipped, runs synced now)."""
     offline = {name: e for name, e in manifest.items() if e.get("folder")}
     markers = wandb_dir / SYNCED
     synced_now = 0
@@ -313,6 +298,43 @@ def upload_experiment(
                 # The marker decides: this also repairs a kill between marker and manifest.
                 entry["synced"] = True
                 save_to_file(manifest, wandb_dir, MANIFEST)
+    return status, reason, synced_now
+
+
+def upload_experiment(
+    results_dir: str | Path, *, sync: bool, timeout: float = 300.0, workers: int = 1
+) -> None:
+    """Log every run of the experiment in `results_dir` (`results/{tag}`) to wandb.
+
+    Creates (or keeps, when its inputs are unchanged) one offline run per run folder, in up
+    to `workers` processes at once (one wandb run per process at a time), then
+    with `sync` uploads each run not yet marked as synced, if credentials exist. Without
+    credentials or network it logs one line saying so and keeps the offline runs; a later
+    call uploads them. Writes `results_dir/wandb/upload.done` last, in every case (see the
+    module docstring for its fields). Raises `FileNotFoundError` when `results_dir` holds no
+    finished run or a run lacks one of its inputs, and `ValueError` when `SAFE_MARL_WANDB_CLI`
+    cannot be split into a command line.
+    """
+    if not isinstance(sync, bool):
+        raise TypeError(f"sync must be a bool, got {sync!r}")
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout <= 0:
+        raise ValueError(f"timeout must be a positive number of seconds, got {timeout!r}")
+    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
+        raise ValueError(f"workers must be an int >= 1, got {workers!r}")
+    if sync:
+        wandb_command()  # a bad SAFE_MARL_WANDB_CLI fails before any work, not mid-upload
+    results = Path(results_dir)
+    run_dirs = find_run_dirs(results)
+    if not run_dirs:
+        raise FileNotFoundError(f"{results} holds no run (runs/*/*/run*/config.json)")
+    wandb_dir = results / "wandb"
+    wandb_dir.mkdir(parents=True, exist_ok=True)
+    manifest = _load_manifest(wandb_dir)
+
+    created, kept = _create_runs(results, run_dirs, wandb_dir, manifest, workers)
+    status, reason, synced_now = _sync_runs(wandb_dir, manifest, sync=sync, timeout=timeout)
+    offline = {name: e for name, e in manifest.items() if e.get("folder")}
+    markers = wandb_dir / SYNCED
     synced_total = sum(
         (markers / f"{Path(entry['folder']).name}.done").is_file() for entry in offline.values()
     )
