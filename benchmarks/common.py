@@ -2,7 +2,14 @@
 
 from __future__ import annotations
 
+import os
+import platform
+import time
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
+
+import torch
 
 from src.analysis.files import write_text
 
@@ -12,6 +19,21 @@ BENCHMARKS_MD = Path(__file__).with_name("BENCHMARKS.md")
 def markers(name: str) -> tuple[str, str]:
     """The HTML comments that delimit benchmark `name`'s block in BENCHMARKS.md."""
     return f"<!-- {name}:start -->", f"<!-- {name}:end -->"
+
+
+def machine_info(load_before: Sequence[float]) -> dict[str, Any]:
+    """The machine a benchmark ran on, with the load average before it and now."""
+    return {
+        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        "platform": platform.platform(),
+        "processor": platform.processor() or platform.machine(),
+        "cpus": os.cpu_count(),
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "torch_threads": torch.get_num_threads(),
+        "load_before": list(load_before),
+        "load_after": list(os.getloadavg()),
+    }
 
 
 def write_section(

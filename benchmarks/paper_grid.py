@@ -55,7 +55,6 @@ import argparse  # noqa: E402 - must follow the thread pinning above
 import copy  # noqa: E402
 import heapq  # noqa: E402
 import json  # noqa: E402
-import platform  # noqa: E402
 import resource  # noqa: E402
 import subprocess  # noqa: E402
 import sys  # noqa: E402
@@ -69,7 +68,7 @@ from typing import Any  # noqa: E402
 import torch  # noqa: E402
 import yaml  # noqa: E402
 
-from benchmarks.common import write_section  # noqa: E402
+from benchmarks.common import machine_info, write_section  # noqa: E402
 from src.algos.ippo import IPPO  # noqa: E402
 from src.algos.metrics import SHIELD_ARMED, SHIELD_MODEL_SECONDS, SHIELD_SECONDS  # noqa: E402
 from src.algos.registry import get_algorithm  # noqa: E402
@@ -522,17 +521,7 @@ def benchmark(
         "startup_seconds": startup,
         "pairs": pairs,
         "totals": totals(pairs, num_runs=workflow["num_runs"], threads=workflow["threads"]),
-        "machine": {
-            "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-            "platform": platform.platform(),
-            "cpus": os.cpu_count(),
-            "python": platform.python_version(),
-            "torch": torch.__version__,
-            "torch_threads": torch.get_num_threads(),
-            "load_before": list(load_before),
-            "load_after": list(os.getloadavg()),
-            "seconds": time.perf_counter() - started,
-        },
+        "machine": {**machine_info(load_before), "seconds": time.perf_counter() - started},
     }
 
 

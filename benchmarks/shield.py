@@ -37,7 +37,6 @@ import argparse
 import json
 import math
 import os
-import platform
 import sys
 import time
 from collections import defaultdict
@@ -52,7 +51,7 @@ import torch
 import yaml
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from benchmarks.common import write_section
+from benchmarks.common import machine_info, write_section
 from src.algos import metrics as M
 from src.algos.ippo import IPPO
 from src.algos.networks import ActorCritic
@@ -644,15 +643,7 @@ def benchmark(
         result["training"].append(training)
         result["evaluation"].append(evaluation_cost(trainer, sizes))
     result["machine"] = {
-        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-        "platform": platform.platform(),
-        "processor": platform.processor() or platform.machine(),
-        "cpus": os.cpu_count(),
-        "python": platform.python_version(),
-        "torch": torch.__version__,
-        "torch_threads": torch.get_num_threads(),
-        "load_before": list(load_before),
-        "load_after": list(os.getloadavg()),
+        **machine_info(load_before),
         "wall_seconds": time.perf_counter() - wall,
         "cpu_seconds": time.process_time() - cpu,
     }
