@@ -44,6 +44,12 @@ class StepResult(NamedTuple):
     truncated: np.ndarray  # [E, A] bool (hidden cap)
     final_obs: np.ndarray  # [E, A, D] the observation reached by this step (before reset)
     episode_step: np.ndarray  # [E] int64, steps taken in the episode this step belongs to
+    # [E, A] bool: the agent's cost includes a collision with another agent; None when the task
+    # does not tell collisions from its other costs
+    collision: np.ndarray | None = None
+    # [E, A] bool: the agent reached its goal this step (the task's unit of work); None for
+    # tasks without goals
+    arrived: np.ndarray | None = None
 
 
 class VectorEnv(ABC):

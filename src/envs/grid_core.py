@@ -7,16 +7,23 @@ collisions, costs, rewards, observations, auto-reset and rendering are shared.
 
 Dynamics of one step, per copy:
 
-1. Each agent's action (0 stay, 1 up, 2 down, 3 left, 4 right) is replaced with probability
-   ``slip_prob`` by one of the other four actions, uniformly. Agents on their goal stay there.
+1. Each agent's action (0 stay, 1 up, 2 down, 3 left, 4 right) *slips* with probability
+   ``slip_prob``: with ``slip_mode="stay"`` (default) the agent stays where it is, so a slip
+   never moves anyone into a hazard or another agent; with ``slip_mode="any"`` (the original
+   dynamics) the action is replaced by one of the other four actions, uniformly. Agents on
+   their goal stay there.
 2. Moves off the grid leave the agent in place. Agents never block each other.
 3. Cost (an indicator, at most 1 per agent and step): 1 to an agent whose cell after the step is
    a hazard (it entered or stayed on it), and 1 to each agent in a collision: two agents in the
    same cell after the step, or two agents that swapped cells.
 4. Reward: ``progress_reward`` times the decrease of the Manhattan distance to the own goal,
    ``goal_reward`` on arrival, ``-step_penalty`` every step the agent is not on its goal.
-5. The episode terminates when every agent is on its goal and is truncated at the hidden
-   ``max_steps`` cap; finished copies reset in the same call (``autoreset``).
+5. With ``continuing=True`` (default) work goes on until the hidden cap: an agent that reaches
+   its goal is given new work by the task (:meth:`GridVectorEnv._respawn`: a new goal, or a
+   re-entry into traffic) after the step's costs, and episodes only end by truncation at
+   ``max_steps``. With ``continuing=False`` (the original dynamics) agents stay on their goal
+   and the episode terminates when every agent is on its goal. Finished copies reset in the
+   same call (``autoreset``).
 """
 
 from __future__ import annotations
@@ -44,7 +51,7 @@ from src.envs.base import (
 from src.envs.rendering import agent_colours, draw_grid
 from src.envs.rng import draw, index_terms, seed_keys, uniform_below
 
-__all__ = ["ACTION_NAMES", "GridConfig", "GridVectorEnv"]
+__all__ = ["ACTION_NAMES", "SLIP_MODES", "GridConfig", "GridVectorEnv"]
 
 ACTION_NAMES = ("stay", "up", "down", "left", "right")
 _DROW = np.array([0, -1, 1, 0, 0], dtype=np.int64)
@@ -52,6 +59,7 @@ _DCOL = np.array([0, 0, 0, -1, 1], dtype=np.int64)
 _N_ACTIONS = len(ACTION_NAMES)
 _MAX_SIZE = 64
 _VIEW = 3  # side of the local hazard view centred on the agent
+SLIP_MODES = ("stay", "any")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -63,7 +71,18 @@ class GridConfig:
     size: int = 8
     """Side of the square grid in cells."""
     slip_prob: float = 0.1
-    """Probability that an agent's action is replaced by one of the other four actions."""
+    """Probability that an agent's action slips (see ``slip_mode``)."""
+    slip_mode: str = "stay"
+    """What a slip does: ``stay`` keeps the agent in place (a careful agent can always keep a
+    margin from hazards and the others); ``any`` replaces the action by one of the other four
+    (the original dynamics: a slip can push an agent into a hazard next to it)."""
+    continuing: bool = True
+    """Work continues until the hidden cap (new goal, or re-entry, on arrival); ``False``: agents
+    stay on their goal and the episode terminates when all are there (the original tasks)."""
+    neighbour_view: int = 5
+    """Side of the square window around an agent in which it sees the other agents' cells (an
+    occupancy map, 1 where another agent stands); odd, 0 for none (the original observation).
+    A 5x5 window shows every agent that could move into the same cell as it next step."""
     max_steps: int = 50
     """Hidden episode cap: episodes are truncated after this many steps."""
     progress_reward: float = 0.1
@@ -83,7 +102,16 @@ class GridConfig:
         check_int("n_agents", self.n_agents, low=1)
         check_int("size", self.size, low=2, high=_MAX_SIZE)
         check_probability("slip_prob", self.slip_prob)
+        if self.slip_mode not in SLIP_MODES:
+            raise ValueError(
+                f"slip_mode must be one of {', '.join(SLIP_MODES)}, got {self.slip_mode!r}"
+            )
+        if not isinstance(self.continuing, bool):
+            raise ValueError(f"continuing must be true or false, got {self.continuing!r}")
         check_int("max_steps", self.max_steps, low=1)
+        check_int("neighbour_view", self.neighbour_view, low=0, high=2 * _MAX_SIZE - 1)
+        if self.neighbour_view % 2 == 0 and self.neighbour_view != 0:
+            raise ValueError(f"neighbour_view must be odd or 0, got {self.neighbour_view}")
         check_number("progress_reward", self.progress_reward)
         check_number("goal_reward", self.goal_reward)
         check_number("step_penalty", self.step_penalty)
@@ -98,13 +126,16 @@ class GridVectorEnv(VectorEnv):
     of agent i (float32, in [-1, 1]): own row and column divided by ``size - 1``; vector to own
     goal; own last move (if :attr:`observe_velocity`); the 3x3 hazard view around it (1 =
     hazard, row-major, off-grid cells 0); for every other agent in agent order its relative
-    position (and last move); 1 if on its goal. Never the step count.
+    position (and last move); the ``neighbour_view`` occupancy window of the others (if any);
+    1 if on its goal. Never the step count.
     """
 
     n_actions: int = _N_ACTIONS
     config_class: ClassVar[type[GridConfig]] = GridConfig
     """The task's config dataclass: the constructor rejects any other config."""
-    observe_velocity: ClassVar[bool] = False
+    observe_velocity: bool = False
+    """Whether observations and the state carry every agent's last move (see
+    :meth:`_observes_moves`, which a task may base on its config)."""
     floor_colour: ClassVar[tuple[int, int, int]] = (245, 245, 245)
     hazard_colour: ClassVar[tuple[int, int, int]] = (200, 40, 40)
 
@@ -127,9 +158,11 @@ class GridVectorEnv(VectorEnv):
         self.autoreset = autoreset
         self._initial_seeds = resolve_seeds(seed, num_envs)
         self._build_tables()
+        self.observe_velocity = self._observes_moves()
         per_other = 4 if self.observe_velocity else 2
         own = 6 if self.observe_velocity else 4
-        self.obs_dim = own + _VIEW * _VIEW + per_other * (self.n_agents - 1) + 1
+        self._nview = config.neighbour_view if self.n_agents > 1 else 0
+        self.obs_dim = own + _VIEW * _VIEW + per_other * (self.n_agents - 1) + self._nview**2 + 1
         self.state_dim = self.n_agents * (5 + (2 if self.observe_velocity else 0)) + self.n_cells
         self._colours = agent_colours(self.n_agents)
         self._allocate()
@@ -186,8 +219,33 @@ class GridVectorEnv(VectorEnv):
         self._hazpad = np.zeros((self.num_envs, self._n_padded), dtype=np.float32)
         self._finished = np.zeros(self.num_envs, dtype=bool)
 
+    def _observes_moves(self) -> bool:
+        """Whether agents observe last moves (the class's :attr:`observe_velocity` by default)."""
+        return type(self).observe_velocity
+
     def _build_layout(self) -> None:
         """Build the task's own fixed tables, after the shared ones (none by default)."""
+
+    def _respawn(
+        self, rows: np.ndarray, agent: int, keys: np.ndarray, counters: np.ndarray
+    ) -> np.ndarray:
+        """New work for ``agent`` on its goal in copies ``rows`` (``continuing`` tasks only).
+
+        Called after a step's costs, agent by agent, for the copies where the agent is on its
+        goal. Update ``self._goal`` (and ``self._cell`` for a re-entry) of those rows; return
+        the bool mask ``[len(rows)]`` of rows where new work was given (the others wait on
+        their goal and are asked again next step). A re-entry also resets the agent's last
+        move in ``self._vel``. Draw only from
+        ``rng.draw(keys, counters, ...)`` with draw indices from :meth:`_respawn_index`.
+        """
+        raise NotImplementedError(f"{type(self).__name__} has no continuing dynamics")
+
+    def _respawn_index(self, agent: int, k: int) -> int:
+        """Draw index of the ``k``-th respawn draw of ``agent`` (after the slip draws)."""
+        return self.n_agents + agent * self._respawn_draws + k
+
+    _respawn_draws: int = 0
+    """Random draws one respawn of one agent uses (set by a continuing task)."""
 
     @abstractmethod
     def _place(
@@ -252,9 +310,13 @@ class GridVectorEnv(VectorEnv):
         act = check_actions(actions, self.num_envs, n_agents, _N_ACTIONS)
 
         bits = draw(self._keys, self._counters, self._agent_terms)  # [E, A] uint64
+        step_counters = self._counters.copy()
         self._counters += np.uint64(1)
         slipped = uniform_below(bits, config.slip_prob)
-        other = (act + 1 + ((bits >> np.uint64(32)) & np.uint64(3)).astype(np.int64)) % 5
+        if config.slip_mode == "any":
+            other = (act + 1 + ((bits >> np.uint64(32)) & np.uint64(3)).astype(np.int64)) % 5
+        else:
+            other = 0  # a slip keeps the agent in place
         active = ~self._at_goal
         executed = np.where(slipped, other, act) * active  # agents on their goal stay
 
@@ -281,16 +343,20 @@ class GridVectorEnv(VectorEnv):
             self._vel = np.stack(
                 (new_row - self._row.take(old), new_col - self._col.take(old)), axis=-1
             ).astype(np.float32)
+        arrived = reached & active
         self._cell = new
         self._dist = dist
-        self._at_goal = reached
+        self._at_goal = reached.copy()  # respawns clear it; `reached` stays this step's fact
         self._steps += 1
-
-        terminated = reached.all(axis=1)  # [E]
+        if config.continuing:
+            self._give_work(step_counters)
+            terminated = np.zeros(self.num_envs, dtype=bool)  # work ends only at the cap
+        else:
+            terminated = reached.all(axis=1)  # [E]
         truncated = (self._steps >= self.max_steps) & ~terminated
         done = terminated | truncated
         episode_step = self._steps.copy()
-        final_obs = self._observe(new, self._goal, reached, self._vel, self._hazpad)
+        final_obs = self._observe(self._cell, self._goal, self._at_goal, self._vel, self._hazpad)
         obs = final_obs.copy()
         if done.any():
             if self.autoreset:
@@ -313,7 +379,21 @@ class GridVectorEnv(VectorEnv):
             truncated=np.repeat(truncated[:, None], n_agents, axis=1),
             final_obs=final_obs,
             episode_step=episode_step,
+            collision=collided,
+            arrived=arrived,
         )
+
+    def _give_work(self, counters: np.ndarray) -> None:
+        """Respawn every agent on its goal (agent by agent, all copies at once)."""
+        for agent in range(self.n_agents):
+            rows = np.flatnonzero(self._at_goal[:, agent])
+            if rows.size == 0:
+                continue
+            assert self._keys is not None
+            given = self._respawn(rows, agent, self._keys[rows], counters[rows])
+            done = rows[given]
+            self._at_goal[done, agent] = False
+        self._refresh_goal_tables()
 
     # ------------------------------------------------------------------ observations
 
@@ -351,8 +431,26 @@ class GridVectorEnv(VectorEnv):
             if self.observe_velocity:
                 obs[:, :, k + 2 : end : width] = vel[:, others, 0]
                 obs[:, :, k + 3 : end : width] = vel[:, others, 1]
+            k = end
+        if self._nview:
+            obs[:, :, k : k + self._nview**2] = self._neighbours(cell)
         obs[:, :, -1] = at_goal
         return obs
+
+    def _neighbours(self, cell: np.ndarray) -> np.ndarray:
+        """``[R, A, W * W]`` occupancy of the ``W x W`` window around each agent (row-major)."""
+        width = self._nview
+        half = width // 2
+        others = self._others
+        rows, cols = self._row.take(cell), self._col.take(cell)  # [R, A]
+        drow = rows[:, others] - rows[:, :, None]  # [R, A, A - 1]
+        dcol = cols[:, others] - cols[:, :, None]
+        inside = (np.abs(drow) <= half) & (np.abs(dcol) <= half)
+        index = (drow + half) * width + dcol + half
+        view = np.zeros((*cell.shape, width * width), dtype=np.float32)
+        r, a, j = np.nonzero(inside)
+        view[r, a, index[r, a, j]] = 1.0
+        return view
 
     def global_state(self) -> np.ndarray:
         """Global state ``[E, state_dim]`` float32 (the ``state()`` of the ParallelEnv view).

@@ -8,11 +8,19 @@ non-hazard cell, so each agent always has a hazard-free path to its goal. The la
 shortest path in general: an agent that walks straight to its goal crosses hazard sites, and a
 slip next to a hazard can push it in, so safe behaviour must be learned.
 
+With ``continuing`` (default) an agent that reaches its goal gets a new one at once: a
+non-hazard cell, drawn uniformly among those that no agent stands on and that is no other
+agent's goal, so the team keeps working until the hidden cap and the return counts goals.
+Agents observe the others' last moves (``observe_moves``), which a careful agent needs to
+avoid walking into someone who is about to move into the same cell.
+
 Dynamics, costs, rewards and observations are those of :mod:`src.envs.grid_core`.
+``slip_mode="any", continuing=False, observe_moves=False, neighbour_view=0, n_hazards=8``
+give the original task.
 
 >>> env = HazardGridVectorEnv(HazardGridConfig(), num_envs=4, seed=0)
 >>> env.reset().shape
-(4, 3, 18)
+(4, 3, 49)
 """
 
 from __future__ import annotations
@@ -34,14 +42,19 @@ _MAX_KEY = np.uint64(np.iinfo(np.uint64).max)
 class HazardGridConfig(GridConfig):
     """Parameters of ``hazard_grid`` (the shared grid parameters plus the hazard count)."""
 
-    n_hazards: int = 8
+    n_hazards: int = 4
     """Hazard cells per episode, placed on cells with odd row and odd column."""
+    observe_moves: bool = True
+    """Agents observe their own and every other agent's last move (``False``: positions only,
+    the original observation)."""
 
     def validate(self) -> None:
         """Raise ``ValueError`` naming the first bad parameter."""
         super().validate()
         sites = (self.size // 2) ** 2
         check_int("n_hazards", self.n_hazards, low=0)
+        if not isinstance(self.observe_moves, bool):
+            raise ValueError(f"observe_moves must be true or false, got {self.observe_moves!r}")
         if self.n_hazards > sites:
             raise ValueError(
                 f"n_hazards={self.n_hazards} exceeds the {sites} hazard sites (cells with odd "
@@ -62,6 +75,10 @@ class HazardGridVectorEnv(GridVectorEnv):
     name = "hazard_grid"
     config_class = HazardGridConfig
 
+    def _observes_moves(self) -> bool:
+        """Last moves are observed when the config says so."""
+        return bool(self.config.observe_moves)
+
     def _build_layout(self) -> None:
         """The hazard sites and the draw indices of hazards, starts and goals."""
         self._n_hazards = self.config.n_hazards
@@ -70,6 +87,12 @@ class HazardGridVectorEnv(GridVectorEnv):
         # Draw indices: first one per hazard site, then one per cell (for starts and goals).
         self._site_terms = index_terms(np.arange(len(self._sites)))
         self._cell_terms = index_terms(len(self._sites) + np.arange(self.n_cells))
+        # A new goal draws one key per cell.
+        self._respawn_draws = self.n_cells
+        self._goal_terms = [
+            index_terms([self._respawn_index(a, c) for c in range(self.n_cells)])
+            for a in range(self.n_agents)
+        ]
 
     def _place(
         self, keys: np.ndarray, counters: np.ndarray
@@ -88,3 +111,18 @@ class HazardGridVectorEnv(GridVectorEnv):
         cell_keys[hazard] = _MAX_KEY
         order = np.argsort(cell_keys, axis=1, kind="stable")[:, : 2 * n_agents]
         return order[:, :n_agents], order[:, n_agents:], hazard
+
+    def _respawn(
+        self, rows: np.ndarray, agent: int, keys: np.ndarray, counters: np.ndarray
+    ) -> np.ndarray:
+        """A new goal for ``agent``: uniform over free non-hazard cells (always exists)."""
+        n_rows = len(rows)
+        forbidden = self._hazpad[rows][:, self._pad_of] > 0  # [R, C]
+        sequence = np.arange(n_rows)[:, None]
+        forbidden[sequence, self._cell[rows]] = True  # cells with an agent on them
+        others = np.delete(np.arange(self.n_agents), agent)
+        forbidden[sequence, self._goal[rows][:, others]] = True  # the others' goals
+        cell_keys = draw(keys, counters, self._goal_terms[agent]) >> np.uint64(1)
+        cell_keys[forbidden] = _MAX_KEY
+        self._goal[rows, agent] = np.argmin(cell_keys, axis=1)
+        return np.ones(n_rows, dtype=bool)

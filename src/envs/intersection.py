@@ -9,12 +9,20 @@ side-stepping into the other lane. Agents observe the others' relative positions
 moves, which is what an opponent model needs to predict them. Starts lie up to
 ``start_jitter`` cells in from the edge, so arrival times at the junction vary.
 
+With ``continuing`` (default) traffic keeps flowing: a car that reaches the end of its route
+leaves and re-enters at once from an arm that no other car drives on, at a start cell (edge
+plus jitter) that no car occupies, on that arm's route; if no such cell is free it waits at its
+exit and tries again next step. Episodes end only at the hidden cap; the return counts routes
+completed. Every route crosses the junction, so the other cars are the main risk: slips keep a
+car in place (``slip_mode="stay"``) and never push it off the road.
+
 Dynamics, costs, rewards and observations are those of :mod:`src.envs.grid_core`; the
 observation includes every agent's last move (``observe_velocity``).
+``slip_mode="any", continuing=False, neighbour_view=0`` give the original task.
 
 >>> env = IntersectionVectorEnv(IntersectionConfig(), num_envs=2, seed=0)
 >>> env.reset().shape
-(2, 4, 28)
+(2, 4, 53)
 """
 
 from __future__ import annotations
@@ -30,6 +38,7 @@ from src.envs.rng import draw, index_terms
 __all__ = ["IntersectionConfig", "IntersectionVectorEnv"]
 
 _N_ARMS = 4
+_MAX_KEY = np.uint64(np.iinfo(np.uint64).max)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -97,6 +106,12 @@ class IntersectionVectorEnv(GridVectorEnv):
         self._n_jitter = n_jitter
         self._arm_terms = index_terms(np.arange(_N_ARMS))
         self._jitter_terms = index_terms(_N_ARMS + np.arange(self.n_agents))
+        # A re-entry draws one key per arm and one jitter.
+        self._respawn_draws = _N_ARMS + 1
+        self._entry_terms = [
+            index_terms([self._respawn_index(a, k) for k in range(_N_ARMS + 1)])
+            for a in range(self.n_agents)
+        ]
 
     def _place(
         self, keys: np.ndarray, counters: np.ndarray
@@ -110,3 +125,34 @@ class IntersectionVectorEnv(GridVectorEnv):
         goal = self._goal_of.take(arms)
         hazard = np.broadcast_to(self._offroad, (n_rows, self.n_cells))
         return start, goal, hazard
+
+    def _respawn(
+        self, rows: np.ndarray, agent: int, keys: np.ndarray, counters: np.ndarray
+    ) -> np.ndarray:
+        """Re-enter ``agent`` from a free arm: uniform over arms no other car is routed on whose
+        drawn start cell is empty; a car with no such arm waits on its exit."""
+        n_rows = len(rows)
+        bits = draw(keys, counters, self._entry_terms[agent])  # [R, 5]
+        jitter = ((bits[:, _N_ARMS] >> np.uint64(32)) % np.uint64(self._n_jitter)).astype(np.int64)
+        entry = self._start.reshape(_N_ARMS, self._n_jitter)[:, jitter].T  # [R, arms]
+        others = np.delete(np.arange(self.n_agents), agent)
+        cells = self._cell[rows]  # [R, A]
+        # An arm is taken when another car is routed on it (its goal is that arm's exit).
+        taken = (self._goal[rows][:, others, None] == self._goal_of[None, None, :]).any(axis=1)
+        occupied = (entry[:, :, None] == cells[:, None, :]).any(axis=2)  # [R, arms]
+        arm_keys = bits[:, :_N_ARMS] >> np.uint64(1)
+        arm_keys[taken | occupied] = _MAX_KEY
+        arm = np.argmin(arm_keys, axis=1)
+        given = arm_keys[np.arange(n_rows), arm] != _MAX_KEY
+        chosen = rows[given]
+        self._cell[chosen, agent] = entry[given, arm[given]]
+        self._goal[chosen, agent] = self._goal_of[arm[given]]
+        self._vel[chosen, agent] = 0.0
+        return given
+
+    def junction_cells(self) -> np.ndarray:
+        """The central 2x2 cells that every route crosses."""
+        low = self.config.arm_length
+        return np.array(
+            [r * self.size + c for r in (low, low + 1) for c in (low, low + 1)], dtype=np.int64
+        )

@@ -44,8 +44,9 @@ class CoreParallelEnv(ParallelEnv):
     Subclasses fill ``_observation_spaces``, ``_action_spaces`` and ``state_space``, and set the
     hidden cap as an instance attribute under the name ``infer_episode_cap`` reads. By default
     actions are discrete, rewards are the core's float32 rewards and ``infos[agent]`` holds only
-    ``"cost"``, the safety cost of the step; :meth:`_joint_actions`, :meth:`_rewards` and
-    :meth:`_extra_infos` change that.
+    ``"cost"``, the safety cost of the step (and ``"collision"``, whether that cost includes a
+    collision with another agent, where the core tells); :meth:`_joint_actions`,
+    :meth:`_rewards` and :meth:`_extra_infos` change that.
     """
 
     _observation_spaces: dict[str, spaces.Space]
@@ -98,6 +99,7 @@ class CoreParallelEnv(ParallelEnv):
             raise ValueError(f"actions lack the agents {missing}")
         result = self.core.step(self._joint_actions(actions))
         obs, cost = result.final_obs[0], result.cost[0]
+        collision = None if result.collision is None else result.collision[0]
         terminated, truncated = bool(result.terminated[0, 0]), bool(result.truncated[0, 0])
         if terminated or truncated:
             self.agents = []
@@ -108,7 +110,11 @@ class CoreParallelEnv(ParallelEnv):
             dict(zip(names, self._rewards(result), strict=True)),
             dict.fromkeys(names, terminated),
             dict.fromkeys(names, truncated),
-            {agent: {**extra[i], "cost": float(cost[i])} for i, agent in enumerate(names)},
+            {
+                agent: {**extra[i], "cost": float(cost[i])}
+                | ({} if collision is None else {"collision": bool(collision[i])})
+                for i, agent in enumerate(names)
+            },
         )
 
     def _joint_actions(self, actions: dict[str, Any]) -> np.ndarray:

@@ -2,7 +2,7 @@
 
 >>> env = make_vector_env("hazard_grid", num_envs=2, seed=0, n_agents=2)
 >>> env.reset().shape
-(2, 2, 16)
+(2, 2, 45)
 """
 
 from __future__ import annotations

@@ -191,7 +191,9 @@ class SpreadVectorEnv(VectorEnv):
             self._steps[e] = 0
         reward = np.array(reward_rows, dtype=np.float32)
         cost = np.array(cost_rows, dtype=np.float32)
-        return StepResult(obs, reward, cost, terminated, truncated, final_obs, episode_step)
+        return StepResult(
+            obs, reward, cost, terminated, truncated, final_obs, episode_step, collision=cost > 0
+        )
 
     def get_state(self) -> dict[str, Any]:
         """Positions, velocities, step counters and mpe2 RNG states of every copy."""

@@ -337,6 +337,7 @@ class NativeSpreadVectorEnv(VectorEnv):
             truncated=np.repeat(truncated[:, None], self.n_agents, axis=1),
             final_obs=final_obs,
             episode_step=episode_step,
+            collision=collisions > 0,  # every cost of spread is a collision
         )
 
     # ------------------------------------------------------------------ observations

@@ -20,8 +20,18 @@ def cell(row: int, col: int, size: int = SIZE) -> int:
     return row * size + col
 
 
+# The original task; the tests of the default (continuing) dynamics pass DEFAULT_DYNAMICS.
+ORIGINAL = {"slip_mode": "any", "continuing": False, "observe_moves": False, "neighbour_view": 0}
+DEFAULT_DYNAMICS = {
+    "slip_mode": "stay",
+    "continuing": True,
+    "observe_moves": True,
+    "neighbour_view": 5,
+}
+
+
 def make(num_envs: int = 1, **params) -> HazardGridVectorEnv:
-    config = HazardGridConfig(**{"slip_prob": 0.0, **params})
+    config = HazardGridConfig(**{"slip_prob": 0.0, **ORIGINAL, **params})
     env = HazardGridVectorEnv(config, num_envs=num_envs, seed=0)
     env.reset()
     return env
@@ -255,8 +265,11 @@ def test_walking_straight_to_the_goal_hits_hazards_often():
     hazard_fraction=st.floats(0.0, 1.0),
     slip_prob=st.floats(0.0, 1.0),
     seed=st.integers(0, 2**32),
+    dynamics=st.sampled_from([ORIGINAL, DEFAULT_DYNAMICS]),
 )
-def test_random_configs_keep_their_invariants(size, n_agents, hazard_fraction, slip_prob, seed):
+def test_random_configs_keep_their_invariants(
+    size, n_agents, hazard_fraction, slip_prob, seed, dynamics
+):
     sites = (size // 2) ** 2
     n_hazards = min(int(hazard_fraction * sites), size * size - 2 * n_agents)
     if 2 * n_agents > size * size or n_hazards < 0:
@@ -264,7 +277,12 @@ def test_random_configs_keep_their_invariants(size, n_agents, hazard_fraction, s
             HazardGridConfig(size=size, n_agents=n_agents, n_hazards=0)
         return
     config = HazardGridConfig(
-        size=size, n_agents=n_agents, n_hazards=n_hazards, slip_prob=slip_prob, max_steps=6
+        size=size,
+        n_agents=n_agents,
+        n_hazards=n_hazards,
+        slip_prob=slip_prob,
+        max_steps=6,
+        **dynamics,
     )
     env = HazardGridVectorEnv(config, num_envs=3, seed=seed)
     obs = env.reset()
@@ -300,3 +318,118 @@ def test_random_configs_keep_their_invariants(size, n_agents, hazard_fraction, s
 def test_bad_parameters_name_themselves(params, match):
     with pytest.raises(ValueError, match=match):
         HazardGridConfig(**params)
+
+
+# ---------------------------------------------------------------------- default dynamics
+
+
+def make_default(num_envs: int = 1, **params) -> HazardGridVectorEnv:
+    return make(num_envs, **{**DEFAULT_DYNAMICS, **params})
+
+
+@pytest.mark.parametrize("slip_prob", [0.1, 0.35, 1.0])
+def test_a_stay_slip_keeps_the_agent_in_place(slip_prob):
+    env = make_default(num_envs=128, slip_prob=slip_prob, n_hazards=0)
+    starts = np.array([cell(3, 3), cell(3, 5), cell(5, 3)])
+    moved = []
+    for _ in range(20):
+        place(env, cells=starts, goals=FAR_GOALS)
+        env.step(np.full((env.num_envs, 3), RIGHT))
+        moved.append(env.get_state()["cell"] - starts)
+    displacement = np.concatenate(moved).ravel()
+    # Every agent either made its move or stayed: a slip never moves anyone elsewhere.
+    assert set(np.unique(displacement)) <= {0, 1}
+    stays = int(np.count_nonzero(displacement == 0))
+    low, high = clopper_pearson_interval(k=stays, n=displacement.size, confidence=0.999)
+    assert low <= slip_prob <= high
+
+
+def test_an_arriving_agent_gets_a_new_goal_and_the_episode_goes_on():
+    env = make_default(num_envs=64, max_steps=5)
+    hazards = [cell(1, 1), cell(3, 3)]
+    goals = [cell(0, 3), cell(4, 6), cell(6, 7)]
+    place(env, cells=[cell(0, 2), cell(4, 4), cell(6, 6)], goals=goals, hazards=hazards)
+    result = step(env, RIGHT, STAY, RIGHT)
+    np.testing.assert_allclose(result.reward[:, 0], 1.09, atol=1e-6)  # progress + arrival
+    np.testing.assert_allclose(result.reward[:, 2], 1.09, atol=1e-6)
+    assert not result.terminated.any() and not result.truncated.any()
+    state = env.get_state()
+    assert not state["at_goal"].any()
+    new = state["goal"]
+    # New goals: not a hazard, not a cell with an agent on it, not another agent's goal.
+    for e in range(env.num_envs):
+        assert not state["hazard"][e, new[e]].any()
+        assert not set(new[e].tolist()) & set(state["cell"][e].tolist())
+        assert len(set(new[e].tolist())) == 3
+    assert (new[:, 1] == goals[1]).all()  # agent 1 did not arrive: same goal
+    assert len(set(new[:, 0].tolist())) > 10  # drawn from each copy's own stream
+    # The observation reached holds the new goal, and work ends only at the hidden cap.
+    np.testing.assert_allclose(
+        result.final_obs[:, 0, 2:4],
+        np.stack(np.divmod(new[:, 0], SIZE), axis=1) / 7 - np.array([0, 3]) / 7,
+        atol=1e-6,
+    )
+    for _ in range(3):
+        assert not step(env, STAY, STAY, STAY).truncated.any()
+    result = step(env, STAY, STAY, STAY)
+    assert result.truncated.all() and not result.terminated.any()
+
+
+def test_new_goals_follow_the_copys_stream():
+    """A batch of copies draws exactly what separately seeded single copies draw."""
+    batch = HazardGridVectorEnv(HazardGridConfig(**DEFAULT_DYNAMICS), num_envs=4, seed=[5, 6, 7, 8])
+    batch.reset()
+    singles = [
+        HazardGridVectorEnv(HazardGridConfig(**DEFAULT_DYNAMICS), num_envs=1, seed=s)
+        for s in (5, 6, 7, 8)
+    ]
+    for env in singles:
+        env.reset()
+    rng = np.random.default_rng(0)
+    for _ in range(120):
+        actions = rng.integers(0, 5, size=(4, 3))
+        result = batch.step(actions)
+        for e, env in enumerate(singles):
+            single = env.step(actions[e : e + 1])
+            np.testing.assert_array_equal(single.obs[0], result.obs[e])
+            np.testing.assert_array_equal(single.cost[0], result.cost[e])
+    assert not np.array_equal(batch.get_state()["goal"][0], batch.get_state()["goal"][1])
+
+
+def test_others_last_moves_and_the_neighbour_window_are_observed():
+    env = make_default()
+    place(env, cells=[cell(3, 3), cell(3, 5), cell(7, 7)], goals=FAR_GOALS)
+    result = step(env, STAY, LEFT, STAY)  # agent 1 moves next to agent 0
+    obs = result.obs[0, 0]
+    assert env.obs_dim == 6 + 9 + 4 * 2 + 25 + 1 == obs.shape[0]
+    np.testing.assert_array_equal(obs[4:6], [0, 0])  # own last move
+    np.testing.assert_allclose(obs[15:19], [0, 1 / 7, 0, -1], atol=1e-6)  # agent 1: pos, move
+    window = obs[23:48].reshape(5, 5)
+    expected = np.zeros((5, 5))
+    expected[2, 3] = 1.0  # agent 1 one cell to the right; agent 2 is out of the window
+    np.testing.assert_array_equal(window, expected)
+
+
+def test_collisions_are_told_apart_from_hazards():
+    env = make_default()
+    place(env, cells=[cell(1, 0), cell(5, 4), cell(5, 6)], goals=FAR_GOALS, hazards=[cell(1, 1)])
+    result = step(env, RIGHT, RIGHT, LEFT)
+    np.testing.assert_array_equal(result.cost[0], [1.0, 1.0, 1.0])
+    np.testing.assert_array_equal(result.collision[0], [False, True, True])
+
+
+def test_a_careful_team_never_violates_while_a_greedy_one_does():
+    """Unavoidable risk is nil under stay-slips; carelessness violates (docs/design.md)."""
+    from src.envs.witness import careful_actions, greedy_actions, rollout_team
+
+    def factory(copies: int) -> HazardGridVectorEnv:
+        return HazardGridVectorEnv(
+            HazardGridConfig(n_agents=3, slip_prob=0.3, max_steps=60), num_envs=copies
+        )
+
+    seeds = range(40)
+    careful = rollout_team(factory, careful_actions, seeds, horizon=60)
+    greedy = rollout_team(factory, greedy_actions, seeds, horizon=60)
+    assert careful.p_violation(60) == 0.0
+    assert greedy.p_violation(60) > 0.5
+    assert careful.goal_rate >= 0.5 * greedy.goal_rate > 0

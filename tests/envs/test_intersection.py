@@ -15,9 +15,16 @@ def cell(row: int, col: int) -> int:
     return row * SIZE + col
 
 
+# The original task; the tests of the default (continuing) dynamics pass DEFAULT_DYNAMICS.
+ORIGINAL = {"slip_mode": "any", "continuing": False, "neighbour_view": 0}
+DEFAULT_DYNAMICS = {"slip_mode": "stay", "continuing": True, "neighbour_view": 5}
+
+
 def make(num_envs: int = 1, seed: int = 0, **params) -> IntersectionVectorEnv:
     env = IntersectionVectorEnv(
-        IntersectionConfig(**{"slip_prob": 0.0, **params}), num_envs=num_envs, seed=seed
+        IntersectionConfig(**{"slip_prob": 0.0, **ORIGINAL, **params}),
+        num_envs=num_envs,
+        seed=seed,
     )
     env.reset()
     return env
@@ -138,3 +145,65 @@ def test_driving_straight_through_collides_often():
 def test_bad_parameters_name_themselves(params, match):
     with pytest.raises(ValueError, match=match):
         IntersectionConfig(**params)
+
+
+# ---------------------------------------------------------------------- default dynamics
+
+
+def test_a_car_that_arrives_reenters_from_a_free_arm():
+    env = make(num_envs=64, **DEFAULT_DYNAMICS)
+    # The north car is one step from its exit; the others drive on the east and south arms.
+    place(env, cells=[cell(8, 4), cell(4, 8), cell(8, 5), cell(5, 1)], goals=GOALS)
+    state = env.get_state()
+    state["cell"][:, 3] = cell(5, 0)
+    env.set_state(state)
+    result = env.step(np.array([[DOWN, STAY, STAY, STAY]] * env.num_envs))
+    np.testing.assert_allclose(result.reward[:, 0], 1.09, atol=1e-6)
+    assert not result.terminated.any()
+    state = env.get_state()
+    # The only arm no other car is routed on is the north arm: the car re-enters there, at a
+    # start cell (edge plus jitter), headed for the south exit, and its last move is reset.
+    assert (state["goal"][:, 0] == GOALS[0]).all()
+    assert set(state["cell"][:, 0].tolist()) <= {cell(0, 4), cell(1, 4), cell(2, 4)}
+    assert len(set(state["cell"][:, 0].tolist())) > 1
+    np.testing.assert_array_equal(state["vel"][:, 0], 0.0)
+    assert not state["at_goal"].any()
+
+
+def test_a_car_waits_at_its_exit_while_every_free_entry_is_blocked():
+    env = IntersectionVectorEnv(
+        IntersectionConfig(n_agents=3, slip_prob=0.0, start_jitter=0, **DEFAULT_DYNAMICS),
+        num_envs=1,
+        seed=0,
+    )
+    env.reset()
+    state = env.get_state()
+    # Car 0 is one step from its exit; cars 1 and 2 are routed on the east and south arms and
+    # stand on the two entries left to car 0 (north and west).
+    state["cell"][:] = [[cell(8, 4), cell(0, 4), cell(5, 0)]]
+    state["goal"][:] = [GOALS[:3]]
+    state["at_goal"][:] = False
+    env.set_state(state)
+    result = env.step(np.array([[DOWN, STAY, STAY]]))
+    waiting = env.get_state()
+    assert result.reward[0, 0] > 1.0 and waiting["at_goal"][0, 0]
+    assert waiting["cell"][0, 0] == GOALS[0]
+    # Car 2 leaves the west entry: car 0 re-enters there, on the west arm's route.
+    env.step(np.array([[UP, STAY, RIGHT]]))
+    after = env.get_state()
+    assert after["cell"][0, 0] == cell(5, 0) and after["goal"][0, 0] == GOALS[3]
+    assert not after["at_goal"].any()
+
+
+def test_every_violation_of_careless_traffic_is_a_collision():
+    from src.envs.witness import careful_actions, greedy_actions, rollout_team
+
+    def factory(copies: int) -> IntersectionVectorEnv:
+        return IntersectionVectorEnv(IntersectionConfig(n_agents=4, max_steps=80), num_envs=copies)
+
+    seeds = range(40)
+    careful = rollout_team(factory, careful_actions, seeds, horizon=80)
+    greedy = rollout_team(factory, greedy_actions, seeds, horizon=80)
+    assert careful.p_violation(80) == 0.0
+    assert greedy.p_violation(80) > 0.5
+    assert careful.goal_rate >= 0.5 * greedy.goal_rate > 0

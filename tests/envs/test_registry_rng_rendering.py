@@ -52,7 +52,7 @@ def test_bad_values_fail_through_the_registry(name):
 
 def test_params_reach_the_env():
     env = make_vector_env("hazard_grid", num_envs=3, seed=0, n_agents=2, size=6, max_steps=9)
-    assert (env.num_envs, env.n_agents, env.max_steps, env.obs_dim) == (3, 2, 9, 16)
+    assert (env.num_envs, env.n_agents, env.max_steps, env.obs_dim) == (3, 2, 9, 45)
     assert env.agents == ["agent_0", "agent_1"]
 
 
