@@ -245,29 +245,17 @@ class IPPOLag(IPPO):
     def prepare_batch(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         """Cost GAE, multiplier update, and the Lagrangian combination of the advantages."""
         buf, cfg = self.buffer, self.lag
-        done = (buf.terminated | buf.truncated).any(dim=-1)  # [T, E]
-        mask = cost_process_mask(
-            first_violation=buf.first_violation,
-            done=done,
-            violated_at_start=torch.from_numpy(self._violated_at_start),
-        )
         with torch.no_grad():
             cost_values = self.net.cost_value(buf.inputs)
             next_cost_values = self.net.cost_value(buf.final_inputs)
-        signal = None
-        if not cfg.team_cost:
-            signal = (buf.first_violation.unsqueeze(-1) & (buf.costs > 0)).to(torch.float32)
-        cost_advantages, cost_returns = markov_cost_gae(
-            first_violation=buf.first_violation,
-            signal=signal,
-            mask=mask,
-            values=cost_values,
-            next_values=next_cost_values,
-            terminated=buf.terminated,
-            truncated=buf.truncated,
-            gamma=cfg.cost_gamma,
-            gae_lambda=cfg.cost_gae_lambda,
-        )
+        if cfg.cost_signal == "every":
+            cost_advantages, cost_returns, mask = self._violation_count_gae(
+                cost_values, next_cost_values
+            )
+        else:
+            cost_advantages, cost_returns, mask = self._first_violation_gae(
+                cost_values, next_cost_values
+            )
         agent_mask = mask.unsqueeze(-1).expand_as(cost_values)
         if cfg.normalise_cost_advantages:
             cost_advantages = masked_normalise(cost_advantages, agent_mask)
@@ -284,6 +272,52 @@ class IPPOLag(IPPO):
         batch["cost_returns"] = cost_returns
         batch["cost_mask"] = agent_mask
         return batch
+
+    def _first_violation_gae(
+        self, cost_values: torch.Tensor, next_cost_values: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Cost advantages and returns of the indicator cost, and the cost process mask."""
+        buf, cfg = self.buffer, self.lag
+        done = (buf.terminated | buf.truncated).any(dim=-1)  # [T, E]
+        mask = cost_process_mask(
+            first_violation=buf.first_violation,
+            done=done,
+            violated_at_start=torch.from_numpy(self._violated_at_start),
+        )
+        signal = None
+        if not cfg.team_cost:
+            signal = (buf.first_violation.unsqueeze(-1) & (buf.costs > 0)).to(torch.float32)
+        advantages, returns = markov_cost_gae(
+            first_violation=buf.first_violation,
+            signal=signal,
+            mask=mask,
+            values=cost_values,
+            next_values=next_cost_values,
+            terminated=buf.terminated,
+            truncated=buf.truncated,
+            gamma=cfg.cost_gamma,
+            gae_lambda=cfg.cost_gae_lambda,
+        )
+        return advantages, returns, mask
+
+    def _violation_count_gae(
+        self, cost_values: torch.Tensor, next_cost_values: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Cost advantages and returns of the count of violating steps (every step counts)."""
+        buf, cfg = self.buffer, self.lag
+        violating = buf.costs > 0  # [T, E, A]
+        if cfg.team_cost:
+            violating = violating.any(dim=-1, keepdim=True).expand_as(violating)
+        advantages, returns = compute_gae(
+            rewards=violating.to(torch.float32),
+            values=cost_values,
+            next_values=next_cost_values,
+            terminated=buf.terminated,
+            truncated=buf.truncated,
+            gamma=cfg.cost_gamma,
+            gae_lambda=cfg.cost_gae_lambda,
+        )
+        return advantages, returns, torch.ones(violating.shape[:2], dtype=torch.bool)
 
     def extra_losses(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         """The cost critic's value loss over the cost process's steps, weighted like V's."""

@@ -93,11 +93,19 @@ class PIDLagrange:
         self.delta_p = 0.0
         self.cost_d = 0.0
         self.cost_history: deque[float] = deque([0.0], maxlen=d_delay)
+        self.measured = 0
         self.value = init
 
     def update(self, cost: float) -> float:
         """Feed the latest constraint estimate; returns the new lambda."""
         delta = cost - self.limit
+        if self.measured == 0:
+            # The derivative compares smoothed rates; before the first measurement there is no
+            # rate, so start from this one (a zero start reads the first rate as a rise, which
+            # kicks lambda up before the policy has learned anything: "derivative kick").
+            self.cost_d = cost
+            self.cost_history = deque([cost], maxlen=self.cost_history.maxlen)
+        self.measured += 1
         self.integral = max(0.0, self.integral + self.ki * delta)
         self.delta_p = self.ema_p * self.delta_p + (1.0 - self.ema_p) * delta
         self.cost_d = self.ema_d * self.cost_d + (1.0 - self.ema_d) * cost
@@ -114,6 +122,7 @@ class PIDLagrange:
             "delta_p": self.delta_p,
             "cost_d": self.cost_d,
             "cost_history": list(self.cost_history),
+            "measured": self.measured,
             "value": self.value,
         }
 
@@ -123,6 +132,7 @@ class PIDLagrange:
         self.delta_p = float(state["delta_p"])
         self.cost_d = float(state["cost_d"])
         self.cost_history = deque(state["cost_history"], maxlen=self.cost_history.maxlen)
+        self.measured = int(state["measured"])
         self.value = float(state["value"])
 
 

@@ -7,10 +7,20 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any, ClassVar
 
-from src.checks import check_bool, check_float, check_int, check_probability, fail
+from src.checks import (
+    check_bool,
+    check_choice,
+    check_float,
+    check_int,
+    check_probability,
+    fail,
+)
 from src.config.section import Section
 
-__all__ = ["LagrangeConfig", "check_lambda_init"]
+__all__ = ["COST_SIGNALS", "LagrangeConfig", "check_lambda_init"]
+
+COST_SIGNALS = ("every", "first")
+"""Values of `cost_signal`."""
 
 _unit = partial(check_probability, open_interval=False)
 _non_negative = partial(check_float, low=0.0, open_low=False)
@@ -31,6 +41,7 @@ class LagrangeConfig(Section):
 
     BASE_KEYS: ClassVar[tuple[str, ...]] = ("max_risk", "lag_version")
     RULES: ClassVar[Mapping[str, Callable[[str, Any], Any]]] = {
+        "cost_signal": partial(check_choice, choices=COST_SIGNALS),
         "cost_gamma": _unit,
         "cost_gae_lambda": _unit,
         "team_cost": check_bool,
@@ -51,8 +62,15 @@ class LagrangeConfig(Section):
     """The constraint's limit on the episode violation probability."""
     lag_version: str
     """Multiplier update, a key of `src.algos.lagrange.LAG_VERSIONS`."""
-    cost_gamma: float = 1.0
-    """Discount of the cost signal; 1 makes the cost return the episode-violation indicator."""
+    cost_signal: str = "every"
+    """What the cost critic and the cost advantages count: `every` violating step (the expected
+    number of violations, an upper bound of the violation probability, with a signal on every
+    step of an episode), or only the episode's `first` violation (the indicator itself, silent
+    after it: the original ippo_lag). The multiplier sees the episode violation rate either way."""
+    cost_gamma: float = 0.8
+    """Discount of the cost signal. With `every`, 0.9 makes the cost-to-go the violations of
+    about the next 10 steps: the consequence an action can change, not the noise of a whole
+    long episode; with `first`, 1 makes the cost return the episode-violation indicator."""
     cost_gae_lambda: float = 0.5
     """GAE lambda of the cost advantages."""
     team_cost: bool = False
@@ -68,9 +86,9 @@ class LagrangeConfig(Section):
     """Upper limit of the multiplier (both versions)."""
     lagrangian_lr: float = 0.5
     """Ascent step of `v0` per unit of (violation rate - max_risk)."""
-    pid_kp: float = 1.0
+    pid_kp: float = 0.5
     """Proportional gain of `lag_version: pid`."""
-    pid_ki: float = 0.5
+    pid_ki: float = 0.2
     """Integral gain of `pid`."""
     pid_kd: float = 1.0
     """Derivative gain of `pid` (acts only on rising violation rates)."""

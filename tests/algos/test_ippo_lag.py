@@ -15,7 +15,7 @@ from src.algos.ippo_lag import (
     masked_normalise,
     masked_value_loss,
 )
-from src.algos.maths import value_loss
+from src.algos.maths import compute_gae, value_loss
 from src.algos.train import build_trainer
 from src.config.lagrange import LagrangeConfig
 from src.config.run import RunConfig
@@ -144,7 +144,7 @@ def _lag_trainer(**algo_params: object) -> IPPOLag:
         algo="ippo_lag",
         lag_version="pid",
         env_params={"risk": 0.6},
-        algo_params={"lambda_init": 1.0, **algo_params},
+        algo_params={"lambda_init": 1.0, "cost_signal": "first", "cost_gamma": 1.0, **algo_params},
     )
     trainer = build_trainer(config, make_toy_env(config))
     assert isinstance(trainer, IPPOLag)
@@ -184,10 +184,47 @@ def test_trainer_batch_has_no_cost_signal_after_a_violation(team_cost: bool) -> 
         assert torch.all(batch["cost_returns"][first & (buf.costs == 0)] == 0.0)
 
 
+@pytest.mark.parametrize("team_cost", [False, True])
+def test_every_violating_step_is_a_cost_and_no_step_is_masked(team_cost: bool) -> None:
+    trainer = _lag_trainer(cost_signal="every", cost_gamma=0.5, team_cost=team_cost)
+    trainer._obs = trainer.env.reset(seed=[0, 1, 2, 3])
+    trainer.collect_rollout()
+    buf = trainer.buffer
+    batch = trainer.prepare_batch(trainer.compute_advantages())
+    assert batch["cost_mask"].all()
+    violating = buf.costs > 0  # [T, E, A]
+    if team_cost:
+        violating = violating.any(-1, keepdim=True).expand_as(violating)
+    # The cost returns are the GAE lambda-returns of the per-step violation indicator.
+    with torch.no_grad():
+        next_values = trainer.net.cost_value(buf.final_inputs)
+    _, expected = compute_gae(
+        rewards=violating.to(torch.float32),
+        values=batch["cost_values"],
+        next_values=next_values,
+        terminated=buf.terminated,
+        truncated=buf.truncated,
+        gamma=0.5,
+        gae_lambda=trainer.lag.cost_gae_lambda,
+    )
+    returns = batch["cost_returns"]
+    assert torch.allclose(returns, expected)
+    # Steps after an episode's first violation still carry cost (nothing is masked).
+    after_first = torch.cumsum(buf.first_violation.int(), 0).bool().unsqueeze(-1) & violating
+    after_first &= ~buf.first_violation.unsqueeze(-1)
+    assert after_first.any() and torch.all(returns[after_first] > 0.0)
+
+
 def test_a_rollout_starting_inside_a_violated_episode_masks_its_steps() -> None:
     # Rollouts of 12 steps against episodes of at most 8: some copies are mid-episode, and
     # already violated, when the second rollout begins.
-    config = toy_config(algo="ippo_lag", lag_version="pid", rollouts=12, env_params={"risk": 0.6})
+    config = toy_config(
+        algo="ippo_lag",
+        lag_version="pid",
+        rollouts=12,
+        env_params={"risk": 0.6},
+        algo_params={"cost_signal": "first", "cost_gamma": 1.0},
+    )
     trainer = build_trainer(config, make_toy_env(config))
     trainer._obs = trainer.env.reset(seed=[0, 1, 2, 3])
     trainer.collect_rollout()
@@ -302,7 +339,7 @@ def test_multiplier_rises_while_violated_and_falls_once_satisfied_on_the_toy_tas
     assert risk[0] > 0.5
     satisfied = next(k for k, r in enumerate(risk) if r < 0.1)
     assert satisfied > 1
-    assert lam[satisfied - 1] > lam[0] + 1.0  # rose while the constraint was violated
+    assert lam[satisfied - 1] > lam[0] + 0.5  # rose while the constraint was violated
     assert max(lam) == max(lam[: satisfied + 1])  # and peaked when it became satisfied
     quarter = len(lam) // 4
     assert max(risk[-quarter:]) < 0.1

@@ -35,8 +35,9 @@ def test_gradient_multiplier_state_round_trip_and_checks():
 def test_pid_terms_on_a_known_sequence():
     # kp = 1, ki = 0.5, kd = 2, no smoothing, derivative over one update, limit 0.1.
     pid = PIDLagrange(limit=0.1, kp=1.0, ki=0.5, kd=2.0, d_delay=1, ema_p=0.0, ema_d=0.0)
-    # cost 0.3: P = 0.2, I = 0.1, D = 0.3 - 0 -> 0.2 + 0.1 + 0.6
-    assert pid.update(0.3) == pytest.approx(0.9)
+    # cost 0.3: P = 0.2, I = 0.1, D = 0 (the first rate is the derivative's reference, no
+    # kick from a zero start) -> 0.2 + 0.1
+    assert pid.update(0.3) == pytest.approx(0.3)
     assert (pid.delta_p, pid.integral) == pytest.approx((0.2, 0.1))
     # cost 0.5: P = 0.4, I = 0.3, D = 0.5 - 0.3 -> 0.4 + 0.3 + 0.4
     assert pid.update(0.5) == pytest.approx(1.1)
@@ -54,11 +55,14 @@ def test_pid_smoothing_delay_cap_and_state_round_trip():
     pid = PIDLagrange(
         limit=0.0, kp=0.0, ki=0.0, kd=1.0, d_delay=2, ema_p=0.5, ema_d=0.5, max_value=0.3
     )
-    # ema cost: 0.5, 0.75; the derivative compares with two updates back (0, then 0)
-    assert pid.update(1.0) == pytest.approx(0.3)  # 0.5 capped at max_value 0.3
-    assert pid.cost_d == pytest.approx(0.5)
+    # The first rate starts the smoothed cost: no derivative yet.
+    assert pid.update(0.2) == 0.0
+    assert pid.cost_d == pytest.approx(0.2)
+    # ema cost: 0.6, 0.8; the derivative compares with two updates back (0.2, then 0.2)
+    assert pid.update(1.0) == pytest.approx(0.3)  # 0.4 capped at max_value 0.3
+    assert pid.cost_d == pytest.approx(0.6)
     pid.update(1.0)
-    assert pid.cost_d == pytest.approx(0.75)
+    assert pid.cost_d == pytest.approx(0.8)
     clone = PIDLagrange(limit=0.0, kp=0.0, ki=0.0, kd=1.0, d_delay=2, ema_p=0.5, ema_d=0.5)
     clone.max_value = 0.3
     clone.load_state_dict(pid.state_dict())
@@ -89,7 +93,7 @@ def test_default_multipliers_settle_at_the_known_optimum_from_either_side(versio
         config = LagrangeConfig(max_risk=0.1, lag_version=version, lambda_init=start)
         lag = LAG_VERSIONS[version](config)
         values = [lag.value]
-        for _ in range(600):
+        for _ in range(1500):
             values.append(lag.update(_risk_under(lag.value)))
         if start == 0.0:
             # violated throughout the approach (risk > 0.1 below lambda 4): lambda rises
@@ -101,7 +105,7 @@ def test_default_multipliers_settle_at_the_known_optimum_from_either_side(versio
             assert values[10] < start
         assert values[-1] == pytest.approx(4.0, abs=0.1)
         # settled: the last 10% of the updates move lambda by well under 10% of its value
-        assert abs(values[-1] - values[-60]) < 0.01 * values[-1]
+        assert abs(values[-1] - values[-150]) < 0.01 * values[-1]
 
 
 def test_gradient_multiplier_cap_and_pid_initial_value() -> None:

@@ -73,6 +73,11 @@ def _env(num_envs: int, seed: int = 3) -> object:
         size=SIZE,
         n_hazards=3,
         max_steps=60,
+        # The exact model (benchmarks.risk_floor) is of the original dynamics.
+        slip_mode="any",
+        continuing=False,
+        observe_moves=False,
+        neighbour_view=0,
     )
     env.reset(seed=[seed] * num_envs)
     return env

@@ -27,7 +27,14 @@ STAY, UP, DOWN, LEFT, RIGHT = range(5)
 def one_agent_next_to_a_hazard(slip_prob: float) -> HazardGridVectorEnv:
     """One agent at (2, 1) with the only hazard at (1, 1) above it, goal far away."""
     env = HazardGridVectorEnv(
-        HazardGridConfig(n_agents=1, size=6, n_hazards=1, slip_prob=slip_prob, max_steps=50),
+        HazardGridConfig(
+            n_agents=1,
+            size=6,
+            n_hazards=1,
+            slip_prob=slip_prob,
+            max_steps=50,
+            slip_mode="any",  # a slip may push the agent into the hazard
+        ),
         num_envs=1,
         seed=0,
     )
