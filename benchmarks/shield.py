@@ -557,7 +557,7 @@ def evaluation_cost(trainer: ShieldedIPPO, sizes: Sizes) -> dict[str, Any]:
     steps = sizes.eval_steps or settings.max_horizon
     batch = min(settings.final_policy_eval_num_envs, episodes)
     params = config.env.constructor_params(max_steps=steps)
-    seeds = [settings.final_policy_eval_seed_offset + i for i in range(episodes)]
+    seeds = [settings.first_seed(config.run_idx) + i for i in range(episodes)]
     net = ActorCritic.from_policy_state(state)
     shield = load_shield(state, config, net=net)
     actors = {
@@ -577,7 +577,7 @@ def evaluation_cost(trainer: ShieldedIPPO, sizes: Sizes) -> dict[str, Any]:
             seeds=seeds,
             max_steps=steps,
             batch_size=batch,
-            actor_seed=settings.final_policy_eval_seed_offset,
+            actor_seed=settings.first_seed(config.run_idx),
         )
         lengths[mode] = float(episodes_run.length.mean())
         return time.process_time() - started

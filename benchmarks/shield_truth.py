@@ -61,7 +61,7 @@ def check_run(
     if not isinstance(shield, BudgetShield):
         raise ValueError(f"{run_dir} is not a run of the v1 shield")
     config = actor.config
-    offset = config.evaluation.final_policy_eval_seed_offset
+    offset = config.evaluation.first_seed(config.run_idx)
     env = make_vector_env(
         config.env_name,
         num_envs=episodes,

@@ -8,8 +8,10 @@ their files: every `src` module reached, with the `__init__.py` of each package 
 and the script's own helper modules next to it. The workflow makes these files inputs of the
 job's rule, so that changing a module reruns exactly the jobs whose code runs it.
 
->>> [p.name for p in import_closure(ROOT / "workflow" / "scripts" / "export.py")][:2]
-['job.py', '__init__.py']
+>>> closure = import_closure(ROOT / "workflow" / "scripts" / "export.py")
+>>> names = {p.relative_to(ROOT).as_posix() for p in closure}
+>>> sorted(names & {"workflow/scripts/job.py", "src/__init__.py", "src/analysis/export.py"})
+['src/__init__.py', 'src/analysis/export.py', 'workflow/scripts/job.py']
 """
 
 from __future__ import annotations

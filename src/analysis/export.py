@@ -90,6 +90,8 @@ EVAL_SCHEMA = pa.schema(
         pa.field("confidence", pa.float64(), nullable=False),
         pa.field("mean_return", pa.float64(), nullable=False),
         pa.field("mean_cost", pa.float64(), nullable=False),
+        pa.field("collision_violations", pa.float64(), nullable=True),
+        pa.field("mean_goals", pa.float64(), nullable=True),
         *(pa.field(key, pa.string(), nullable=False) for key in VERSION_KEYS),
     ]
 )

@@ -28,11 +28,11 @@ class EvalConfig(Section):
     )
 
     final_policy_eval_episodes: int
-    """Episodes N; episode i is seeded `final_policy_eval_seed_offset + i`."""
+    """Episodes N per run; run r's episode i is seeded `final_policy_eval_seed_offset + r*N + i`."""
     final_policy_eval_horizons: tuple[int, ...]
     """Horizons H (strictly increasing) of P(violation within H steps)."""
     final_policy_eval_seed_offset: int
-    """Seed of the first evaluation episode."""
+    """Seed of the first evaluation episode of run 0."""
     final_policy_eval_confidence: float
     """Confidence level of the Clopper-Pearson intervals."""
     final_policy_eval_num_envs: int = DEFAULT_EVAL_BATCH
@@ -59,11 +59,18 @@ class EvalConfig(Section):
         """The largest horizon: the evaluation lifts the hidden cap to it."""
         return self.final_policy_eval_horizons[-1]
 
-    @property
-    def seeds(self) -> list[int]:
-        """Reset seed of every evaluation episode."""
-        offset = self.final_policy_eval_seed_offset
-        return [offset + i for i in range(self.final_policy_eval_episodes)]
+    def first_seed(self, run_idx: int) -> int:
+        """Reset seed of run `run_idx`'s first evaluation episode.
+
+        Run r evaluates seeds `final_policy_eval_seed_offset + r * N + i`, i < N: the same for
+        every algorithm (comparisons are paired), disjoint between runs (episodes pooled over
+        runs are independent layouts)."""
+        return self.final_policy_eval_seed_offset + run_idx * self.final_policy_eval_episodes
+
+    def seeds(self, run_idx: int) -> list[int]:
+        """Reset seed of every evaluation episode of run `run_idx`."""
+        first = self.first_seed(run_idx)
+        return [first + i for i in range(self.final_policy_eval_episodes)]
 
     @property
     def batch_size(self) -> int:

@@ -37,6 +37,8 @@ HORIZON_COLUMNS = (
     "ci_high",
     "mean_return",
     "mean_cost",
+    "collision_violations",
+    "mean_goals",
 )
 
 
@@ -48,13 +50,18 @@ class EpisodeBatch:
     cost: np.ndarray  # [N, T] float64 team cost (sum over agents)
     violation: np.ndarray  # [N, T] bool: some agent's cost > 0 at that step
     length: np.ndarray  # [N] int64 steps the episode lasted, 0 <= length <= T
+    # [N, T] bool: some agent's cost at that step includes a collision with another agent;
+    # None when the task does not tell collisions from its other costs
+    collision: np.ndarray | None = None
+    # [N, T] float64 goals the team reached at that step; None for tasks without goals
+    goals: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         if self.reward.ndim != 2:
             raise ValueError(f"reward must be [N, T], got shape {self.reward.shape}")
         shape = self.reward.shape
-        for name in ("cost", "violation"):
-            if getattr(self, name).shape != shape:
+        for name in ("cost", "violation", "collision", "goals"):
+            if getattr(self, name) is not None and getattr(self, name).shape != shape:
                 raise ValueError(
                     f"{name} has shape {getattr(self, name).shape}, reward has {shape}"
                 )
@@ -152,7 +159,10 @@ def horizon_summary(
 ) -> pd.DataFrame:
     """One row per horizon: n, violations, p_violation, Clopper-Pearson interval, mean return/cost.
 
-    Columns are `HORIZON_COLUMNS`; rows follow the order of `horizons`.
+    Columns are `HORIZON_COLUMNS`; rows follow the order of `horizons`. `collision_violations`
+    counts the episodes whose first violation (at a step <= H) includes a collision between
+    agents (NaN when the batch does not tell collisions apart); `mean_goals` is the mean number
+    of goals the team reached within the first H steps (NaN for tasks without goals).
     """
     if batch.n_episodes < 1:
         raise ValueError("cannot summarise zero episodes")
@@ -163,6 +173,15 @@ def horizon_summary(
     low, high = clopper_pearson_interval(k=k, n=n, confidence=confidence)
     returns = sums_within_horizons(batch.reward, batch.length, horizon)
     costs = sums_within_horizons(batch.cost, batch.length, horizon)
+    collisions = np.full(horizon.size, np.nan)
+    if batch.collision is not None:
+        violated = first != NO_VIOLATION
+        at_first = np.zeros(n, dtype=bool)
+        at_first[violated] = batch.collision[violated, first[violated] - 1]
+        collisions = violation_counts(np.where(at_first, first, NO_VIOLATION), horizon)
+    goals = np.full(horizon.size, np.nan)
+    if batch.goals is not None:
+        goals = sums_within_horizons(batch.goals, batch.length, horizon).mean(axis=1)
     return pd.DataFrame(
         {
             "horizon": horizon,
@@ -173,6 +192,8 @@ def horizon_summary(
             "ci_high": np.asarray(high, dtype=np.float64),
             "mean_return": returns.mean(axis=1),
             "mean_cost": costs.mean(axis=1),
+            "collision_violations": collisions.astype(np.float64),
+            "mean_goals": goals,
         },
         columns=list(HORIZON_COLUMNS),
     )

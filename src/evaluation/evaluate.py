@@ -1,9 +1,11 @@
 """Final-policy evaluation of a run (docs/design.md), written to `eval.parquet`.
 
-`final_policy_eval_episodes` episodes, episode i seeded `final_policy_eval_seed_offset + i` for
-every algorithm (paired comparisons), run in batches of env copies of one `VectorEnv`; the
-hidden training cap is lifted to the largest horizon. Shielded algorithms are evaluated twice
-(their spec's `eval_modes`): with the shield (deployed policy) and without it (base policy).
+`final_policy_eval_episodes` episodes N per run; run r's episode i is seeded
+`final_policy_eval_seed_offset + r * N + i`, the same for every algorithm (paired comparisons)
+and disjoint between runs (pooled episodes are independent layouts), run in batches of env
+copies of one `VectorEnv`; the hidden training cap is lifted to the largest horizon. Shielded
+algorithms are evaluated twice (their spec's `eval_modes`): with the shield (deployed policy)
+and without it (base policy).
 """
 
 from __future__ import annotations
@@ -82,6 +84,8 @@ def collect_episodes(
     reward = np.zeros((n, max_steps), dtype=np.float64)  # [N, T]
     cost = np.zeros((n, max_steps), dtype=np.float64)  # [N, T]
     violation = np.zeros((n, max_steps), dtype=bool)  # [N, T]
+    collision: np.ndarray | None = np.zeros((n, max_steps), dtype=bool)  # [N, T]
+    goals: np.ndarray | None = np.zeros((n, max_steps), dtype=np.float64)  # [N, T]
     length = np.zeros(n, dtype=np.int64)  # [N]
     envs: dict[int, VectorEnvLike] = {}
     try:
@@ -105,6 +109,16 @@ def collect_episodes(
                 reward[rows, t] = np.where(active, result.reward.sum(axis=1), 0.0)
                 cost[rows, t] = np.where(active, result.cost.sum(axis=1), 0.0)
                 violation[rows, t] = active & (result.cost > 0).any(axis=1)
+                told = getattr(result, "collision", None)
+                if told is None:
+                    collision = None  # the task does not tell collisions apart
+                elif collision is not None:
+                    collision[rows, t] = active & np.asarray(told).any(axis=1)
+                arrived = getattr(result, "arrived", None)
+                if arrived is None:
+                    goals = None  # the task has no goals
+                elif goals is not None:
+                    goals[rows, t] = np.where(active, np.asarray(arrived).sum(axis=1), 0.0)
                 length[rows] += active
                 # Episodes end for all agents of a copy at once.
                 active &= ~(result.terminated.any(axis=1) | result.truncated.any(axis=1))
@@ -115,7 +129,14 @@ def collect_episodes(
     finally:
         for vec in envs.values():
             vec.close()
-    return EpisodeBatch(reward=reward, cost=cost, violation=violation, length=length)
+    return EpisodeBatch(
+        reward=reward,
+        cost=cost,
+        violation=violation,
+        length=length,
+        collision=collision,
+        goals=goals,
+    )
 
 
 def _rows(config: RunConfig, summary: pd.DataFrame, *, shielded: bool) -> pd.DataFrame:
@@ -152,10 +173,10 @@ def evaluate_run(run_dir: str | Path, out_path: str | Path) -> pd.DataFrame:
                     config.env_name, num_envs=copies, seed=None, **params
                 ),
                 actor=actor,
-                seeds=settings.seeds,
+                seeds=settings.seeds(config.run_idx),
                 max_steps=settings.max_horizon,
                 batch_size=settings.batch_size,
-                actor_seed=settings.final_policy_eval_seed_offset,
+                actor_seed=settings.first_seed(config.run_idx),
             )
             summary = horizon_summary(
                 batch, settings.horizons, confidence=settings.final_policy_eval_confidence

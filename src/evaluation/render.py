@@ -3,8 +3,8 @@
 The policy acts in a single `rgb_array` env wrapped in `SafetyOverlay` (`src.evaluation.
 overlay`: each frame over a strip that marks the agents that incur a cost, the agents whose
 action the shield changed, the step and the running violation count) and then in
-`RecordVideo`, one mp4 per episode; episode i is seeded like evaluation episode i
-(`final_policy_eval_seed_offset + i`). The poster shows evenly spaced frames of the first
+`RecordVideo`, one mp4 per episode; episode i is seeded like the run's evaluation episode i
+(`final_policy_eval_seed_offset + run * N + i`). The poster shows evenly spaced frames of the first
 episode, marks included.
 """
 
@@ -114,7 +114,7 @@ def render_run(run_dir: str | Path, video_dir: str | Path, *, episodes: int) -> 
     config = RunConfig.from_dict(load_run_config(run_dir))
     video_path = Path(video_dir)
     prefix = f"{config.env_name}-{config.algo}-run{config.run_idx}"
-    seed_offset = config.evaluation.final_policy_eval_seed_offset
+    seed_offset = config.evaluation.first_seed(config.run_idx)
     params = config.env.constructor_params()
 
     actor = load_actor(run_dir, shielded=True)

@@ -87,6 +87,41 @@ def test_horizon_summary_hand_checked() -> None:
     assert (summary["p_violation"] <= summary["ci_high"]).all()
 
 
+def test_mean_cost_is_the_team_cost_not_the_violation_flag() -> None:
+    violation = np.array([[0, 1, 1, 0], [1, 0, 0, 0]], dtype=bool)
+    # Two agents' costs summed: 2.0 at a step where both violate, 0.5 for a small cost.
+    cost = np.array([[0.0, 2.0, 0.5, 0.0], [1.0, 0.0, 0.0, 0.0]])
+    batch = EpisodeBatch(
+        reward=np.zeros(violation.shape), cost=cost, violation=violation, length=np.array([4, 4])
+    )
+    summary = horizon_summary(batch, [1, 2, 4], confidence=0.95)
+    np.testing.assert_allclose(summary["mean_cost"], [0.5, 1.5, 1.75])
+    assert summary["violations"].tolist() == [1, 2, 2]
+
+
+def test_collision_share_and_goals_by_horizon() -> None:
+    violation = np.array([[0, 1, 1, 0], [1, 0, 0, 0], [0, 0, 0, 1]], dtype=bool)
+    # Episode 0's first violation is a collision; episode 1's is not (its later collision at
+    # a step without violation is impossible and ignored); episode 2's last step is.
+    collision = np.array([[0, 1, 0, 0], [0, 0, 0, 0], [0, 0, 0, 1]], dtype=bool)
+    goals = np.array([[1.0, 0.0, 0.0, 2.0], [0.0, 0.0, 1.0, 0.0], [0.0, 1.0, 0.0, 0.0]])
+    batch = EpisodeBatch(
+        reward=np.zeros(violation.shape),
+        cost=violation.astype(float),
+        violation=violation,
+        length=np.array([4, 4, 3]),  # episode 2 ended before its collision
+        collision=collision,
+        goals=goals,
+    )
+    summary = horizon_summary(batch, [1, 2, 4], confidence=0.95)
+    assert summary["violations"].tolist() == [1, 2, 2]
+    np.testing.assert_allclose(summary["collision_violations"], [0.0, 1.0, 1.0])
+    np.testing.assert_allclose(summary["mean_goals"], [1 / 3, 2 / 3, 5 / 3])
+    # Without collision or goal records the columns are NaN.
+    plain = horizon_summary(batch_of([[0, 1]], [2]), [2], confidence=0.95)
+    assert plain["collision_violations"].isna().all() and plain["mean_goals"].isna().all()
+
+
 def test_clopper_pearson_known_values_through_the_summary() -> None:
     safe = batch_of(violation=[[0]] * 100, length=[1] * 100)
     row = horizon_summary(safe, [1], confidence=0.95).iloc[0]

@@ -62,6 +62,8 @@ class ScriptedVectorEnv:
             reward[e] = 1.0 + seed  # team reward per step: 2 * (1 + seed)
             if self.after_reset[e] or violation_step == self.t[e]:
                 cost[e, 0] = 1.0  # the episodes after the first are always violating
+                # Team cost is the sum over agents, not the violation flag: 1.5 on even seeds.
+                cost[e, 1] = 0.5 if seed % 2 == 0 else 0.0
             terminated[e] = self.t[e] >= length
             truncated[e] = ~terminated[e] & (self.t[e] >= self.max_steps)
         steps = self.t.copy()
@@ -126,7 +128,8 @@ def test_collect_episodes_records_each_seeds_episode_and_masks_auto_resets() -> 
             expected_violation[violation_step - 1] = True
         # The auto-reset episode that follows violates at every step: all masked out.
         np.testing.assert_array_equal(batch.violation[i], expected_violation)
-        np.testing.assert_array_equal(batch.cost[i], expected_violation.astype(float))
+        team_cost = 1.5 if seed % 2 == 0 else 1.0
+        np.testing.assert_array_equal(batch.cost[i], team_cost * expected_violation)
         np.testing.assert_array_equal(batch.reward[i, :length], 2.0 * (1 + seed))
         np.testing.assert_array_equal(batch.reward[i, length:], 0.0)
     # Batches of 3, 3 and 1 copies: one env per distinct size, all closed afterwards.
