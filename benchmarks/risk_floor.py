@@ -1,13 +1,22 @@
-"""Exact minimum episode violation probability of the native grid tasks, by dynamic programming.
+"""Risk floors of the native grid tasks: exact DP of terminating tasks, witness of continuing ones.
 
-For one layout (grid size, hazard map, goals, slip probability) the joint state is the tuple of
-all agents' cells; whether an agent is on its goal follows from its cell. The true dynamics of
-:mod:`src.envs.grid_core` are modelled exactly: each agent's intended action is executed with
-probability ``1 - slip_prob`` and replaced by each of the other four with ``slip_prob / 4``,
-independently per agent; agents on their goal stay; moves off the grid stay; a step is a
-*violation* if any agent ends it on a hazard, two agents end it in one cell, or two agents swap
-cells. The first violation ends the computation (it is counted once), and the state where every
-agent is on its goal is absorbing and safe (the episode terminates there).
+*Continuing tasks* (``continuing=True``, the default: new goals on arrival, traffic that keeps
+flowing) have a joint state of every agent's cell *and goal*, too large for the DP below; their
+floor is bounded from above by the careful centralised witness team of
+:mod:`src.analysis.floor` on the evaluation layouts of every run, and ``--witness --write``
+writes that table for ``config/config.yaml`` and ``config/paper.yaml`` into BENCHMARKS.md.
+
+*Terminating tasks* (``continuing=False``: agents stay on their goal, the episode ends when all
+are there) get the exact floor. For one layout (grid size, hazard map, goals, slip probability)
+the joint state is the tuple of all agents' cells; whether an agent is on its goal follows from
+its cell. The true dynamics of :mod:`src.envs.grid_core` are modelled exactly: each agent's
+intended action is executed with probability ``1 - slip_prob`` and otherwise replaced by each
+of the other four with ``slip_prob / 4`` (``slip_mode="any"``) or by staying
+(``slip_mode="stay"``), independently per agent; agents on their goal stay; moves off the
+grid stay; a step is a *violation* if any agent ends it on a hazard, two agents end it in one
+cell, or two agents swap cells. The first violation ends the computation (it is counted once),
+and the state where every agent is on its goal is absorbing and safe (the episode terminates
+there).
 
 With ``H`` steps remaining, :func:`solve_min_risk` computes
 
@@ -34,10 +43,11 @@ agents, so the expectation over the ``5 ** A`` executed joint actions is done ag
 and :func:`monte_carlo_risk` rolls a policy out in the real vector env for cross-checks.
 
 Command line, over the evaluation layouts (reset seeds ``1_000_000 + i``) of the default
-experiment (``env_params`` of ``config/config.yaml``)::
+experiment (``env_params`` of ``config/config.yaml``, with ``--param`` overrides)::
 
-    python -m benchmarks.risk_floor --env hazard_grid --episodes 200
-    python -m benchmarks.risk_floor --env intersection --episodes 200 --mc-layouts 3
+    python -m benchmarks.risk_floor --witness --results results/default --write
+    python -m benchmarks.risk_floor --env hazard_grid --episodes 200 \\
+        --param continuing=false --param slip_mode=any --param n_hazards=8
 """
 
 from __future__ import annotations
@@ -48,6 +58,7 @@ for _variable in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
     os.environ.setdefault(_variable, "1")
 
 import argparse  # noqa: E402 - must follow the thread pinning above
+import math  # noqa: E402
 import time  # noqa: E402
 from collections.abc import Sequence  # noqa: E402
 from dataclasses import dataclass  # noqa: E402
@@ -57,6 +68,7 @@ from typing import Any  # noqa: E402
 import numpy as np  # noqa: E402
 import yaml  # noqa: E402
 
+from benchmarks.common import write_section  # noqa: E402
 from src.envs import make_vector_env  # noqa: E402
 from src.envs.base import VectorEnv  # noqa: E402
 
@@ -89,6 +101,7 @@ N_ACTIONS = 5
 EVAL_SEED_OFFSET = 1_000_000
 """Evaluation layout i is the episode reset with seed ``EVAL_SEED_OFFSET + i``."""
 CONFIG_PATH = Path(__file__).resolve().parents[1] / "config" / "config.yaml"
+PAPER_PATH = CONFIG_PATH.with_name("paper.yaml")
 _DROW = np.array([0, -1, 1, 0, 0], dtype=np.int64)
 _DCOL = np.array([0, 0, 0, -1, 1], dtype=np.int64)
 
@@ -144,6 +157,8 @@ class JointModel:
     """``[S]`` bool: every agent on its goal (absorbing, safe)."""
     slip_matrix: np.ndarray
     """``[5, 5]``: probability of executing action e (column) when intending a (row)."""
+    slip_mode: str = "any"
+    """``any``: a slip is one of the other four actions; ``stay``: a slip keeps the agent."""
 
     @property
     def n_states(self) -> int:
@@ -183,6 +198,12 @@ class JointModel:
         for i in range(n_agents):
             # Agent i's executed action is the middle axis; sum it by slices (fast strides).
             shaped = w.reshape(n_states * N_ACTIONS**i, N_ACTIONS, N_ACTIONS ** (n_agents - 1 - i))
+            if self.slip_mode == "stay":
+                # (1 - p) I + p e_0^T: the intended action, or staying (action 0).
+                stay = shaped[:, 0].copy()
+                shaped *= 1.0 - p
+                shaped += p * stay[:, None]
+                continue
             total = shaped[:, 0] + shaped[:, 1]
             for e in range(2, N_ACTIONS):
                 total += shaped[:, e]
@@ -204,7 +225,12 @@ class JointModel:
 
 
 def build_model(
-    hazard: np.ndarray, goals: Sequence[int] | np.ndarray, *, size: int, slip_prob: float
+    hazard: np.ndarray,
+    goals: Sequence[int] | np.ndarray,
+    *,
+    size: int,
+    slip_prob: float,
+    slip_mode: str = "any",
 ) -> JointModel:
     """The exact joint model of agents with goal cells ``goals`` on a grid with ``hazard``.
 
@@ -223,6 +249,8 @@ def build_model(
         raise ValueError(f"goals {goals.tolist()} must be non-hazard cells of the grid")
     if not 0.0 <= slip_prob <= 1.0:
         raise ValueError(f"slip_prob must be a probability, got {slip_prob}")
+    if slip_mode not in ("any", "stay"):
+        raise ValueError(f"slip_mode must be 'any' or 'stay', got {slip_mode!r}")
     n_agents = int(goals.size)
     cells = np.flatnonzero(~hazard)
     k = len(cells)
@@ -265,8 +293,12 @@ def build_model(
         view[i] = k
         on_goal_all = on_goal_all & (np.arange(k) == local_goals[i]).reshape(view)
     p = float(slip_prob)
-    slip_matrix = np.full((N_ACTIONS, N_ACTIONS), p / (N_ACTIONS - 1))
-    np.fill_diagonal(slip_matrix, 1.0 - p)
+    if slip_mode == "stay":
+        slip_matrix = np.eye(N_ACTIONS) * (1.0 - p)
+        slip_matrix[:, 0] += p
+    else:
+        slip_matrix = np.full((N_ACTIONS, N_ACTIONS), p / (N_ACTIONS - 1))
+        np.fill_diagonal(slip_matrix, 1.0 - p)
     return JointModel(
         size=size,
         n_agents=n_agents,
@@ -277,6 +309,7 @@ def build_model(
         next_state=next_state.astype(dtype),
         done=on_goal_all.reshape(-1),
         slip_matrix=slip_matrix,
+        slip_mode=slip_mode,
     )
 
 
@@ -288,16 +321,34 @@ def model_from_env(
     ``agents`` selects a subset of the agents (default: all).
     """
     state = env.get_state()
-    if "hazard" not in state or "goal" not in state:
-        raise ValueError(f"{type(env).__name__} is not a native grid env")
-    config = state["config"]
+    size, slip, slip_mode = _dp_dynamics(env, state)
     chosen = list(range(env.n_agents)) if agents is None else list(agents)
     return build_model(
         state["hazard"][index],
         state["goal"][index][chosen],
-        size=int(config["size"]),
-        slip_prob=effective_slip_prob(config["slip_prob"]),
+        size=size,
+        slip_prob=slip,
+        slip_mode=slip_mode,
     )
+
+
+def _dp_dynamics(env: VectorEnv, state: dict[str, Any]) -> tuple[int, float, str]:
+    """Grid size, effective slip probability and slip mode of a native grid env's state.
+
+    Refuses what the DP does not model: envs without a hazard map and goals, and continuing
+    tasks, whose goals change on arrival (the joint state here is the agents' cells only).
+    """
+    if "hazard" not in state or "goal" not in state:
+        raise ValueError(f"{type(env).__name__} is not a native grid env")
+    config = state["config"]
+    if config.get("continuing", False):
+        raise ValueError(
+            f"{env.name} with continuing=True: goals change on arrival, which the joint state "
+            "of this DP (agents' cells) does not hold; its floor is the witness team's "
+            "(src.analysis.floor)"
+        )
+    slip = effective_slip_prob(config["slip_prob"])
+    return int(config["size"]), slip, str(config.get("slip_mode", "any"))
 
 
 @dataclass(frozen=True, eq=False)
@@ -425,6 +476,7 @@ def hazard_only_floor(
     slip_prob: float,
     horizon: int,
     require_completion: bool = False,
+    slip_mode: str = "any",
 ) -> tuple[np.ndarray, np.ndarray]:
     """``1 - prod_i (1 - p_i)`` ``[...]`` and the per-agent floors ``p_i`` ``[..., A]``.
 
@@ -436,7 +488,7 @@ def hazard_only_floor(
     per_agent = np.stack(
         [
             solve_min_risk(
-                build_model(hazard, [goal], size=size, slip_prob=slip_prob),
+                build_model(hazard, [goal], size=size, slip_prob=slip_prob, slip_mode=slip_mode),
                 horizon,
                 require_completion=require_completion,
             ).risk(starts[..., [i]])
@@ -581,8 +633,7 @@ def layout_floors(
     probability that the minimising joint policy finishes the episode.
     """
     state = env.get_state()
-    size = int(state["config"]["size"])
-    slip = effective_slip_prob(state["config"]["slip_prob"])
+    size, slip, slip_mode = _dp_dynamics(env, state)
     horizon = env.max_steps if horizon is None else horizon
     n_agents = env.n_agents
     groups: dict[bytes, list[int]] = {}
@@ -594,7 +645,7 @@ def layout_floors(
         hazard, goals = state["hazard"][members[0]], state["goal"][members[0]]
         starts = state["cell"][members]  # [M, A]
         begin = time.perf_counter()
-        model = build_model(hazard, goals, size=size, slip_prob=slip)
+        model = build_model(hazard, goals, size=size, slip_prob=slip, slip_mode=slip_mode)
         solution = solve_min_risk(model, horizon, require_completion=require_completion)
         seconds = time.perf_counter() - begin
         joint = solution.risk(starts)
@@ -612,13 +663,16 @@ def layout_floors(
             slip_prob=slip,
             horizon=horizon,
             require_completion=require_completion,
+            slip_mode=slip_mode,
         )
         best_pair = np.full(len(members), np.nan)
         if pairs and n_agents > 2:
             best_pair = np.max(
                 [
                     solve_min_risk(
-                        build_model(hazard, goals[[i, j]], size=size, slip_prob=slip),
+                        build_model(
+                            hazard, goals[[i, j]], size=size, slip_prob=slip, slip_mode=slip_mode
+                        ),
                         horizon,
                         require_completion=require_completion,
                     ).risk(starts[:, [i, j]])
@@ -663,13 +717,106 @@ def binomial_interval(k: int, n: int, confidence: float = 0.99) -> tuple[float, 
     return low, high
 
 
+def _parse_params(items: Sequence[str]) -> dict[str, Any]:
+    """``KEY=VALUE`` env parameter overrides (values read as YAML: 8, 0.1, false, any)."""
+    overrides: dict[str, Any] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise SystemExit(f"--param {item!r}: expected KEY=VALUE")
+        overrides[key] = yaml.safe_load(value)
+    return overrides
+
+
+def witness_rows(config_path: Path, results: Path | None = None) -> list[dict[str, Any]]:
+    """The witness floor (``src.analysis.floor``) of every continuing grid env of a config.
+
+    The reference goal rate is unconstrained ippo's evaluation goals at the floor's horizon
+    when ``results`` holds the experiment's ``tables/eval.parquet`` with ippo rows, else the
+    greedy team's.
+    """
+    from src.analysis.floor import FEASIBLE_FRACTION, feasible, floor_settings, task_floor
+    from src.config.workflow import check_workflow_config
+
+    with open(config_path, encoding="utf-8") as handle:
+        workflow_config = check_workflow_config(yaml.safe_load(handle))
+    evaluation = None
+    if results is not None and (results / "tables" / "eval.parquet").exists():
+        import pandas as pd
+
+        evaluation = pd.read_parquet(results / "tables" / "eval.parquet")
+    rows = []
+    for env_name in workflow_config["envs"]:
+        settings = floor_settings(workflow_config, env_name)
+        begin = time.perf_counter()
+        floor = task_floor(**settings)
+        seconds = time.perf_counter() - begin
+        if floor.method == "none":
+            continue
+        ippo_goals = math.nan
+        if evaluation is not None:
+            ippo = evaluation[
+                (evaluation["env"] == env_name)
+                & (evaluation["algo"] == "ippo")
+                & (evaluation["horizon"] == floor.horizon)
+            ]
+            if len(ippo) and ippo["mean_goals"].notna().all():
+                ippo_goals = float(np.average(ippo["mean_goals"], weights=ippo["n"]))
+        max_risk = float(workflow_config["base"]["max_risk"])
+        rows.append(
+            {
+                "config": config_path.name,
+                "env": env_name,
+                "agents": settings["env_params"]["n_agents"],
+                "floor": floor,
+                "max_risk": max_risk,
+                "bound": FEASIBLE_FRACTION * max_risk,
+                "ippo_goals": ippo_goals,
+                "feasible": feasible(floor, max_risk=max_risk, ippo_goals=ippo_goals),
+                "seconds": seconds,
+            }
+        )
+    return rows
+
+
+def witness_markdown(rows: Sequence[dict[str, Any]], command: str) -> str:
+    """The section of BENCHMARKS.md: one line per (config, env)."""
+    lines = [
+        f"Measured on {time.strftime('%Y-%m-%d', time.gmtime())} by `{command}`.",
+        "",
+        "| config | env | agents | H | layouts | careful team P(viol. ≤ H) [upper] | max_risk / 4 "
+        "| goals: careful / reference | careless (greedy) P(viol. ≤ H) | feasible |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---|",
+    ]
+    for row in rows:
+        floor = row["floor"]
+        ippo = not math.isnan(row["ippo_goals"])
+        reference = row["ippo_goals"] if ippo else floor.greedy_goals
+        label = "ippo" if ippo else "greedy"
+        lines.append(
+            f"| {row['config']} | {row['env']} | {row['agents']} | {floor.horizon} | "
+            f"{floor.episodes} | {floor.p_violation:.3f} [{floor.p_upper:.4f}] | "
+            f"{row['bound']:.4f} | {floor.goals:.1f} / {reference:.1f} ({label}) = "
+            f"{floor.goals / reference:.2f} | {floor.greedy_p_violation:.3f} | "
+            f"{'yes' if row['feasible'] else 'no'} |"
+        )
+    return "\n".join(lines)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    """Print the distribution of the per-layout minimum risk over the evaluation layouts."""
+    """Floors over the evaluation layouts: the exact DP of terminating tasks, or the witness."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--env", choices=["hazard_grid", "intersection", "both"], default="both")
     parser.add_argument("--episodes", type=int, default=200, help="evaluation layouts")
     parser.add_argument("--horizon", type=int, default=None, help="default: env max_steps")
     parser.add_argument("--config", type=Path, default=CONFIG_PATH)
+    parser.add_argument(
+        "--param",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="env parameter over the config's, e.g. continuing=false slip_mode=any",
+    )
     parser.add_argument("--no-pairs", action="store_true", help="skip the 2-agent floors")
     parser.add_argument("--mc-layouts", type=int, default=0, help="layouts to cross-check by MC")
     parser.add_argument("--mc-rollouts", type=int, default=20_000)
@@ -684,10 +831,33 @@ def main(argv: Sequence[str] | None = None) -> int:
         action="store_true",
         help="also report P(episode finished) under the minimising policy",
     )
+    parser.add_argument(
+        "--witness",
+        action="store_true",
+        help="witness floors of every continuing grid env of config.yaml and paper.yaml",
+    )
+    parser.add_argument(
+        "--results",
+        type=Path,
+        default=None,
+        help="the default experiment's results folder (ippo's goals as the reference)",
+    )
+    parser.add_argument("--write", action="store_true", help="write the BENCHMARKS.md section")
     args = parser.parse_args(argv)
+    if args.witness:
+        rows = witness_rows(CONFIG_PATH, args.results) + witness_rows(PAPER_PATH)
+        command = "python -m benchmarks.risk_floor --witness" + (
+            f" --results {args.results}" if args.results else ""
+        )
+        markdown = witness_markdown(rows, command)
+        print(markdown)
+        if args.write:
+            write_section("risk_floor", markdown)
+        return 0
+    overrides = _parse_params(args.param)
     names = ["hazard_grid", "intersection"] if args.env == "both" else [args.env]
     for name in names:
-        params = default_env_params(name, args.config)
+        params = {**default_env_params(name, args.config), **overrides}
         env = evaluation_env(name, args.episodes, **params)
         horizon = env.max_steps if args.horizon is None else args.horizon
         begin = time.perf_counter()

@@ -206,6 +206,24 @@ def _observations(source: Path, configs: list[dict]) -> list[str]:
                 else f"No policy meets `max_risk` = {max_risk}."
             )
         )
+        if "floor" in rows and not pd.isna(rows["floor"].iloc[0]):
+            first = rows.iloc[0]
+            verdict = "well posed" if bool(first["feasible"]) else "not well posed"
+            lines.append(
+                f"  Risk floor (careful centralised team on the same layouts): "
+                f"{first['floor']:.3f} (upper bound {first['floor_upper']:.4f}) against "
+                f"`max_risk` / 4 = {max_risk / 4:g}: the task is {verdict}."
+            )
+        if "collision_share" in rows:
+            shares = ", ".join(
+                f"{r.policy} {r['collision_share']:.0%}"
+                for _, r in ranked.iterrows()
+                if not pd.isna(r["collision_share"])
+            )
+            if shares:
+                lines.append(
+                    f"  Share of violating episodes that began with a collision: {shares}."
+                )
         if len(reference):
             ratios = ", ".join(
                 f"{r.policy} {r['eval_return_mean'] / reference.iloc[0]:.2f}x"
@@ -278,8 +296,9 @@ def write_results_doc(
         "## What this run shows",
         "",
         "Computed from the tables above and the training histories each time the page is "
-        "written. Exact floors of the achievable risk on the grid tasks are in "
-        "[BENCHMARKS.md](../benchmarks/BENCHMARKS.md) (risk floors).",
+        "written. The risk floor of each task is the summary's last table; how it is "
+        "computed: [design.md](design.md) (section 5.1), and its measurement on the paper's "
+        "grid: [BENCHMARKS.md](../benchmarks/BENCHMARKS.md) (risk floors).",
         "",
         *_observations(source, configs),
         "",

@@ -4,7 +4,9 @@ Per run, the summary takes
 - `train_return`, `train_cost`: mean team return and episode cost over the last
   `FINAL_FRACTION` of its training episodes (by `t_end`, at least one episode);
 - `eval_return`, `eval_cost`: the final policy's evaluation mean return and cost at the largest
-  horizon.
+  horizon;
+- `collision_share`, `eval_goals`: at the constraint horizon, the share of violating episodes
+  whose first violation is a collision between agents, and the goals per episode.
 Across the runs of a policy these get the mean and a 95% Student-t interval (NaN with a single
 run; costs clipped at 0). Probabilities are pooled instead (`src.analysis.constraint`): for
 every evaluation horizon H, `violations_h{H}` = k summed over the runs, `p_violation_h{H}` =
@@ -19,6 +21,7 @@ empty (it was trained shielded).
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -35,6 +38,7 @@ from src.analysis.constraint import (
     run_configs,
 )
 from src.analysis.files import write_text
+from src.analysis.floor import MIN_GOAL_SHARE, Floor, feasible, load_floor
 from src.analysis.style import has_shield, policy_label
 from src.core.io import atomic_output
 
@@ -42,6 +46,8 @@ __all__ = [
     "FINAL_FRACTION",
     "SUMMARY_FILES",
     "final_training_metrics",
+    "floor_frame",
+    "floor_markdown",
     "make_summary",
     "mean_interval",
     "summary_frame",
@@ -157,11 +163,43 @@ def _verdicts(
                 "max_risk": bound,
                 "constraint_horizon": horizon,
                 "constraint": constraint_status(estimate=estimate, upper=upper, max_risk=bound),
+                **_at_horizon(evaluation, policy, horizon),
             }
         )
     return pd.DataFrame(
-        rows, columns=[*_POLICY_KEYS, "max_risk", "constraint_horizon", "constraint"]
+        rows,
+        columns=[
+            *_POLICY_KEYS,
+            "max_risk",
+            "constraint_horizon",
+            "constraint",
+            "collision_share",
+            "eval_goals",
+        ],
     )
+
+
+def _at_horizon(evaluation: pd.DataFrame, policy: pd.Series, horizon: int) -> dict[str, float]:
+    """A policy's pooled collision share of its violations and mean goals at `horizon`.
+
+    `collision_share`: of the episodes that violated within H, the fraction whose first
+    violation includes a collision between agents; `eval_goals`: goals per episode within H.
+    NaN where the task does not report them.
+    """
+    rows = evaluation[
+        (evaluation["env"] == policy["env"])
+        & (evaluation["algo"] == policy["algo"])
+        & (evaluation["shielded"] == policy["shielded"])
+        & (evaluation["horizon"] == horizon)
+    ]
+    share, goals = math.nan, math.nan
+    if "collision_violations" in rows and rows["collision_violations"].notna().all():
+        violations = float(rows["violations"].sum())
+        if violations > 0:
+            share = float(rows["collision_violations"].sum()) / violations
+    if "mean_goals" in rows and len(rows) and rows["mean_goals"].notna().all():
+        goals = float(np.average(rows["mean_goals"], weights=rows["n"]))
+    return {"collision_share": share, "eval_goals": goals}
 
 
 def summary_frame(
@@ -269,6 +307,9 @@ def _header_and_rows(frame: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
         header += ["max_risk", "constraint"]
     header += list(MEAN_METRICS.values())
     header += [f"P(viol. ≤ {h})" for h in horizons]
+    split = "collision_share" in frame.columns and frame["collision_share"].notna().any()
+    if split:
+        header.append("collisions")
     rows = []
     for i in frame.index:
         cells = [str(frame.loc[i, "env"]), str(frame.loc[i, "policy"]), str(frame.loc[i, "runs"])]
@@ -280,6 +321,9 @@ def _header_and_rows(frame: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
             ]
         cells += [_mean_cell(frame, i, metric) for metric in MEAN_METRICS]
         cells += [_probability_cell(frame, i, f"p_violation_h{h}") for h in horizons]
+        if split:
+            share = frame.loc[i, "collision_share"]
+            cells.append("–" if pd.isna(share) else f"{share:.0%}")
         rows.append(cells)
     return header, rows
 
@@ -306,6 +350,12 @@ def _notes(frame: pd.DataFrame) -> list[str]:
             "against max_risk: met = the interval's upper end ≤ max_risk; point = only the "
             "estimate ≤ max_risk; not met = the estimate > max_risk.",
         ]
+    if "collision_share" in frame.columns and frame["collision_share"].notna().any():
+        notes.append(
+            "collisions: of the episodes that violated within the constraint horizon, the share "
+            "whose first violation is a collision between agents (the rest: hazards, leaving "
+            "the road)."
+        )
     notes.append("Dashes mark quantities that were not measured.")
     return notes
 
@@ -350,18 +400,105 @@ def _latex(frame: pd.DataFrame) -> str:
     return "\n".join(lines)
 
 
-def make_summary(tables_dir: str | Path) -> None:
+def floor_frame(floors: Sequence[Floor], summary: pd.DataFrame) -> pd.DataFrame:
+    """One row per env with a floor record: the floor next to `max_risk`, and the verdict.
+
+    `ippo_goals` is unconstrained ippo's evaluation goals per episode at the floor's horizon
+    (NaN when ippo was not trained: the greedy team's goals are the reference then).
+    """
+    rows = []
+    for floor in floors:
+        mine = summary[summary["env"] == floor.env] if "max_risk" in summary else summary[:0]
+        bound = float(mine["max_risk"].min()) if len(mine) else math.nan
+        ippo = mine[(mine["algo"] == "ippo") & ~mine["shielded"].astype(bool)]
+        ippo_goals = float(ippo["eval_goals"].iloc[0]) if len(ippo) else math.nan
+        verdict = (
+            None if math.isnan(bound) else feasible(floor, max_risk=bound, ippo_goals=ippo_goals)
+        )
+        rows.append(
+            {
+                "env": floor.env,
+                "max_risk": bound,
+                "floor_method": floor.method,
+                "floor_horizon": floor.horizon,
+                "floor": floor.p_violation,
+                "floor_upper": floor.p_upper,
+                "floor_goals": floor.goals,
+                "ippo_goals": ippo_goals,
+                "greedy_goals": floor.greedy_goals,
+                "feasible": verdict,
+            }
+        )
+    return pd.DataFrame(rows, columns=list(_FLOOR_COLUMNS))
+
+
+_FLOOR_COLUMNS = (
+    "env",
+    "max_risk",
+    "floor_method",
+    "floor_horizon",
+    "floor",
+    "floor_upper",
+    "floor_goals",
+    "ippo_goals",
+    "greedy_goals",
+    "feasible",
+)
+
+
+def floor_markdown(floors: pd.DataFrame) -> str:
+    """The floors as a Markdown table followed by what its cells mean."""
+    lines = [
+        "| env | max_risk | floor P(viol. ≤ H) [upper] | H | goals: careful team / ippo "
+        "| feasible (floor ≤ max_risk / 4) |",
+        "|---|---:|---:|---:|---:|---|",
+    ]
+    for row in floors.itertuples(index=False):
+        if row.floor_method == "none":
+            lines.append(f"| {row.env} | {_format(row.max_risk)} | – | – | – | – |")
+            continue
+        reference = row.ippo_goals if not math.isnan(row.ippo_goals) else row.greedy_goals
+        share = row.floor_goals / reference if reference > 0 else math.nan
+        verdict = {True: "yes", False: "no", None: "–"}[row.feasible]
+        lines.append(
+            f"| {row.env} | {_format(row.max_risk)} | {_format(row.floor)} "
+            f"[{_format(row.floor_upper)}] | {row.floor_horizon} | {row.floor_goals:.1f} / "
+            f"{reference:.1f} = {share:.2f} | {verdict} |"
+        )
+    notes = [
+        "floor: violation rate within H of a careful, centralised, fully observing team "
+        "(src/envs/witness.py) on every run's evaluation layouts; it bounds the least risk of "
+        "a team that still works from above. Upper: its one-sided Clopper-Pearson bound at the "
+        "evaluation's confidence.",
+        "goals: goals per episode within H of the careful team and of unconstrained ippo (of a "
+        "greedy team where ippo was not trained); feasible: the upper bound ≤ max_risk / 4 and "
+        f"the careful team keeps at least {MIN_GOAL_SHARE:.0%} of the reference goals.",
+    ]
+    return "\n".join([*lines, "", *(f"- {note}" for note in notes), ""])
+
+
+def make_summary(tables_dir: str | Path, *, floors: Sequence[str | Path] = ()) -> None:
     """Write `summary.csv`, `summary.md` and `summary.tex` from the tables in `tables_dir`.
 
-    `max_risk` comes from the run configs stored in the tables' metadata.
+    `max_risk` comes from the run configs stored in the tables' metadata. `floors` are the
+    envs' floor records (`src.analysis.floor`): `summary.md` shows them next to `max_risk`
+    and `summary.csv` carries each env's `floor`, `floor_upper` and `feasible`.
     """
     history_table = load_table(tables_dir, "history")
     history = history_table.to_pandas()
     evaluation = load_table(tables_dir, "eval").to_pandas()
     max_risk = max_risk_of_runs(run_configs(history_table))
     frame = summary_frame(history, evaluation, max_risk=max_risk)
+    floor_rows = floor_frame([load_floor(path) for path in floors], frame)
+    if len(floor_rows):
+        frame = frame.merge(
+            floor_rows[["env", "floor", "floor_upper", "feasible"]], on="env", how="left"
+        )
     out = Path(tables_dir)
     with atomic_output(out / "summary.csv") as tmp:
         frame.to_csv(tmp, index=False)
-    write_text(summary_markdown(frame), out / "summary.md")
+    markdown = summary_markdown(frame)
+    if len(floor_rows):
+        markdown += "\n## Risk floors\n\n" + floor_markdown(floor_rows)
+    write_text(markdown, out / "summary.md")
     write_text(_latex(frame), out / "summary.tex")

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
+import yaml
 
 from benchmarks.risk_floor import (
     N_ACTIONS,
@@ -19,8 +22,13 @@ from benchmarks.risk_floor import (
     monte_carlo_risk,
     product_policy,
     solve_min_risk,
+    witness_markdown,
+    witness_rows,
 )
 from src.envs import make_vector_env
+
+# The DP models terminating episodes: the tests build the original tasks.
+ORIGINAL = {"slip_mode": "any", "continuing": False, "neighbour_view": 0}
 
 # 3x3 grid, cells numbered row-major: the agent at (0, 1) = 1 has its goal at (0, 0) = 0.
 _START, _GOAL = 1, 0
@@ -84,11 +92,58 @@ def test_joint_action_encoding_round_trips_and_products_are_distributions():
     )
 
 
-def test_expectation_is_the_product_slip_matrix():
-    model = build_model(_grid_with_hazards(3, [4]), [0, 8], size=3, slip_prob=0.3)
+@pytest.mark.parametrize("slip_mode", ["any", "stay"])
+def test_expectation_is_the_product_slip_matrix(slip_mode):
+    model = build_model(
+        _grid_with_hazards(3, [4]), [0, 8], size=3, slip_prob=0.3, slip_mode=slip_mode
+    )
     w = np.random.default_rng(1).random((model.n_states, N_ACTIONS**2))
     explicit = w @ np.kron(model.slip_matrix, model.slip_matrix).T
     assert np.allclose(model.expect(w), explicit)
+    assert np.allclose(model.slip_matrix.sum(axis=1), 1.0)
+    if slip_mode == "stay":
+        # A slip keeps the agent: moving right executes right (0.7) or stay (0.3), never more.
+        np.testing.assert_allclose(model.slip_matrix[4], [0.3, 0, 0, 0, 0.7])
+
+
+def test_a_stay_slip_never_pushes_an_agent_into_a_hazard():
+    # One step from the goal with hazards all around: with stay-slips the floor is 0, with
+    # slips to any side it is the chance of slipping towards a hazard.
+    hazard = _grid_with_hazards(3, [2, 4])
+    stay = build_model(hazard, [_GOAL], size=3, slip_prob=0.3, slip_mode="stay")
+    anywhere = build_model(hazard, [_GOAL], size=3, slip_prob=0.3, slip_mode="any")
+    start = np.array([_START])
+    assert solve_min_risk(stay, 1).risk(start) == 0.0
+    assert solve_min_risk(anywhere, 1).risk(start) == pytest.approx(2 * 0.3 / 4)
+
+
+def test_continuing_tasks_are_refused_by_the_dp():
+    env = make_vector_env("hazard_grid", num_envs=1, seed=0, n_agents=2)
+    env.reset()
+    with pytest.raises(ValueError, match="continuing=True"):
+        model_from_env(env)
+
+
+def test_witness_floors_of_a_config_are_written_as_a_table(tmp_path):
+    config = yaml.safe_load(
+        (Path(__file__).resolve().parents[2] / ".test" / "config.yaml").read_text()
+    )
+    config["envs"] = ["hazard_grid", "spread"]
+    config["env_params"]["spread"] = {"n_agents": 2, "max_steps": 25}
+    path = tmp_path / "tiny.yaml"
+    path.write_text(yaml.safe_dump(config))
+    rows = witness_rows(path)
+    assert [row["env"] for row in rows] == ["hazard_grid"]  # spread has no witness
+    floor = rows[0]["floor"]
+    assert (floor.method, floor.horizon, floor.episodes, floor.violations) == (
+        "witness",
+        50,
+        8,
+        0,
+    )
+    assert rows[0]["feasible"] is (floor.p_upper <= 0.025)
+    text = witness_markdown(rows, "python -m benchmarks.risk_floor --witness")
+    assert "| tiny.yaml | hazard_grid | 2 | 50 | 8 | 0.000 [" in text
 
 
 def _all_states_and_actions(model, n_agents):
@@ -107,7 +162,7 @@ def _all_states_and_actions(model, n_agents):
     ],
 )
 def test_transitions_match_the_env_step_without_slips(name, params, sample):
-    env = make_vector_env(name, num_envs=1, seed=5, slip_prob=0.0, **params)
+    env = make_vector_env(name, num_envs=1, seed=5, slip_prob=0.0, **ORIGINAL, **params)
     env.reset()
     model = model_from_env(env)
     n_agents = env.n_agents
@@ -152,6 +207,7 @@ def _tiny_hazard_grid(n_layouts: int):
         n_agents=2,
         slip_prob=0.2,
         max_steps=12,
+        **ORIGINAL,
     )
     env.reset(seed=[100 + i for i in range(n_layouts)])
     return env
@@ -215,6 +271,7 @@ def test_partial_floors_are_lower_bounds_of_the_joint_floor():
         start_jitter=1,
         slip_prob=0.05,
         max_steps=15,
+        **ORIGINAL,
     )
     env.reset(seed=[10, 11])
     floors, kept = layout_floors(env, keep=[0])
@@ -230,6 +287,7 @@ def test_partial_floors_are_lower_bounds_of_the_joint_floor():
 
 def test_command_line_prints_the_summary(capsys):
     argv = ["--env", "hazard_grid", "--episodes", "3", "--mc-layouts", "1"]
+    argv += [f"--param={key}={str(value).lower()}" for key, value in ORIGINAL.items()]
     assert main([*argv, "--mc-rollouts", "2000", "--completion"]) == 0
     out = capsys.readouterr().out
     assert "joint floor" in out and "median" in out and "frac>0.1" in out and "MC layout 0" in out

@@ -12,6 +12,7 @@ REPO = Path(workflow.basedir).resolve()
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
+from src.analysis.floor import floor_settings
 from src.code_inputs import import_closure
 from src.config.workflow import (
     WorkflowConfigError,
@@ -65,6 +66,8 @@ TABLES = {
     for ext in ("parquet", "csv")
 }
 SUMMARY = {ext: f"{TABLES_DIR}/summary.{ext}" for ext in ("csv", "md", "tex")}
+# The risk floor of each env (src.analysis.floor), shown next to max_risk in the summary.
+FLOOR = f"{RESULTS}/floors/{{env}}.json"
 FIGURES_DIR = f"{RESULTS}/figures"
 VIDEO_PAGE_DIR = f"{RESULTS}/video_page"
 WANDB_DIR = f"{RESULTS}/wandb"
@@ -130,6 +133,16 @@ def run_config(wildcards):
     return resolve_run_config(
         config, wildcards.env, wildcards.algo, int(wildcards.idx)
     ).to_dict()
+
+
+def floor_config(wildcards):
+    """The witness floor's settings of the env named by the wildcards."""
+    return floor_settings(config, wildcards.env)
+
+
+def all_envs(template):
+    """`template` filled in for every env of the config."""
+    return [template.format(env=env) for env in config["envs"]]
 
 
 def all_runs(template):

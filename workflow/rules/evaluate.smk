@@ -18,3 +18,23 @@ rule evaluate:
         runtime=config["resources"]["evaluate"]["runtime"],
     script:
         "../scripts/evaluate.py"
+
+
+rule floor:
+    """The env's risk floor: a careful centralised team on every run's evaluation layouts."""
+    input:
+        code=script_code("floor"),
+    output:
+        FLOOR,
+    log:
+        experiment_log("floor-{env}"),
+    conda:
+        ENVIRONMENT
+    threads: 1
+    resources:
+        mem_mb=config["resources"]["evaluate"]["mem_mb"],
+        runtime=config["resources"]["evaluate"]["runtime"],
+    params:
+        settings=floor_config,
+    script:
+        "../scripts/floor.py"

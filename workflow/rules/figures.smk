@@ -26,6 +26,7 @@ rule summary:
     """The summary table of the final policies (CSV, Markdown, LaTeX)."""
     input:
         tables=list(TABLES.values()),
+        floors=all_envs(FLOOR),
         code=script_code("summary"),
     output:
         csv=report(SUMMARY["csv"], caption="../report/summary.rst", category="Tables"),

@@ -8,4 +8,4 @@ start_job(snakemake)
 
 from src.analysis.tables import make_summary  # noqa: E402 (after the log redirect)
 
-make_summary(Path(snakemake.input.tables[0]).parent)
+make_summary(Path(snakemake.input.tables[0]).parent, floors=list(snakemake.input.floors))

@@ -1,0 +1,189 @@
+"""The risk floor of a task: how low a team that still works can keep its risk.
+
+A constraint P(violation within H) <= `max_risk` that no team can meet cannot tell a method's
+failure from the task's, so every results page shows, per env, the floor next to `max_risk`.
+The floor is the least P(violation within H) of a team that keeps at least half of unconstrained
+`ippo`'s goal rate. On the continuing grid tasks the joint state (cells and goals of every
+agent) is too large for the exact dynamic programme of `benchmarks/risk_floor.py`, so the floor
+is bounded from above by a *witness*: the centralised, fully observing careful team of
+`src.envs.witness` rolled out on the evaluation layouts of every run (reset seeds
+`final_policy_eval_seed_offset + i`, i < num_runs * N), for H steps. Its violation rate, with a
+one-sided Clopper-Pearson upper bound, is an upper bound of the floor; its goals per episode say
+what the careful team still earns. The task is *well posed* ("feasible") when that upper bound
+is <= `max_risk` / 4 and the witness keeps at least half of ippo's goals (of the greedy team's
+when ippo was not trained).
+
+Tasks without a witness (e.g. `spread`) get a record that says so, with NaN numbers.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from src.analysis.constraint import constraint_horizon
+from src.analysis.files import read_json, write_text
+from src.config.workflow import resolve_run_config
+from src.envs.grid_core import GridVectorEnv
+from src.envs.registry import make_vector_env
+from src.envs.witness import careful_actions, greedy_actions, rollout_team
+from src.stats import clopper_pearson_upper
+
+__all__ = [
+    "FEASIBLE_FRACTION",
+    "MIN_GOAL_SHARE",
+    "Floor",
+    "feasible",
+    "floor_settings",
+    "load_floor",
+    "task_floor",
+    "write_floor",
+]
+
+FEASIBLE_FRACTION = 0.25
+"""A task is well posed when its floor is at most this fraction of `max_risk`."""
+MIN_GOAL_SHARE = 0.5
+"""The witness must keep at least this share of ippo's goals per episode."""
+
+
+@dataclass(frozen=True)
+class Floor:
+    """The floor record of one env (the JSON of `results/{tag}/floors/{env}.json`)."""
+
+    env: str
+    """Env name."""
+    method: str
+    """`witness` (centralised careful team) or `none` (the task has no witness)."""
+    horizon: int
+    """H of P(violation within H): the constraint horizon of the evaluation."""
+    first_seed: int
+    """Reset seed of the first layout; layouts are `first_seed + i`, i < episodes."""
+    episodes: int
+    """Layouts rolled out (the evaluation layouts of every run)."""
+    confidence: float
+    """Confidence of the one-sided upper bound `p_upper`."""
+    violations: int
+    """Witness episodes with a violation within H."""
+    p_violation: float
+    """Witness violation rate within H: an upper bound of the floor."""
+    p_upper: float
+    """One-sided Clopper-Pearson upper bound of the witness's violation probability."""
+    goals: float
+    """Witness goals per episode within H (whole team)."""
+    greedy_p_violation: float
+    """Violation rate of the careless greedy team on the same layouts."""
+    greedy_goals: float
+    """Greedy team's goals per episode within H."""
+
+    def to_dict(self) -> dict[str, Any]:
+        """The record as plain JSON values."""
+        return asdict(self)
+
+
+def task_floor(
+    env_name: str,
+    env_params: dict[str, Any],
+    *,
+    first_seed: int,
+    episodes: int,
+    horizon: int,
+    confidence: float,
+    rng_seed: int = 0,
+) -> Floor:
+    """The witness floor of env `env_name` on layouts `first_seed + i`, i < `episodes`."""
+    if episodes < 1 or horizon < 1:
+        raise ValueError(f"episodes and horizon must be >= 1, got {episodes} and {horizon}")
+    params = {**env_params, "max_steps": max(horizon, int(env_params.get("max_steps", 1)))}
+
+    def make(copies: int) -> Any:
+        return make_vector_env(env_name, num_envs=copies, seed=None, **params)
+
+    probe = make(1)
+    if not isinstance(probe, GridVectorEnv) or not probe.config.continuing:
+        nan = math.nan
+        return Floor(
+            env=env_name,
+            method="none",
+            horizon=horizon,
+            first_seed=first_seed,
+            episodes=episodes,
+            confidence=confidence,
+            violations=0,
+            p_violation=nan,
+            p_upper=nan,
+            goals=nan,
+            greedy_p_violation=nan,
+            greedy_goals=nan,
+        )
+    probe.close()
+    seeds = range(first_seed, first_seed + episodes)
+    careful = rollout_team(make, careful_actions, seeds, horizon=horizon, rng_seed=rng_seed)
+    greedy = rollout_team(make, greedy_actions, seeds, horizon=horizon, rng_seed=rng_seed)
+    k = int(np.count_nonzero(careful.first_violation > 0))
+    upper = float(clopper_pearson_upper(k=k, n=episodes, delta=1.0 - confidence))
+    return Floor(
+        env=env_name,
+        method="witness",
+        horizon=horizon,
+        first_seed=first_seed,
+        episodes=episodes,
+        confidence=confidence,
+        violations=k,
+        p_violation=k / episodes,
+        p_upper=upper,
+        goals=float(careful.goals.mean()),
+        greedy_p_violation=greedy.p_violation(horizon),
+        greedy_goals=float(greedy.goals.mean()),
+    )
+
+
+def feasible(floor: Floor, *, max_risk: float, ippo_goals: float | None) -> bool | None:
+    """Whether the task is well posed for `max_risk` (None when there is no witness).
+
+    The witness's upper bound must be <= `FEASIBLE_FRACTION * max_risk` and its goals at least
+    `MIN_GOAL_SHARE` of ippo's (of the greedy team's when `ippo_goals` is None or NaN).
+    """
+    if floor.method == "none":
+        return None
+    reference = floor.greedy_goals if ippo_goals is None or math.isnan(ippo_goals) else ippo_goals
+    return bool(
+        floor.p_upper <= FEASIBLE_FRACTION * max_risk and floor.goals >= MIN_GOAL_SHARE * reference
+    )
+
+
+def write_floor(floor: Floor, path: str | Path) -> None:
+    """Write the floor record as JSON, atomically."""
+    write_text(json.dumps(floor.to_dict(), indent=2, allow_nan=True) + "\n", path)
+
+
+def load_floor(path: str | Path) -> Floor:
+    """Read a floor record written by `write_floor`, naming the file when it is malformed."""
+    raw = read_json(path)
+    names = set(Floor.__dataclass_fields__)
+    if not isinstance(raw, dict) or set(raw) != names:
+        raise ValueError(f"{path}: not a floor record (expected the keys {sorted(names)})")
+    return Floor(**raw)
+
+
+def floor_settings(workflow_config: dict[str, Any], env_name: str) -> dict[str, Any]:
+    """The keyword arguments of `task_floor` for env `env_name` of a checked workflow config.
+
+    The layouts are the evaluation layouts of every run (at least one: with no evaluation
+    episodes, the first run's first layout), the horizon the constraint horizon of the
+    evaluation, the confidence the evaluation's.
+    """
+    run = resolve_run_config(workflow_config, env_name, workflow_config["algos"][0], 0)
+    evaluation = run.evaluation
+    return {
+        "env_name": env_name,
+        "env_params": run.env.constructor_params(),
+        "first_seed": evaluation.first_seed(0),
+        "episodes": max(1, workflow_config["num_runs"] * evaluation.episodes),
+        "horizon": constraint_horizon(evaluation.horizons),
+        "confidence": evaluation.final_policy_eval_confidence,
+    }
