@@ -119,3 +119,80 @@ def test_a_symlink_inside_the_checkpoint_folder_is_refused(checkpointed: Path, o
 def test_an_intact_checkpoint_still_resumes_and_is_removed(checkpointed: Path):
     train_run(_tiny_config(), checkpointed, progress=False)
     assert (checkpointed / "policy.pt").is_file() and not (checkpointed / "checkpoint").exists()
+
+
+# ------------------------------------------------------------- 2. wandb manifest
+
+
+@pytest.fixture
+def finished(tmp_path: Path) -> Path:
+    """A results folder (`results/test`) of one finished run, ready for the wandb upload."""
+    import pandas as pd
+
+    from src.config.workflow import resolve_run_config, validate_workflow_config
+    from src.core.io import save_to_file
+
+    workflow_config = validate_workflow_config(
+        {
+            "experiment_tag": "test",
+            "envs": ["hazard_grid"],
+            "algos": ["ippo"],
+            "num_runs": 1,
+            "base": {"num_envs": 2, "timesteps": 64, "rollouts": 16, "mini_batches": 2},
+            "env_params": {"hazard_grid": {"n_agents": 2, "max_steps": 20}},
+        }
+    )
+    results = tmp_path / "results" / "test"
+    run_dir = results / "runs" / "hazard_grid" / "ippo" / "run0"
+    config = resolve_run_config(workflow_config, "hazard_grid", "ippo", 0).to_dict()
+    save_to_file(config, run_dir, "config.json")
+    save_to_file([], run_dir, "history.json")
+    save_to_file(pd.DataFrame({"horizon": [10], "p_violation": [0.1]}), run_dir, "eval.parquet")
+    (run_dir / "videos").mkdir()
+    return results
+
+
+def _plant_manifest(results: Path, folder: str) -> Path:
+    """A manifest whose entry for the run names `folder`, with a stale fingerprint and never
+    synced: the upload would delete that folder to make a new offline run."""
+    import json
+
+    wandb_dir = results / "wandb"
+    wandb_dir.mkdir(exist_ok=True)
+    manifest = wandb_dir / "manifest.json"
+    entry = {"fingerprint": "stale", "folder": folder, "synced": False}
+    manifest.write_text(json.dumps({"hazard_grid-ippo-run0": entry}))
+    (wandb_dir / "upload.done").unlink(missing_ok=True)
+    return manifest
+
+
+@pytest.mark.parametrize(
+    "kind", ["absolute", "climbing", "climbing inside wandb/", "wandb folder itself", "symlink"]
+)
+def test_a_manifest_folder_outside_is_refused_and_nothing_deleted(
+    finished: Path, outside: Path, kind: str, monkeypatch: pytest.MonkeyPatch
+):
+    from src.analysis.wandb_upload import upload_experiment
+
+    monkeypatch.delenv("WANDB_API_KEY", raising=False)
+    monkeypatch.setenv("NETRC", str(finished / "no.netrc"))
+    if kind == "symlink":
+        (finished / "wandb" / "wandb").mkdir(parents=True)
+        (finished / "wandb" / "wandb" / "offline-run-x").symlink_to(outside / "precious")
+    folder = {
+        "absolute": str(outside / "precious"),
+        "climbing": "../../../outside/precious",
+        "climbing inside wandb/": "wandb/../../../../outside/precious",
+        "wandb folder itself": "wandb",
+        "symlink": "wandb/offline-run-x",
+    }[kind]
+    manifest = _plant_manifest(finished, folder)
+    before = folder_state(outside)
+
+    with pytest.raises(ContainmentError) as error:
+        upload_experiment(finished, sync=False)
+
+    message = _one_line_naming(error.value, manifest)
+    assert repr(folder) in message
+    _intact(outside, before)
+    assert not (finished / "wandb" / "upload.done").exists()
