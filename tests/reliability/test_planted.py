@@ -196,3 +196,128 @@ def test_a_manifest_folder_outside_is_refused_and_nothing_deleted(
     assert repr(folder) in message
     _intact(outside, before)
     assert not (finished / "wandb" / "upload.done").exists()
+
+
+# ------------------------------------------------------------- 3. special files as videos
+
+# A child process, so that a regression (copying /dev/zero endlessly) hits a file size limit
+# and a timeout instead of filling the disk.
+LIMITED = """
+import resource, sys
+resource.setrlimit(resource.RLIMIT_FSIZE, (16 * 2**20, 16 * 2**20))
+resource.setrlimit(resource.RLIMIT_AS, (4 * 2**30, 4 * 2**30))
+try:
+    exec(sys.argv[1])
+except Exception as error:
+    print(f"{type(error).__name__}: {error}")
+    sys.exit(3)
+"""
+
+
+def _run_limited(code: str, *args: str) -> str:
+    """Run `code` (with `sys.argv[2:]` = args) in a child with the file size capped at 16 MB;
+    returns the one line of the error it ended with."""
+    import subprocess
+    import sys
+
+    from tests.reliability.helpers import child_env
+
+    done = subprocess.run(
+        [sys.executable, "-c", LIMITED, code, *args],
+        capture_output=True,
+        text=True,
+        env=child_env(),
+        timeout=120,
+    )
+    assert done.returncode == 3, f"not refused: {done.returncode} {done.stdout} {done.stderr}"
+    lines = done.stdout.strip().splitlines()
+    assert len(lines) == 1, done.stdout
+    return lines[0]
+
+
+def _videos(folder: Path) -> Path:
+    folder.mkdir(parents=True)
+    (folder / "episode-0.mp4").write_bytes(b"a real video")
+    (folder / "poster.png").write_bytes(b"a real poster")
+    return folder
+
+
+PAGE = """
+import sys
+from src.analysis.video_page import write_video_page
+write_video_page(sys.argv[2:-1], ["x"] * len(sys.argv[2:-1]), sys.argv[-1], title="T")
+"""
+
+
+@pytest.mark.parametrize("name", ["episode-1.mp4", "poster.png"])
+def test_a_video_symlinked_to_dev_zero_is_refused_and_nothing_copied(tmp_path: Path, name: str):
+    videos = _videos(tmp_path / "results" / "test" / "runs" / "e" / "a" / "run0" / "videos")
+    planted = videos / name
+    planted.unlink(missing_ok=True)
+    planted.symlink_to("/dev/zero")
+    page = tmp_path / "results" / "test" / "video_page"
+
+    line = _run_limited(PAGE, str(videos), str(page))
+
+    assert line.startswith("ContainmentError: ") and "symbolic link" in line
+    _one_line_naming(line, planted)
+    # Nothing copied: no page, no staging folder beside it.
+    assert sorted(p.name for p in page.parent.iterdir()) == ["runs"]
+
+
+def test_a_fifo_as_a_video_is_refused(tmp_path: Path):
+    import os
+
+    from src.analysis.video_page import write_video_page
+
+    videos = _videos(tmp_path / "videos")
+    fifo = videos / "episode-1.mp4"
+    os.mkfifo(fifo)
+    with pytest.raises(ContainmentError, match="FIFO") as error:
+        write_video_page([videos], ["x"], tmp_path / "page", title="T")
+    _one_line_naming(error.value, fifo)
+    assert not (tmp_path / "page").exists()
+
+
+def test_a_video_folder_symlinked_outside_is_refused(tmp_path: Path, outside: Path):
+    from src.analysis.video_page import write_video_page
+
+    _videos(outside / "videos")
+    link = tmp_path / "videos"
+    link.symlink_to(outside / "videos", target_is_directory=True)
+    with pytest.raises(ContainmentError) as error:
+        write_video_page([link], ["x"], tmp_path / "page", title="T")
+    _one_line_naming(error.value, link)
+    assert not (tmp_path / "page").exists()
+
+
+def test_a_video_page_folder_symlinked_outside_is_not_deleted(tmp_path: Path, outside: Path):
+    from src.analysis.video_page import write_video_page
+
+    videos = _videos(tmp_path / "videos")
+    page = tmp_path / "page"
+    page.symlink_to(outside, target_is_directory=True)
+    before = folder_state(outside)
+    with pytest.raises(ContainmentError) as error:
+        write_video_page([videos], ["x"], page, title="T")
+    _one_line_naming(error.value, page)
+    _intact(outside, before)
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".page")] == []
+
+
+UPLOAD = """
+import sys
+from src.analysis.wandb_upload import upload_experiment
+upload_experiment(sys.argv[2], sync=False)
+"""
+
+
+def test_a_video_symlinked_to_dev_zero_is_not_given_to_wandb(finished: Path):
+    planted = finished / "runs" / "hazard_grid" / "ippo" / "run0" / "videos" / "e.mp4"
+    planted.symlink_to("/dev/zero")
+
+    line = _run_limited(UPLOAD, str(finished))
+
+    assert line.startswith("ContainmentError: ")
+    _one_line_naming(line, planted)
+    assert not (finished / "wandb").exists()
