@@ -86,7 +86,7 @@ def test_the_root_itself_may_be_a_symlink(layout: tuple[Path, Path], tmp_path: P
 
 
 def test_check_tree_refuses_links_and_special_files(layout: tuple[Path, Path]):
-    root, outside = layout
+    root, _ = layout
     check_tree(root)
     fifo = root / "runs" / "run0" / "eval.parquet"
     os.mkfifo(fifo)
@@ -120,7 +120,7 @@ def test_results_folder_check_leaves_wandbs_own_tree_alone(layout: tuple[Path, P
 
 
 def test_regular_files_only_are_read_and_copied(layout: tuple[Path, Path], tmp_path: Path):
-    root, outside = layout
+    root, _ = layout
     policy = root / "runs" / "run0" / "policy.pt"
     assert regular_file(root, policy) == policy
     with open_regular(root, policy) as handle:
@@ -144,7 +144,7 @@ def test_regular_files_only_are_read_and_copied(layout: tuple[Path, Path], tmp_p
                 call()
             _one_line_naming(error.value, bad)
     assert not (tmp_path / "never.mp4").exists()
-    with pytest.raises(FileNotFoundError, match="missing.mp4"):
+    with pytest.raises(FileNotFoundError, match=r"missing\.mp4"):
         regular_file(root, "runs/run0/missing.mp4")
     with pytest.raises(ContainmentError, match="folder"):
         regular_file(root, "runs/run0")
