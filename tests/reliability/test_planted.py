@@ -321,3 +321,337 @@ def test_a_video_symlinked_to_dev_zero_is_not_given_to_wandb(finished: Path):
     assert line.startswith("ContainmentError: ")
     _one_line_naming(line, planted)
     assert not (finished / "wandb").exists()
+
+
+# ------------------------------------------------------------- the workflow refuses at once
+
+
+def _snakemake(workdir: Path, config: Path, *args: str) -> Any:
+    import subprocess
+    import sys
+
+    from tests.reliability.helpers import REPO, child_env
+
+    snakemake = Path(sys.executable).with_name("snakemake")
+    command = [str(snakemake), "--snakefile", str(REPO / "Snakefile"), "--directory", str(workdir)]
+    return subprocess.run(
+        [*command, "--configfile", str(config), *args],
+        capture_output=True,
+        text=True,
+        env=child_env(),
+        timeout=300,
+    )
+
+
+@pytest.fixture
+def workflow_folder(tmp_path: Path) -> tuple[Path, Path, Path]:
+    """(working directory, config file, results folder) of `.test/config.yaml` in tmp_path."""
+    import yaml
+
+    from tests.reliability.helpers import REPO
+
+    config = yaml.safe_load((REPO / ".test" / "config.yaml").read_text(encoding="utf-8"))
+    config["results_dir"] = str(tmp_path / "results")
+    config_path = tmp_path / "config.yaml"
+    config_path.write_text(yaml.safe_dump(config), encoding="utf-8")
+    workdir = tmp_path / "work"
+    workdir.mkdir()
+    return workdir, config_path, tmp_path / "results" / "test"
+
+
+PLANTS = {
+    # name: (path under the results folder, what it points to: "outside" or a device)
+    "checkpoint symlinked outside": ("runs/hazard_grid/ippo/run0/checkpoint", "outside"),
+    "video symlinked to /dev/zero": ("runs/hazard_grid/ippo/run0/videos/e-0.mp4", "/dev/zero"),
+    "log symlinked outside": ("runs/hazard_grid/ippo/run0/logs/train.log", "outside"),
+    "figures symlinked outside": ("figures", "outside"),
+}
+
+
+@pytest.mark.parametrize("mode", ["run", "report"])
+@pytest.mark.parametrize("name", sorted(PLANTS))
+def test_the_workflow_refuses_a_planted_link_before_anything_runs(
+    workflow_folder: tuple[Path, Path, Path], outside: Path, name: str, mode: str
+):
+    workdir, config, results = workflow_folder
+    relative, target = PLANTS[name]
+    planted = results / relative
+    planted.parent.mkdir(parents=True, exist_ok=True)
+    planted.symlink_to(outside if target == "outside" else target)
+    before = folder_state(outside)
+    args = ["--cores", "1"] if mode == "run" else ["--report", str(results / "report.zip")]
+
+    done = _snakemake(workdir, config, *args)
+
+    assert done.returncode != 0
+    assert "Traceback" not in done.stderr
+    (line,) = [ln for ln in done.stderr.splitlines() if ln.startswith("refused:")]
+    assert "symbolic link" in _one_line_naming(line, planted)
+    _intact(outside, before)
+    assert not (results / "report.zip").exists() and not (results / ".lock").exists()
+    assert not (results / "runs" / "hazard_grid" / "ippo" / "run0" / "policy.pt").exists()
+
+
+def test_the_workflow_refuses_a_fifo_in_the_results_folder(
+    workflow_folder: tuple[Path, Path, Path],
+):
+    import os
+
+    workdir, config, results = workflow_folder
+    fifo = results / "tables" / "eval.parquet"
+    fifo.parent.mkdir(parents=True)
+    os.mkfifo(fifo)
+    done = _snakemake(workdir, config, "-n")
+    assert done.returncode != 0
+    (line,) = [ln for ln in done.stderr.splitlines() if ln.startswith("refused:")]
+    assert "FIFO" in _one_line_naming(line, fifo)
+
+
+# ------------------------------------------------------------- jobs check their own paths
+
+
+class _Job:
+    """The parts of Snakemake's `snakemake` object that `start_job` reads."""
+
+    def __init__(self, results: Path, *, inputs: list[Path], mem_mb: int | None = 1000) -> None:
+        from types import SimpleNamespace
+
+        self.config = {"results_dir": str(results.parent), "experiment_tag": results.name}
+        self.input = [str(path) for path in inputs]
+        self.output = [str(results / "tables" / "out.csv")]
+        self.log = [str(results / "logs" / "job.log")]
+        self.resources = SimpleNamespace(mem_mb=mem_mb)
+
+
+@pytest.fixture
+def job_module(monkeypatch: pytest.MonkeyPatch) -> Any:
+    """workflow/scripts/job.py, imported as the scripts import it; its changes to the process
+    (stdout, stderr, excepthook, logging, memory budget) are undone afterwards."""
+    import importlib
+    import sys
+
+    from src import containment
+    from src.core.logging import reset_logging
+    from tests.reliability.helpers import REPO
+
+    monkeypatch.syspath_prepend(str(REPO / "workflow" / "scripts"))
+    for name in ("stdout", "stderr", "excepthook"):
+        monkeypatch.setattr(sys, name, getattr(sys, name))
+    monkeypatch.delenv("SAFE_MARL_RESULTS_LOCK", raising=False)
+    yield importlib.import_module("job")
+    reset_logging()
+    containment.set_memory_budget(None)
+
+
+def test_a_job_refuses_a_symlinked_input_in_one_line(
+    job_module: Any, tmp_path: Path, outside: Path, capfd: pytest.CaptureFixture[str]
+):
+    results = tmp_path / "results" / "test"
+    videos = results / "runs" / "e" / "a" / "run0" / "videos"
+    videos.mkdir(parents=True)
+    (videos / "e-0.mp4").symlink_to("/dev/zero")
+    with pytest.raises(SystemExit):
+        job_module.start_job(_Job(results, inputs=[videos]), console=False)
+    err = capfd.readouterr().err
+    (line,) = [ln for ln in err.splitlines() if "refused:" in ln]
+    _one_line_naming(line.split("refused: ", 1)[1], videos / "e-0.mp4")
+
+
+def test_a_job_never_appends_to_a_planted_log_link(
+    job_module: Any, tmp_path: Path, outside: Path, capfd: pytest.CaptureFixture[str]
+):
+    results = tmp_path / "results" / "test"
+    (results / "logs").mkdir(parents=True)
+    target = outside / "precious" / "data.txt"
+    (results / "logs" / "job.log").symlink_to(target)
+    with pytest.raises(SystemExit):
+        job_module.start_job(_Job(results, inputs=[]))
+    assert target.read_text() == "precious must survive"
+    (line,) = [ln for ln in capfd.readouterr().err.splitlines() if ln.startswith("refused:")]
+    _one_line_naming(line, results / "logs" / "job.log")
+
+
+def test_a_refusal_inside_a_job_ends_in_one_line_without_traceback(
+    job_module: Any, tmp_path: Path, capfd: pytest.CaptureFixture[str]
+):
+    import sys
+
+    results = tmp_path / "results" / "test"
+    job_module.start_job(_Job(results, inputs=[]))
+    link = results / "runs" / "run0" / "checkpoint"
+    try:
+        raise ContainmentError(f"{link} is a symbolic link (to /elsewhere)", path=link)
+    except ContainmentError as error:
+        sys.excepthook(type(error), error, error.__traceback__)
+    err = capfd.readouterr().err
+    (line,) = [ln for ln in err.splitlines() if "refused:" in ln]
+    _one_line_naming(line, link)
+    log = (results / "logs" / "job.log").read_text()
+    assert "Traceback" not in log and str(link) in log
+
+
+def test_a_job_bounds_archives_by_its_mem_mb(job_module: Any, tmp_path: Path):
+    from src.containment import archive_limit
+
+    results = tmp_path / "results" / "test"
+    job_module.start_job(_Job(results, inputs=[], mem_mb=1000))
+    assert archive_limit() == (500 * 1024**2, "half the job's mem_mb of 1000")
+    job_module.start_job(_Job(results, inputs=[], mem_mb=None))
+    assert "machine" in archive_limit()[1]
+
+
+# ------------------------------------------------------------- 4. archive bombs
+
+_MiB = 2**20
+
+
+def _write_npz_bomb(path: Path, inflated_mb: int) -> Path:
+    """An .npz of one float64 array of zeros that inflates to `inflated_mb` MiB from about a
+    thousandth of that on disk (deflate)."""
+    import zipfile
+
+    import numpy as np
+
+    size = inflated_mb * _MiB
+    with zipfile.ZipFile(path, "w") as archive:
+        info = zipfile.ZipInfo("a0.npy", date_time=(1980, 1, 1, 0, 0, 0))
+        info.compress_type = zipfile.ZIP_DEFLATED
+        with archive.open(info, "w", force_zip64=True) as member:
+            header = {"descr": "<f8", "fortran_order": False, "shape": (size // 8,)}
+            np.lib.format.write_array_header_2_0(member, header)
+            chunk = bytes(4 * _MiB)
+            for _ in range(size // len(chunk)):
+                member.write(chunk)
+    return path
+
+
+def _write_pt_bomb(path: Path, inflated_mb: int) -> Path:
+    """A torch file of one float32 tensor whose storage record, deflated, inflates to
+    `inflated_mb` MiB: torch reads deflated records, so loading it would allocate all of it."""
+    import zipfile
+
+    import torch
+
+    plain = path.with_name(f"plain-{path.name}")
+    # torch.empty of this size is fresh mmap'ed memory: zeros that are never touched here.
+    torch.save({"weights": torch.empty(inflated_mb * _MiB // 4)}, plain)
+    with zipfile.ZipFile(plain) as original, zipfile.ZipFile(path, "w") as archive:
+        for info in original.infolist():
+            record = zipfile.ZipInfo(info.filename, date_time=(1980, 1, 1, 0, 0, 0))
+            if info.file_size > _MiB:
+                record.compress_type = zipfile.ZIP_DEFLATED
+            with original.open(info) as source, archive.open(record, "w", force_zip64=True) as out:
+                while chunk := source.read(4 * _MiB):
+                    out.write(chunk)
+    plain.unlink()
+    return path
+
+
+@pytest.fixture(scope="module")
+def gigabyte_npz(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A 1 MB arrays.npz whose member inflates to 1 GiB (made once: deflating takes seconds)."""
+    return _write_npz_bomb(tmp_path_factory.mktemp("bomb") / "arrays.npz", 1024)
+
+
+# In a fresh interpreter, so that its peak memory shows whether anything was inflated.
+LOAD = """
+import resource, sys
+from src.containment import set_memory_budget
+from src.core.io import load_from_file
+set_memory_budget(float(sys.argv[3]))
+try:
+    load_from_file(sys.argv[1], sys.argv[2])
+except Exception as error:
+    print(type(error).__name__, "|", error)
+print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024)
+"""
+
+
+def _load_in_child(folder: Path, name: str, mem_mb: int) -> tuple[str, int]:
+    """(error line, peak MB) of `load_from_file(folder, name)` in a job granted `mem_mb`."""
+    import subprocess
+    import sys
+
+    from tests.reliability.helpers import child_env
+
+    done = subprocess.run(
+        [sys.executable, "-c", LOAD, str(folder), name, str(mem_mb)],
+        capture_output=True,
+        text=True,
+        env=child_env(),
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    line, peak = done.stdout.strip().splitlines()
+    return line, int(peak)
+
+
+@pytest.mark.parametrize("suffix", [".npz", ".pt"])
+def test_an_archive_bomb_is_refused_before_inflating_with_the_sizes(tmp_path: Path, suffix: str):
+    writer = _write_npz_bomb if suffix == ".npz" else _write_pt_bomb
+    path = writer(tmp_path / f"state{suffix}", 512)
+    assert path.stat().st_size < 4 * _MiB
+
+    line, peak_mb = _load_in_child(tmp_path, path.name, mem_mb=1000)
+
+    kind, message = line.split(" | ", 1)
+    assert kind == "CorruptFileError"
+    _one_line_naming(message, path)
+    assert "512.0 MB" in message and "500.0 MB" in message and "1000" in message, message
+    # Python, NumPy (and torch for .pt) take a few hundred MB; 512 MB more were not inflated.
+    assert peak_mb < 450, peak_mb
+
+
+def test_a_resumed_train_job_refuses_a_gigabyte_checkpoint_member(
+    checkpointed: Path, gigabyte_npz: Path
+):
+    import shutil
+
+    from src.containment import memory_budget
+    from src.core.io import CorruptFileError
+
+    (path,) = checkpointed.glob("checkpoint/update-*/arrays.npz")
+    shutil.copyfile(gigabyte_npz, path)
+
+    with memory_budget(1000), pytest.raises(CorruptFileError) as error:
+        train_run(_tiny_config(), checkpointed, progress=False)
+
+    message = _one_line_naming(error.value, path)
+    assert "1024.0 MB" in message and "a0.npy" in message and "500.0 MB" in message
+    assert not (checkpointed / "policy.pt").exists()
+
+
+def test_archives_within_the_limit_still_load(tmp_path: Path):
+    import numpy as np
+    import torch
+
+    from src.containment import memory_budget
+    from src.core.io import load_from_file, save_to_file
+
+    save_to_file({"a": np.zeros(1000)}, tmp_path, "x.npz")
+    save_to_file({"w": torch.zeros(1000)}, tmp_path, "x.pt")
+    with memory_budget(1):  # a limit of 0.5 MB: both hold 8 KB or less
+        assert load_from_file(tmp_path, "x.npz")["a"].shape == (1000,)
+        assert load_from_file(tmp_path, "x.pt")["w"].shape == (1000,)
+
+
+def test_a_refused_pt_names_the_file_without_advice_to_turn_the_check_off(tmp_path: Path):
+    import pickle
+
+    import torch
+
+    from src.core.io import CorruptFileError, load_from_file
+
+    class Payload:
+        def __reduce__(self) -> tuple:
+            return (Path.touch, (tmp_path / "payload-ran",))
+
+    path = tmp_path / "policy.pt"
+    torch.save({"weights": Payload()}, path)
+    with pytest.raises(CorruptFileError) as error:
+        load_from_file(tmp_path, "policy.pt")
+    message = _one_line_naming(error.value, path)
+    assert "weights_only" not in message and "allowlist" not in message, message
+    assert "not torch state" in message
+    assert not (tmp_path / "payload-ran").exists()
+    assert pickle.UnpicklingError not in type(error.value).__mro__
