@@ -655,3 +655,138 @@ def test_a_refused_pt_names_the_file_without_advice_to_turn_the_check_off(tmp_pa
     assert "not torch state" in message
     assert not (tmp_path / "payload-ran").exists()
     assert pickle.UnpicklingError not in type(error.value).__mro__
+
+
+# ------------------------------------------------------------- config: alias bombs, seeds
+
+
+def _alias_bomb(levels: int) -> str:
+    """A YAML flow list of `levels` anchors, each repeating the previous one ten times: a
+    few hundred bytes that expand to 10**levels values."""
+    items = ["&a0 [x, x, x, x, x, x, x, x, x, x]"]
+    items += [f"&a{i} [{', '.join([f'*a{i - 1}'] * 10)}]" for i in range(1, levels)]
+    return f"[{', '.join(items)}]"
+
+
+def _test_config_text(**replace: str) -> str:
+    from tests.reliability.helpers import REPO
+
+    lines = (REPO / ".test" / "config.yaml").read_text(encoding="utf-8").splitlines()
+    out = []
+    for line in lines:
+        key = line.split(":", 1)[0]
+        out.append(f"{key}: {replace.pop(key)}" if key in replace else line)
+    return "\n".join([*out, *(f"{key}: {value}" for key, value in replace.items())]) + "\n"
+
+
+@pytest.mark.parametrize("key", ["num_runs", "unknown_key"])
+def test_a_yaml_alias_bomb_is_refused_at_once(key: str):
+    import time
+
+    import yaml
+
+    from src.config.workflow import WorkflowConfigError, check_workflow_config
+
+    # 10**30 values once expanded: anything walking it would never finish.
+    config = yaml.safe_load(_test_config_text(**{key: _alias_bomb(30)}))
+    started = time.monotonic()
+    with pytest.raises(WorkflowConfigError) as error:
+        check_workflow_config(config)
+    message = str(error.value)
+    assert "\n" not in message and f"'{key}'" in message and "100000" in message, message
+    assert time.monotonic() - started < 2
+
+
+def test_a_self_containing_or_deep_config_is_refused():
+    import yaml
+
+    from src.config.workflow import WorkflowConfigError, check_workflow_config
+
+    for text, why in (
+        (_test_config_text(extra="&loop [1, *loop]"), "contains it"),
+        (_test_config_text(extra="[" * 200 + "]" * 200), "deeper than 64"),
+    ):
+        with pytest.raises(WorkflowConfigError, match=why) as error:
+            check_workflow_config(yaml.safe_load(text))
+        assert "\n" not in str(error.value) and "'extra" in str(error.value)
+
+
+def test_snakemake_refuses_an_alias_bomb_fast_and_small(tmp_path: Path):
+    import resource
+    import subprocess
+    import sys
+    import time
+
+    from tests.reliability.helpers import REPO, child_env
+
+    config = tmp_path / "bomb.yaml"
+    config.write_text(_test_config_text(num_runs=_alias_bomb(9)), encoding="utf-8")
+    assert config.stat().st_size < 2000
+    workdir = tmp_path / "work"
+    workdir.mkdir()
+
+    def cap_memory() -> None:  # a regression fails with MemoryError, not by eating the machine
+        resource.setrlimit(resource.RLIMIT_AS, (6 * 2**30, 6 * 2**30))
+
+    snakemake = Path(sys.executable).with_name("snakemake")
+    command = [str(snakemake), "--snakefile", str(REPO / "Snakefile"), "--directory", str(workdir)]
+    started = time.monotonic()
+    done = subprocess.run(
+        [*command, "--configfile", str(config), "-n"],
+        capture_output=True,
+        text=True,
+        env=child_env(),
+        timeout=120,
+        preexec_fn=cap_memory,
+    )
+    assert done.returncode != 0 and "Traceback" not in done.stderr, done.stderr[-2000:]
+    (line,) = [ln for ln in done.stderr.splitlines() if ln.startswith("invalid config:")]
+    assert "'num_runs'" in line and "expands to more than 100000 values" in line, line
+    assert time.monotonic() - started < 30
+
+
+SEEDS = {
+    # name: (key, value, more keys, the key the message names)
+    "huge seed_offset": ("seed_offset", 10**23, {}, "base.seed_offset"),
+    "float seed_offset": ("seed_offset", 1e23, {}, "base.seed_offset"),
+    "run seeds past 2**32": ("seed_offset", 2**32 - 1, {}, "base.seed_offset"),
+    "env copies past 2**32": ("seed_offset", 2**32 - 2, {"num_envs": 4}, "base.seed_offset"),
+    "evaluation seeds past 2**32": (
+        "final_policy_eval_seed_offset",
+        2**32 - 4,
+        {},
+        "base.final_policy_eval_seed_offset",
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(SEEDS))
+def test_seed_offsets_whose_seeds_do_not_fit_are_refused(name: str):
+    import yaml
+
+    from src.config.workflow import WorkflowConfigError, check_workflow_config
+    from tests.reliability.helpers import REPO
+
+    key, value, more, named = SEEDS[name]
+    config = yaml.safe_load((REPO / ".test" / "config.yaml").read_text(encoding="utf-8"))
+    config["base"].update({key: value, **more})
+    with pytest.raises(WorkflowConfigError) as error:
+        check_workflow_config(config)
+    message = str(error.value)
+    assert "\n" not in message and f"'{named}'" in message and "4294967295" in message, message
+
+
+def test_video_seeds_past_2_32_are_refused_and_the_largest_fitting_offsets_pass():
+    import yaml
+
+    from src.config.base import SEED_MAX
+    from src.config.workflow import WorkflowConfigError, check_workflow_config
+    from tests.reliability.helpers import REPO
+
+    config = yaml.safe_load((REPO / ".test" / "config.yaml").read_text(encoding="utf-8"))
+    config["base"]["final_policy_eval_seed_offset"] = SEED_MAX - 7  # 8 evaluation episodes
+    config["base"]["seed_offset"] = SEED_MAX - 1  # one run, two env copies
+    check_workflow_config(config)
+    config["render"]["episodes"] = 9
+    with pytest.raises(WorkflowConfigError, match=r"render\.episodes"):
+        check_workflow_config(config)
