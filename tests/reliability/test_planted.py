@@ -214,9 +214,9 @@ except Exception as error:
 """
 
 
-def _run_limited(code: str, *args: str) -> str:
-    """Run `code` (with `sys.argv[2:]` = args) in a child with the file size capped at 16 MB;
-    returns the one line of the error it ended with."""
+def _run_limited(code: str, *args: str, timeout: float = 120) -> str:
+    """Run `code` (with `sys.argv[2:]` = args) in a child with the file size capped at 16 MB
+    and its memory at 4 GB; returns the one line of the error it ended with."""
     import subprocess
     import sys
 
@@ -227,7 +227,7 @@ def _run_limited(code: str, *args: str) -> str:
         capture_output=True,
         text=True,
         env=child_env(),
-        timeout=120,
+        timeout=timeout,
     )
     assert done.returncode == 3, f"not refused: {done.returncode} {done.stdout} {done.stderr}"
     lines = done.stdout.strip().splitlines()
@@ -790,3 +790,100 @@ def test_video_seeds_past_2_32_are_refused_and_the_largest_fitting_offsets_pass(
     config["render"]["episodes"] = 9
     with pytest.raises(WorkflowConfigError, match=r"render\.episodes"):
         check_workflow_config(config)
+
+
+# ------------------------------------------------------------- stale-lock takeover
+
+
+def _dead_pid() -> int:
+    """The pid of a process of this host that has ended."""
+    import subprocess
+    import sys
+
+    child = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], **_TEXT)
+    return int(child.stdout)
+
+
+_TEXT: dict[str, Any] = {"capture_output": True, "text": True, "check": True}
+
+
+def test_two_workflows_taking_over_one_stale_lock_cannot_both_win(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    """Both contenders read the same stale lock; the slow one acts only after the fast one
+    has taken it over. Only one may hold the lock afterwards."""
+    import json
+    import os
+    import socket
+    import threading
+    import time
+
+    from src import lock as lock_module
+    from src.lock import LockHeldError, ResultsLock
+
+    folder = tmp_path / "results" / "test"
+    folder.mkdir(parents=True)
+    dead = _dead_pid()
+    stale = {"pid": dead, "host": socket.gethostname(), "cwd": "/", "started": 0, "token": "x"}
+    (folder / ".lock").write_text(json.dumps(stale))
+
+    both_read = threading.Barrier(2, timeout=20)
+    delays = {"fast": 0.0, "slow": 0.5}
+    judged: set[str] = set()
+    real_pid_alive = lock_module.pid_alive
+
+    def pid_alive(pid: int) -> bool:
+        if pid != dead:
+            return real_pid_alive(pid)
+        name = threading.current_thread().name
+        if name not in judged:  # the first look at the stale lock: force the race window
+            judged.add(name)
+            both_read.wait()
+            time.sleep(delays[name])
+        return False
+
+    monkeypatch.setattr(lock_module, "pid_alive", pid_alive)
+    outcome: dict[str, str | BaseException] = {}
+
+    def contend(name: str) -> None:
+        try:
+            outcome[name] = ResultsLock(folder).acquire()
+        except (LockHeldError, threading.BrokenBarrierError) as error:
+            outcome[name] = error
+
+    threads = [threading.Thread(target=contend, args=(name,), name=name) for name in delays]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+
+    assert judged == set(delays)  # both saw the stale lock before either took it over
+    winners = [name for name, result in outcome.items() if isinstance(result, str)]
+    assert winners == ["fast"], outcome
+    refusal = str(outcome["slow"])
+    assert "\n" not in refusal and f"pid {os.getpid()}" in refusal, refusal
+    assert json.loads((folder / ".lock").read_text())["token"] == outcome["fast"]
+
+
+ACQUIRE = """
+import sys
+from src.lock import ResultsLock
+ResultsLock(sys.argv[2]).acquire()
+"""
+
+
+@pytest.mark.parametrize("kind", ["symlink to /dev/zero", "FIFO"])
+def test_a_lock_file_that_is_a_link_or_fifo_is_refused_in_one_line(tmp_path: Path, kind: str):
+    import os
+
+    folder = tmp_path / "results" / "test"
+    folder.mkdir(parents=True)
+    lock = folder / ".lock"
+    if kind == "FIFO":
+        os.mkfifo(lock)
+    else:
+        lock.symlink_to("/dev/zero")
+    # In a child with memory and time capped: reading either would never end.
+    line = _run_limited(ACQUIRE, str(folder), timeout=60)
+    assert line.startswith("LockHeldError: ")
+    _one_line_naming(line, lock)
