@@ -555,7 +555,7 @@ def gigabyte_npz(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 # In a fresh interpreter, so that its peak memory shows whether anything was inflated.
 LOAD = """
-import resource, sys
+import re, sys
 from src.containment import set_memory_budget
 from src.core.io import load_from_file
 set_memory_budget(float(sys.argv[3]))
@@ -563,7 +563,9 @@ try:
     load_from_file(sys.argv[1], sys.argv[2])
 except Exception as error:
     print(type(error).__name__, "|", error)
-print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024)
+# The peak of this process's own memory (ru_maxrss would include the parent's before exec).
+with open("/proc/self/status") as status:
+    print(int(re.search(r"VmHWM:\\s+(\\d+) kB", status.read()).group(1)) // 1024)
 """
 
 
