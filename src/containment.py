@@ -126,6 +126,8 @@ def inside(root: str | Path, path: str | Path) -> Path:
     ...
     src.containment.ContainmentError: ../elsewhere leaves ...
     """
+    if "\x00" in os.fspath(path):
+        raise ContainmentError(f"{os.fspath(path)!r} contains a NUL character", path=None)
     base = Path(os.path.abspath(root))
     given = Path(path)
     target = Path(os.path.abspath(base / given))

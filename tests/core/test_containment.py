@@ -66,6 +66,12 @@ def test_paths_leaving_the_folder_are_refused(layout: tuple[Path, Path], path: s
     assert "\n" not in str(error.value)
 
 
+def test_a_nul_character_is_refused_as_a_path(layout: tuple[Path, Path]):
+    root, _ = layout
+    with pytest.raises(ContainmentError, match="NUL"):
+        inside(root, "runs/x\x00y")
+
+
 def test_a_symlinked_component_is_refused_naming_it(layout: tuple[Path, Path]):
     root, outside = layout
     link = root / "runs" / "run1"
