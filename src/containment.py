@@ -110,7 +110,9 @@ def _link_error(path: Path) -> ContainmentError:
 def inside(root: str | Path, path: str | Path) -> Path:
     """`path` as an absolute path, after checking that it stays inside `root`.
 
-    A relative `path` is taken relative to `root`; an absolute one must lie below it. `..`
+    A relative `path` is taken relative to `root` (like `filename` of `save_to_file`), so a
+    path built from `root` itself is passed absolute (`Path.absolute()`) or as its part
+    below `root`; an absolute one must lie below it. `..`
     may not climb above `root`, no existing component between `root` (exclusive) and `path`
     (inclusive) may be a symbolic link, and the resolved path must lie inside the resolved
     `root`. Components that do not exist yet are fine (a file about to be written). Use the

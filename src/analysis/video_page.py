@@ -64,7 +64,7 @@ def write_video_page(
     runs = []
     for folder, label in zip(video_dirs, labels, strict=True):
         path = Path(folder)
-        inside(path.parent, path)  # the folder itself is no symlink to elsewhere
+        inside(path.parent, path.name)  # the folder itself is no symlink to elsewhere
         if not path.is_dir():
             raise FileNotFoundError(f"video folder {path} does not exist")
         videos = sorted(p.name for p in path.glob("*.mp4"))

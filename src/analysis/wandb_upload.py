@@ -124,7 +124,7 @@ def _fingerprint(results: Path, run_dir: Path) -> str:
     for path in paths:
         digest.update(path.name.encode())
         try:
-            handle = open_regular(results, path)
+            handle = open_regular(results, path.absolute())
         except FileNotFoundError:
             raise FileNotFoundError(
                 f"{path} is missing: run the workflow up to this run first"
@@ -157,10 +157,10 @@ def _log_run(run_dir: Path, wandb_dir: Path, figures: list[Path], summary: Path)
             run.summary["summary"] = wandb.Table(dataframe=pd.read_csv(summary))
         # wandb copies media into the run: only regular files inside the results folder.
         for figure in figures:
-            image = wandb.Image(str(regular_file(results, figure)))
+            image = wandb.Image(str(regular_file(results, figure.absolute())))
             run.summary[f"figures/{figure.stem}"] = image
         for video in sorted(files.videos.glob("*.mp4")):
-            path = regular_file(results, video)
+            path = regular_file(results, video.absolute())
             try:
                 run.summary[f"videos/{video.stem}"] = wandb.Video(str(path), format="mp4")
             except Exception as error:  # wandb raises several types for media it cannot read
@@ -273,7 +273,7 @@ def _check_offline_run(folder: Path) -> None:
     regular files inside it; wandb's own log aliases under `logs/` are never read."""
     check_tree(folder, "files")
     for log_file in folder.glob("run-*.wandb"):
-        regular_file(folder, log_file)
+        regular_file(folder, log_file.name)
 
 
 def _create_runs(

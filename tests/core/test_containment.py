@@ -66,6 +66,19 @@ def test_paths_leaving_the_folder_are_refused(layout: tuple[Path, Path], path: s
     assert "\n" not in str(error.value)
 
 
+def test_relative_roots_take_names_below_them_or_absolute_paths(
+    layout: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch
+):
+    root, _ = layout
+    monkeypatch.chdir(root.parent)
+    policy = Path("results/runs/run0/policy.pt")
+    expected = root / "runs" / "run0" / "policy.pt"
+    assert inside("results", "runs/run0/policy.pt") == expected
+    assert inside("results", policy.absolute()) == expected
+    assert regular_file("results", policy.absolute()) == expected
+    assert not inside("results", policy).exists()  # relative means below the root
+
+
 def test_a_nul_character_is_refused_as_a_path(layout: tuple[Path, Path]):
     root, _ = layout
     with pytest.raises(ContainmentError, match="NUL"):

@@ -889,3 +889,30 @@ def test_a_lock_file_that_is_a_link_or_fifo_is_refused_in_one_line(tmp_path: Pat
     line = _run_limited(ACQUIRE, str(folder), timeout=60)
     assert line.startswith("LockHeldError: ")
     _one_line_naming(line, lock)
+
+
+# ------------------------------------------------------------- paths as the workflow gives them
+
+
+def test_relative_paths_as_jobs_pass_them_work_and_are_checked(
+    finished: Path, monkeypatch: pytest.MonkeyPatch
+):
+    """Jobs run in the working directory with paths relative to it (`results/test/...`)."""
+    from src.analysis.video_page import write_video_page
+    from src.analysis.wandb_upload import upload_experiment
+
+    monkeypatch.chdir(finished.parents[1])
+    monkeypatch.delenv("WANDB_API_KEY", raising=False)
+    monkeypatch.setenv("NETRC", str(finished / "no.netrc"))
+    videos = Path("results/test/runs/hazard_grid/ippo/run0/videos")
+    (videos / "e-0.mp4").write_bytes(b"a video")
+
+    index = write_video_page([str(videos)], ["run"], "results/test/video_page", title="T")
+    assert (index.parent / "run" / "e-0.mp4").read_bytes() == b"a video"
+    upload_experiment("results/test", sync=False)
+    assert (finished / "wandb" / "upload.done").is_file()
+
+    (videos / "e-1.mp4").symlink_to("/dev/zero")
+    with pytest.raises(ContainmentError) as error:
+        write_video_page([str(videos)], ["run"], "results/test/video_page", title="T")
+    _one_line_naming(error.value, (videos / "e-1.mp4").absolute())
