@@ -11,19 +11,30 @@ write when the folder is held by another workflow.
 A lock left by a process that died (SIGKILL, a lost node) is stale: on the same host it is
 recognised (its pid is gone) and taken over; from another host the message names the file to
 delete once that workflow is known to be gone.
+
+Taking over is atomic. Two workflows that both find the same stale lock must not both win
+(one deleting the lock the other has just created), so the stale file is deleted only under
+an exclusive `flock` on `.lock.takeover` (a file kept beside it), after reading the lock again
+under it: the second contender then finds the first one's live lock and is refused. The new
+lock itself is always created with `O_EXCL`. The lock files are read only if they are regular
+files (`src.containment`): a `.lock` that is a symlink or a FIFO is refused in one line.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
+import fcntl
 import json
 import os
 import secrets
 import socket
+import stat
 import time
 from pathlib import Path
 from typing import Any
 
+from src.containment import ContainmentError, open_regular
 from src.processes import pid_alive
 
 __all__ = [
@@ -36,7 +47,10 @@ __all__ = [
 ]
 
 LOCK_NAME = ".lock"
+TAKEOVER_NAME = ".lock.takeover"
 LOCK_ENV_VAR = "SAFE_MARL_RESULTS_LOCK"
+_TAKEOVER_WAIT = 10.0  # seconds; another contender holds the takeover lock for microseconds
+_RECORD_LIMIT = 65536  # bytes: an owner record is a few hundred
 
 
 class LockHeldError(RuntimeError):
@@ -44,16 +58,31 @@ class LockHeldError(RuntimeError):
 
 
 def _read(path: Path) -> dict[str, Any] | None:
-    """The owner record of a lock file, None if it vanished; {} if it cannot be parsed."""
+    """The owner record of a lock file, None if it vanished; {} if it cannot be parsed.
+
+    Raises `LockHeldError` if the lock file is a symlink or not a regular file.
+    """
     try:
-        text = path.read_text(encoding="utf-8")
+        with open_regular(path.parent, path.name) as handle:
+            text = handle.read(_RECORD_LIMIT).decode("utf-8", errors="replace")
     except FileNotFoundError:
         return None
+    except ContainmentError as error:
+        raise LockHeldError(f"cannot read the lock: {error}") from None
     try:
         owner = json.loads(text)
     except ValueError:
         return {}
     return owner if isinstance(owner, dict) else {}
+
+
+def _stale(owner: dict[str, Any]) -> bool:
+    """Whether a lock's owner is a process of this host that no longer runs."""
+    return (
+        owner.get("host") == socket.gethostname()
+        and isinstance(owner.get("pid"), int)
+        and not pid_alive(owner["pid"])
+    )
 
 
 class ResultsLock:
@@ -92,14 +121,8 @@ class ResultsLock:
                 owner = _read(self.path)
                 if owner is None:
                     continue  # released meanwhile: try again
-                stale = (
-                    owner.get("host") == socket.gethostname()
-                    and isinstance(owner.get("pid"), int)
-                    and not pid_alive(owner["pid"])
-                )
-                if stale:
-                    with contextlib.suppress(FileNotFoundError):
-                        self.path.unlink()
+                if _stale(owner):
+                    self._remove_stale(owner)
                     continue
                 raise LockHeldError(
                     f"{self._describe(owner)}; wait for it to finish, or, if that workflow is "
@@ -110,6 +133,52 @@ class ResultsLock:
             self.token = token
             return token
         raise LockHeldError(f"could not take {self.path}: it keeps changing; try again")
+
+    def _remove_stale(self, owner: dict[str, Any]) -> None:
+        """Delete the lock file if it still holds a stale lock, under the takeover lock.
+
+        The lock is read again under the exclusive `flock`: a contender that judged the same
+        stale lock earlier finds the winner's live lock there and deletes nothing.
+        """
+        takeover = self.folder / TAKEOVER_NAME
+        flags = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
+        try:
+            fd = os.open(takeover, flags, 0o644)
+        except OSError as error:
+            why = "it is a symbolic link" if error.errno == errno.ELOOP else error.strerror
+            raise LockHeldError(
+                f"cannot take over the stale lock {self.path} ({self._describe(owner)}): "
+                f"{takeover}: {why}"
+            ) from None
+        try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                raise LockHeldError(
+                    f"cannot take over the stale lock {self.path}: {takeover} is not a regular file"
+                )
+            deadline = time.monotonic() + _TAKEOVER_WAIT
+            while True:
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except BlockingIOError:
+                    if time.monotonic() > deadline:
+                        raise LockHeldError(
+                            f"cannot take over the stale lock {self.path}: another workflow "
+                            f"has been taking it over for {_TAKEOVER_WAIT:g} s; try again"
+                        ) from None
+                    time.sleep(0.01)
+                except OSError as error:
+                    # No file locks here (some network file systems): no safe takeover.
+                    raise LockHeldError(
+                        f"{self._describe(owner)}, which is gone, but {self.path} cannot be "
+                        f"taken over safely here ({error.strerror}); delete {self.path}"
+                    ) from None
+            current = _read(self.path)
+            if current is not None and _stale(current):
+                with contextlib.suppress(FileNotFoundError):
+                    self.path.unlink()
+        finally:
+            os.close(fd)  # releases the flock
 
     def release(self) -> None:
         """Remove the lock file if this object holds it (another owner's lock is kept)."""

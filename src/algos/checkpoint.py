@@ -13,19 +13,25 @@ A checkpoint is written into a hidden temp folder, each file atomically through
 `save_to_file`, with `complete.json` last, then renamed into place in one `os.rename`; older
 checkpoints are removed only after that. A kill at any point therefore leaves either the
 previous complete checkpoint or the new one, never a half-written one that would be loaded.
+
+The checkpoint folder lies inside the run folder and is deleted and re-created there, so
+every path of it goes through `src.containment`: a `checkpoint` that is a symlink (to a folder
+outside, whose sub-folders the clean-up would delete), or a symlink, FIFO or device inside it,
+is refused with a `ContainmentError` naming it before anything is read or deleted.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
-import shutil
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
+from src.containment import check_tree, inside, remove_tree
 from src.core.io import fsync_dir, load_from_file, save_to_file
 from src.runfiles import RunFiles
 
@@ -112,35 +118,49 @@ def join_state(tree: Any, tensors: dict[str, Any], arrays: dict[str, np.ndarray]
     return tree
 
 
+def _checkpoint_root(run_dir: str | Path) -> Path:
+    """The run's checkpoint folder, refused if it (or anything above it in the run folder)
+    is a symlink."""
+    files = RunFiles(run_dir)
+    return inside(files.root, files.NAMES["checkpoint"])
+
+
 def save_checkpoint(trainer: Any, run_dir: str | Path) -> Path:
     """Write the trainer's state after update `trainer.update`; returns the checkpoint folder."""
-    root = RunFiles(run_dir).checkpoint
+    root = _checkpoint_root(run_dir)
     root.mkdir(parents=True, exist_ok=True)
     name = f"update-{trainer.update:06d}"
     final, tmp = root / name, root / f".tmp-{name}"
-    shutil.rmtree(tmp, ignore_errors=True)
+    remove_tree(root, tmp.name)
     tmp.mkdir()
     tree, tensors, arrays = split_state(trainer.state())
     save_to_file(tensors, tmp, _TENSORS)
     save_to_file(arrays, tmp, _ARRAYS)
     save_to_file(tree, tmp, _STATE)
     save_to_file({"update": trainer.update}, tmp, _COMPLETE)
-    if final.exists():
-        # Left by a run killed after this rename but before the clean-up below.
-        shutil.rmtree(final)
+    # Left by a run killed after this rename but before the clean-up below.
+    remove_tree(root, name)
     os.rename(tmp, final)
     fsync_dir(root)
     for other in root.iterdir():
         if other != final:
-            shutil.rmtree(other, ignore_errors=True)
+            # A failed removal of an old checkpoint is harmless (the newest is complete), but a
+            # planted symlink is refused (ContainmentError is no OSError).
+            with contextlib.suppress(OSError):
+                remove_tree(root, other.name)
     return final
 
 
 def latest_checkpoint(run_dir: str | Path) -> Path | None:
-    """The newest complete checkpoint folder of a run, or None if there is none."""
-    root = RunFiles(run_dir).checkpoint
+    """The newest complete checkpoint folder of a run, or None if there is none.
+
+    Refuses (`ContainmentError`) a checkpoint folder that is, or holds, a symlink or another
+    non-regular file, before anything in it is read.
+    """
+    root = _checkpoint_root(run_dir)
     if not root.is_dir():
         return None
+    check_tree(root)
     found = []
     for path in root.iterdir():
         match = _NAME.match(path.name)
@@ -152,6 +172,7 @@ def latest_checkpoint(run_dir: str | Path) -> Path | None:
 def load_checkpoint(trainer: Any, path: str | Path) -> None:
     """Restore `trainer` from a checkpoint folder written by `save_checkpoint`."""
     path = Path(path)
+    check_tree(path)  # its files are read only if none of them leads elsewhere
     marker = load_from_file(path, _COMPLETE)
     tensors = load_from_file(path, _TENSORS)
     arrays = load_from_file(path, _ARRAYS)
@@ -168,5 +189,9 @@ def load_checkpoint(trainer: Any, path: str | Path) -> None:
 
 
 def remove_checkpoints(run_dir: str | Path) -> None:
-    """Delete the run's checkpoint folder (after training completed)."""
-    shutil.rmtree(RunFiles(run_dir).checkpoint, ignore_errors=True)
+    """Delete the run's checkpoint folder (after training completed).
+
+    A checkpoint folder that is a symlink is refused (`ContainmentError`), never followed.
+    """
+    with contextlib.suppress(OSError):
+        remove_tree(RunFiles(run_dir).root, RunFiles.NAMES["checkpoint"])

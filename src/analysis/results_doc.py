@@ -14,7 +14,6 @@ read it. The descriptions are generic, so the page stays right whatever the numb
 from __future__ import annotations
 
 import argparse
-import shutil
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -29,6 +28,7 @@ from src.analysis.constraint import CONSTRAINT_HORIZON, run_configs
 from src.analysis.figures import FIGURE_NAMES
 from src.analysis.files import write_text
 from src.config.lagrange import LagrangeConfig
+from src.containment import copy_file
 from src.core.io import atomic_output
 
 __all__ = ["FIGURE_GUIDE", "RESULTS_FOLDER", "experiment_dir", "main", "write_results_doc"]
@@ -268,7 +268,9 @@ def write_results_doc(
     folder.mkdir(parents=True, exist_ok=True)
     for name in FIGURE_NAMES:
         with atomic_output(folder / f"{name}.png") as tmp:
-            shutil.copyfile(source / "figures" / f"{name}.png", tmp)
+            # Only a regular file inside the experiment folder is copied (src.containment).
+            tmp.unlink()
+            copy_file(source, Path("figures") / f"{name}.png", tmp)
     for stale in folder.glob("*.png"):
         if stale.stem not in FIGURE_NAMES:
             stale.unlink()

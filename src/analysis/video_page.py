@@ -4,6 +4,10 @@ The report registers the page's folder with `report(directory(...), htmlindex="i
 the folder is self-contained (videos and posters are copied in), so it plays the same from the
 report zip as from the results tree. The page says what the safety marks on the frames mean
 (`src.evaluation.overlay.MARKS_LEGEND`).
+
+Only regular files are copied: a video folder that is a symlink, or a video or poster that is
+a symlink, FIFO or device (a link to `/dev/zero` would be copied until the disk is full), is
+refused with a `ContainmentError` naming it before anything is copied (`src.containment`).
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
+from src.containment import copy_file, inside, regular_file, remove_tree
 from src.evaluation.overlay import MARKS_LEGEND
 
 __all__ = ["write_video_page"]
@@ -59,12 +64,16 @@ def write_video_page(
     runs = []
     for folder, label in zip(video_dirs, labels, strict=True):
         path = Path(folder)
+        inside(path.parent, path.name)  # the folder itself is no symlink to elsewhere
         if not path.is_dir():
             raise FileNotFoundError(f"video folder {path} does not exist")
         videos = sorted(p.name for p in path.glob("*.mp4"))
         if not videos:
             raise ValueError(f"video folder {path} holds no .mp4 file")
-        poster = POSTER_NAME if (path / POSTER_NAME).is_file() else None
+        poster = POSTER_NAME if os.path.lexists(path / POSTER_NAME) else None
+        # Every file is checked before the first copy; copy_file checks again as it opens.
+        for name in [*videos, *([poster] if poster else [])]:
+            regular_file(path, name)
         runs.append((path, str(label), videos, poster))
 
     out = Path(out_dir)
@@ -80,7 +89,7 @@ def write_video_page(
             used.add(folder)
             (staging / folder).mkdir()
             for name in [*videos, *([poster] if poster else [])]:
-                shutil.copy2(path / name, staging / folder / name)
+                copy_file(path, name, staging / folder / name)
             sections.append(_section(label, folder, videos, poster))
         page = (
             '<!DOCTYPE html>\n<html lang="en">\n<head>\n  <meta charset="utf-8">\n'
@@ -93,8 +102,7 @@ def write_video_page(
             + "\n</body>\n</html>\n"
         )
         (staging / "index.html").write_text(page, encoding="utf-8")
-        if out.exists():
-            shutil.rmtree(out)
+        remove_tree(out.parent, out.name)  # a symlinked page folder is refused, not followed
         os.replace(staging, out)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)

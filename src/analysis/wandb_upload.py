@@ -24,17 +24,25 @@ Files under `results/{tag}/wandb/`:
   `reason` (why nothing or not everything was uploaded, else null), `created` / `kept`
   (offline runs made / reused by this call), `offline_runs`, `synced_now`, `synced_total`,
   `not_synced`, and `upload_later` (the command that uploads the rest, else null).
+
+The results folder may come from elsewhere, so nothing in it leads outside it
+(`src.containment`): the folder is checked for symlinks and non-regular files first (wandb's
+own `wandb/wandb/` tree aside); every manifest entry must name an offline run folder
+`wandb/<name>` inside `results/{tag}/wandb/` (an absolute or climbing path, or a symlink, is
+refused in one line naming the manifest); the files that wandb copies (figures, videos) and
+the files of an offline run that `wandb sync` uploads (`files/`, `run-*.wandb`) must be
+regular files inside the folder.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import multiprocessing
 import netrc
 import os
 import shlex
-import shutil
 import signal
 import socket
 import subprocess
@@ -47,6 +55,15 @@ from typing import Any
 
 import pandas as pd
 
+from src.containment import (
+    ContainmentError,
+    check_results_folder,
+    check_tree,
+    inside,
+    open_regular,
+    regular_file,
+    remove_tree,
+)
 from src.core.io import atomic_output, load_from_file, load_from_file_if_exists, save_to_file
 from src.core.logging import log
 from src.core.wandb import log_history, start_run
@@ -97,16 +114,24 @@ def credentials_available() -> str | None:
     return f"no credentials (WANDB_API_KEY unset and no {host} entry in {netrc_path})"
 
 
-def _fingerprint(run_dir: Path) -> str:
+def _fingerprint(results: Path, run_dir: Path) -> str:
+    """SHA-256 of the run's inputs (`RUN_INPUTS` and videos), each a regular file inside
+    `results` (a symlink or device is refused, never read)."""
     digest = hashlib.sha256()
     files = RunFiles(run_dir)
     paths = [getattr(files, name) for name in RUN_INPUTS]
     paths += sorted(files.videos.glob("*.mp4"))
     for path in paths:
-        if not path.is_file():
-            raise FileNotFoundError(f"{path} is missing: run the workflow up to this run first")
         digest.update(path.name.encode())
-        digest.update(path.read_bytes())
+        try:
+            handle = open_regular(results, path.absolute())
+        except FileNotFoundError:
+            raise FileNotFoundError(
+                f"{path} is missing: run the workflow up to this run first"
+            ) from None
+        with handle:
+            while chunk := handle.read(1 << 20):
+                digest.update(chunk)
     return digest.hexdigest()
 
 
@@ -114,6 +139,7 @@ def _log_run(run_dir: Path, wandb_dir: Path, figures: list[Path], summary: Path)
     """Create the offline run of one training run; return its folder (None if disabled)."""
     import wandb  # here, not at the top: importing wandb takes a second
 
+    results = wandb_dir.parent
     files = RunFiles(run_dir)
     config = load_from_file(files.root, files.config.name)
     # Offline whatever the environment says (uploading is the separate `wandb sync` step),
@@ -129,11 +155,14 @@ def _log_run(run_dir: Path, wandb_dir: Path, figures: list[Path], summary: Path)
         run.summary["eval"] = wandb.Table(dataframe=pd.read_parquet(files.eval))
         if summary.is_file():
             run.summary["summary"] = wandb.Table(dataframe=pd.read_csv(summary))
+        # wandb copies media into the run: only regular files inside the results folder.
         for figure in figures:
-            run.summary[f"figures/{figure.stem}"] = wandb.Image(str(figure))
+            image = wandb.Image(str(regular_file(results, figure.absolute())))
+            run.summary[f"figures/{figure.stem}"] = image
         for video in sorted(files.videos.glob("*.mp4")):
+            path = regular_file(results, video.absolute())
             try:
-                run.summary[f"videos/{video.stem}"] = wandb.Video(str(video), format="mp4")
+                run.summary[f"videos/{video.stem}"] = wandb.Video(str(path), format="mp4")
             except Exception as error:  # wandb raises several types for media it cannot read
                 log(f"{video}: not logged to wandb ({error})", type="wandb")
         return Path(run.dir).parent
@@ -205,11 +234,46 @@ def _write_marker(obj: Mapping[str, Any], path: Path) -> None:
         tmp.write_text(json.dumps(obj, indent=2, sort_keys=True) + "\n", encoding="utf-8")
 
 
+def _offline_folder(wandb_dir: Path, name: str, folder: Any) -> Path:
+    """The offline run folder a manifest entry names, checked: `wandb/<name>` inside
+    `wandb_dir`, no symlink on the way. Raises `ContainmentError` naming the manifest."""
+    manifest = wandb_dir / MANIFEST
+    parts = folder.split("/") if isinstance(folder, str) else []
+    if len(parts) != 2 or parts[0] != "wandb" or not parts[1] or parts[1].startswith("."):
+        raise ContainmentError(
+            f"{manifest}: run {name!r} names the folder {folder!r}, not an offline run "
+            f"folder wandb/<name> inside {wandb_dir}; nothing was deleted or uploaded",
+            path=manifest,
+        )
+    try:
+        return inside(wandb_dir, folder)
+    except ContainmentError as error:
+        raise ContainmentError(
+            f"{manifest}: run {name!r} names the folder {folder!r}: {error}", path=manifest
+        ) from None
+
+
 def _load_manifest(wandb_dir: Path) -> dict[str, dict[str, Any]]:
+    """The manifest, every entry checked (`_offline_folder`) before anything uses it."""
     manifest = load_from_file_if_exists(wandb_dir, MANIFEST, default={})
     if not isinstance(manifest, Mapping):
         raise ValueError(f"{wandb_dir / MANIFEST}: expected a JSON object, got {manifest!r}")
+    for name, entry in manifest.items():
+        if not isinstance(entry, Mapping):
+            raise ValueError(
+                f"{wandb_dir / MANIFEST}: the entry of run {name!r} is not a JSON object"
+            )
+        if entry.get("folder") is not None:
+            _offline_folder(wandb_dir, name, entry["folder"])
     return dict(manifest)
+
+
+def _check_offline_run(folder: Path) -> None:
+    """What `wandb sync` uploads from an offline run (its `files/` and `run-*.wandb`) must be
+    regular files inside it; wandb's own log aliases under `logs/` are never read."""
+    check_tree(folder, "files")
+    for log_file in folder.glob("run-*.wandb"):
+        regular_file(folder, log_file.name)
 
 
 def _create_runs(
@@ -227,18 +291,22 @@ def _create_runs(
     pending: dict[str, tuple[Path, str]] = {}
     for run_dir in run_dirs:
         name = "-".join(run_dir.relative_to(results / "runs").parts)
-        fingerprint = _fingerprint(run_dir)
+        fingerprint = _fingerprint(results, run_dir)
         entry = manifest.get(name)
+        folder = None
+        if entry and entry.get("folder"):
+            folder = _offline_folder(wandb_dir, name, entry["folder"])
         if (
             entry
             and entry.get("fingerprint") == fingerprint
-            and (entry.get("folder") is None or (wandb_dir / entry["folder"]).is_dir())
+            and (entry.get("folder") is None or (folder is not None and folder.is_dir()))
         ):
             kept += 1
             continue
-        if entry and entry.get("folder") and not entry.get("synced"):
+        if folder is not None and not entry.get("synced"):
             # A stale offline run (its training changed since) that was never uploaded.
-            shutil.rmtree(wandb_dir / entry["folder"], ignore_errors=True)
+            with contextlib.suppress(OSError):
+                remove_tree(wandb_dir, folder)
         pending[name] = (run_dir, fingerprint)
 
     def record(name: str, folder: Path | None) -> None:
@@ -287,7 +355,9 @@ def _sync_runs(
         for name, entry in sorted(offline.items()):
             marker = markers / f"{Path(entry['folder']).name}.done"
             if not marker.exists():
-                reason = _sync(wandb_dir / entry["folder"], timeout)
+                folder = _offline_folder(wandb_dir, name, entry["folder"])
+                _check_offline_run(folder)
+                reason = _sync(folder, timeout)
                 if reason is not None:
                     # The first failure is usually the network: stop rather than wait on each run.
                     status = "stopped"
@@ -324,6 +394,8 @@ def upload_experiment(
     if sync:
         wandb_command()  # a bad SAFE_MARL_WANDB_CLI fails before any work, not mid-upload
     results = Path(results_dir)
+    # Before anything is read, deleted or copied: nothing in the folder leads outside it.
+    check_results_folder(results)
     run_dirs = find_run_dirs(results)
     if not run_dirs:
         raise FileNotFoundError(f"{results} holds no run (runs/*/*/run*/config.json)")

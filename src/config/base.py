@@ -35,6 +35,7 @@ __all__ = [
     "OPTIONAL_CHECKS",
     "REQUIRED_BASE_KEYS",
     "REWARD_MODES",
+    "SEED_MAX",
     "VERSION_KEYS",
     "WANDB_MODES",
     "check_base_value",
@@ -94,6 +95,11 @@ def _wandb_dir(key: str, value: Any) -> str:
     return str(value)
 
 
+SEED_MAX = 2**32 - 1
+"""The largest seed the pipeline derives: NumPy's legacy seeding and the envs' reset seeds take
+32-bit values, so every seed derived from `seed_offset` and `final_policy_eval_seed_offset`
+must fit (`_check_consistency`)."""
+
 # Upper limits of the sizes: far above any experiment this pipeline runs on one machine or a
 # cluster, low enough that a typo (an extra zero or three) is refused before anything is
 # allocated or scheduled.
@@ -109,6 +115,8 @@ LIMITS: dict[str, int] = {
     "final_policy_eval_episodes": 1_000_000,
     "final_policy_eval_horizon": 100_000,
     "final_policy_eval_num_envs": 4096,
+    "seed_offset": SEED_MAX,
+    "final_policy_eval_seed_offset": SEED_MAX,
 }
 
 
@@ -187,6 +195,23 @@ def _check_consistency(cfg: Mapping[str, Any]) -> None:
             f"timesteps={cfg['timesteps']!r}: must be >= num_envs*rollouts = "
             f"{cfg['num_envs']}*{cfg['rollouts']} = {per_update} (at least one policy update)"
         )
+    # Run i is seeded seed_offset + i and its env copy e with that seed + e; evaluation episode
+    # j with final_policy_eval_seed_offset + j. The largest of each must fit every RNG.
+    offset = cfg["seed_offset"]
+    top = offset + cfg["num_runs"] - 1 + cfg["num_envs"] - 1
+    if top > SEED_MAX:
+        raise ConfigError(
+            f"seed_offset={offset!r}: its largest seed, seed_offset + (num_runs - 1) + "
+            f"(num_envs - 1) = {top}, must be at most {SEED_MAX} (2**32 - 1)"
+        )
+    offset = cfg["final_policy_eval_seed_offset"]
+    top = offset + max(cfg["final_policy_eval_episodes"], 1) - 1
+    if top > SEED_MAX:
+        raise ConfigError(
+            f"final_policy_eval_seed_offset={offset!r}: its largest seed, "
+            f"final_policy_eval_seed_offset + (final_policy_eval_episodes - 1) = {top}, must "
+            f"be at most {SEED_MAX} (2**32 - 1)"
+        )
 
 
 def create_base_config(
@@ -231,7 +256,9 @@ def create_base_config(
     Every value is checked (type, range, known mode) and a bad one raises `ConfigError`
     naming the key and the value, e.g. ``max_risk=1.5: must be a float in (0.0, 1.0)``.
     Cross-key rules: `mini_batches` divides the PPO batch `num_envs * rollouts * n_agents`,
-    and `timesteps >= num_envs * rollouts` (at least one policy update).
+    `timesteps >= num_envs * rollouts` (at least one policy update), and every derived seed
+    (`seed_offset + run + env copy`, `final_policy_eval_seed_offset + episode`) is at most
+    `SEED_MAX`.
 
     The result is a plain, JSON-serialisable dict: keys in parameter order, then the
     overrides in the order given. Numbers are plain `int`/`float` (numpy scalars are

@@ -8,6 +8,13 @@ the run config of every (env, algo) is built (`resolve_run_config`), which check
 cross-key rules, the implementation versions and `algo_params`; with `check_components` each
 env is built once with its parameters. Every failure is a `WorkflowConfigError` whose message
 is one line naming the key (as written in the YAML) and the value.
+
+Before any of that, the config's size is bounded (`check_config_size`): Snakemake reads the
+YAML with its aliases as shared objects, which costs nothing, but anything that walks the
+result (the schema's messages, a repr, hashing the jobs' parameters) expands every alias, so
+a "billion laughs" config of a few hundred bytes would take gigabytes and minutes. A config
+expanding to more than `MAX_CONFIG_VALUES` values, nested deeper than `MAX_CONFIG_DEPTH` or
+containing itself is refused in one line naming the key, in time proportional to its text.
 """
 
 from __future__ import annotations
@@ -21,12 +28,15 @@ from typing import Any
 import yaml
 
 from src.checks import ConfigError
-from src.config.base import BASE_CHECKS, check_base_value
+from src.config.base import BASE_CHECKS, SEED_MAX, check_base_value
 from src.config.run import SECTIONS, RunConfig
 
 __all__ = [
+    "MAX_CONFIG_DEPTH",
+    "MAX_CONFIG_VALUES",
     "SCHEMA_PATH",
     "WorkflowConfigError",
+    "check_config_size",
     "check_workflow_config",
     "iter_runs",
     "resolve_run_config",
@@ -38,6 +48,82 @@ SCHEMA_PATH = Path(__file__).resolve().parents[2] / "workflow" / "schemas" / "co
 
 class WorkflowConfigError(ConfigError):
     """The workflow config is invalid; the message is one line naming the key and value."""
+
+
+MAX_CONFIG_VALUES = 100_000
+"""Values (mappings, lists, keys and scalars) a config may expand to: the paper's grid has a
+few hundred."""
+MAX_CONFIG_DEPTH = 64
+"""Nesting levels a config may have: the schema's deepest key is four levels down."""
+
+_Node = dict | list | tuple
+
+
+def _expanded_sizes(config: Any) -> dict[int, int]:
+    """Expanded size of every container of `config` by id, each computed once (so shared
+    objects, YAML's aliases, cost nothing more), capped just above `MAX_CONFIG_VALUES`.
+
+    Iterative, so that deep nesting does not exhaust Python's stack; refuses a container that
+    contains itself and nesting deeper than `MAX_CONFIG_DEPTH`.
+    """
+    cap = MAX_CONFIG_VALUES + 1
+    sizes: dict[int, int] = {}
+    open_nodes: set[int] = set()
+    stack: list[tuple[Any, bool, int, tuple]] = [(config, False, 0, ())]
+    while stack:
+        node, leaving, depth, path = stack.pop()
+        children = list(node.values()) if isinstance(node, dict) else node
+        if leaving:
+            own = 1 + (len(node) if isinstance(node, dict) else 0)  # a mapping's keys count
+            total = own + sum(sizes[id(c)] if isinstance(c, _Node) else 1 for c in children)
+            sizes[id(node)] = min(total, cap)
+            open_nodes.discard(id(node))
+            continue
+        if id(node) in sizes:
+            continue
+        where = _key_path(path)
+        if len(where) > 80:
+            where = where[:77] + "..."
+        if id(node) in open_nodes:
+            raise WorkflowConfigError(
+                f"config key '{where}' refers to a value that contains it (a YAML alias "
+                "inside its own anchor)"
+            )
+        if depth > MAX_CONFIG_DEPTH:
+            raise WorkflowConfigError(
+                f"config key '{where}' is nested deeper than {MAX_CONFIG_DEPTH} levels"
+            )
+        open_nodes.add(id(node))
+        stack.append((node, True, depth, path))
+        keys = list(node) if isinstance(node, dict) else range(len(node))
+        for key, child in zip(keys, children, strict=True):
+            if isinstance(child, _Node):
+                stack.append((child, False, depth + 1, (*path, key)))
+    return sizes
+
+
+def check_config_size(config: Any) -> None:
+    """Refuse a config that expands to more than `MAX_CONFIG_VALUES` values (YAML aliases
+    repeat what they refer to), contains itself or nests deeper than `MAX_CONFIG_DEPTH`,
+    before anything walks it; the message names the key, descending through mappings to the
+    one that holds the expansion."""
+    if not isinstance(config, _Node):
+        return
+    sizes = _expanded_sizes(config)
+    if sizes[id(config)] <= MAX_CONFIG_VALUES:
+        return
+    path: list[Any] = []
+    node = config
+    while isinstance(node, dict):
+        big = [k for k, v in node.items() if sizes.get(id(v), 1) > MAX_CONFIG_VALUES]
+        if not big:
+            break
+        path.append(big[0])
+        node = node[big[0]]
+    raise WorkflowConfigError(
+        f"config key '{_key_path(path)}' expands to more than {MAX_CONFIG_VALUES} values "
+        f"(YAML aliases repeat what they refer to); a config holds at most {MAX_CONFIG_VALUES}"
+    )
 
 
 def _one_line(value: Any, limit: int = 80) -> str:
@@ -156,6 +242,8 @@ def validate_workflow_config(config: dict, schema_path: str | Path = SCHEMA_PATH
     """
     from jsonschema.exceptions import best_match
 
+    # First: everything below walks the config, which would expand an alias bomb.
+    check_config_size(config)
     if not isinstance(config, dict):
         raise WorkflowConfigError(f"the config must be a mapping, got {_one_line(config)}")
     with open(schema_path, encoding="utf-8") as handle:
@@ -175,7 +263,21 @@ def validate_workflow_config(config: dict, schema_path: str | Path = SCHEMA_PATH
             why = str(problem).split(": ", 1)[-1]
             raise WorkflowConfigError(f"config key '{path}' = {_one_line(value)}: {why}") from None
     _check_names(config)
+    _check_render_seeds(config)
     return config
+
+
+def _check_render_seeds(config: Mapping[str, Any]) -> None:
+    """Rendered episode i is seeded like evaluation episode i: the largest must fit too (the
+    evaluation's own episodes are checked with the base config, `src.config.base`)."""
+    offset = config["base"].get("final_policy_eval_seed_offset", 0)
+    episodes = config["render"]["episodes"]
+    if offset + episodes - 1 > SEED_MAX:
+        raise WorkflowConfigError(
+            f"config key 'base.final_policy_eval_seed_offset' = {offset}: its largest seed "
+            f"for the videos, final_policy_eval_seed_offset + (render.episodes - 1) = "
+            f"{offset + episodes - 1}, must be at most {SEED_MAX} (2**32 - 1)"
+        )
 
 
 def resolve_run_config(

@@ -53,6 +53,14 @@ storage) is allowed.
 Loaders read regular files only: a FIFO, device or socket under a result's name is refused
 (``FileAccessError``) instead of blocking or reading endlessly.
 
+Archives are bounded before they are inflated: the members of a ``.npz`` or zip-based ``.pt``
+file may together inflate to at most ``src.containment.archive_limit()`` (half the memory of
+the workflow job, set from its ``mem_mb``), read from the zip's central directory; a larger
+archive is refused with ``CorruptFileError`` naming the file and the sizes, before anything is
+inflated. A ``.pt`` file holding pickled objects other than torch state is refused in one line
+naming it (torch's own message advises turning the weights-only check off; it is not passed
+on). Every error message is one line.
+
 Errors all derive from ``PersistenceError`` and carry ``.path`` and ``.format``:
 
 - ``UnsupportedFormatError(PersistenceError, ValueError)``: unknown suffix.
@@ -87,6 +95,7 @@ from typing import IO, Any
 import numpy as np
 import yaml
 
+from src.containment import ContainmentError, check_archive
 from src.processes import pid_alive
 
 __all__ = [
@@ -150,6 +159,10 @@ class SerializationError(PersistenceError, TypeError):
 
 class FileAccessError(PersistenceError, OSError):
     """The operating system refused a read or write (full disk, permissions, ...)."""
+
+
+class _Refusal(ValueError):
+    """A reader refuses a file on purpose (not damage); `_load` names the file in one line."""
 
 
 # ------------------------------------------------------------------ plain conversion
@@ -302,8 +315,12 @@ def _check_zip_members(fh: IO[bytes]) -> None:
     a silently different weight; a member whose directory entry says "folder" makes torch read
     the wrong bytes, also without an error.
     """
+    on_disk = fh.seek(0, os.SEEK_END)
     fh.seek(0)
     with zipfile.ZipFile(fh) as archive:
+        # Before anything is inflated (testzip and the loaders inflate every member): the
+        # sizes the central directory promises, against the job's memory.
+        check_archive([(info.filename, info.file_size) for info in archive.infolist()], on_disk)
         # A damaged length field in one directory entry swallows the entries after it, and
         # readers then see fewer arrays without complaint; the end record holds the true count.
         # (zipfile's end-record parser is private but unchanged since Python 2.)
@@ -405,7 +422,21 @@ def _read_pt(fh: IO[bytes]) -> Any:
     if zipfile.is_zipfile(fh):
         _check_zip_members(fh)
     fh.seek(0)
-    return torch.load(fh, weights_only=True, map_location="cpu")
+    try:
+        return torch.load(fh, weights_only=True, map_location="cpu")
+    except pickle.UnpicklingError as exc:
+        raise _Refusal(_weights_only_refusal(exc)) from None
+
+
+def _weights_only_refusal(exc: BaseException) -> str:
+    """Why the weights-only unpickler refused a file, in one line, without torch's advice to
+    load it with ``weights_only=False`` or to allowlist what it refused."""
+    text = re.sub(r"\x1b\[[0-9;]*m", "", str(exc))
+    match = re.search(r"WeightsUnpickler error:\s*(.*?)(?:\s*Please use|\n\n|$)", text, re.S)
+    reason = " ".join(match.group(1).split()).rstrip(".") if match else "not torch state"
+    return (
+        f"it holds pickled Python objects that are not torch state ({reason}); nothing was loaded"
+    )
 
 
 def _write_pkl(obj: Any, fh: IO[bytes]) -> None:
@@ -522,7 +553,9 @@ def _remove_stale_temps(target: Path) -> None:
     except OSError:
         return
     for entry in entries:
-        if not entry.name.startswith(prefix):
+        # Only regular files are deleted: a planted symlink or folder with a temp's name is
+        # left alone, never followed.
+        if not entry.name.startswith(prefix) or not entry.is_file(follow_symlinks=False):
             continue
         for ending in (".tmp", ".tmp" + target.suffix):
             if entry.name.endswith(ending):
@@ -732,9 +765,15 @@ def _load(target: Path, fmt: str, reader: _Reader) -> Any:
             raise CorruptFileError(f"{target} ({fmt}) is empty", path=target, format=fmt)
         try:
             return reader(fh)
-        except Exception as exc:
+        except (ContainmentError, _Refusal) as exc:
             raise CorruptFileError(
-                f"{target} is not a valid {fmt} file: {type(exc).__name__}: {exc}",
+                f"refused {target} ({fmt}): {exc}", path=target, format=fmt
+            ) from None
+        except Exception as exc:
+            # One line: readers' messages (torch's, pyarrow's) may span several.
+            why = " ".join(str(exc).split())
+            raise CorruptFileError(
+                f"{target} is not a valid {fmt} file: {type(exc).__name__}: {why}",
                 path=target,
                 format=fmt,
             ) from exc

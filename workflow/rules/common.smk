@@ -14,6 +14,7 @@ if str(REPO) not in sys.path:
 
 from src.analysis.floor import floor_settings
 from src.code_inputs import import_closure
+from src.containment import ContainmentError, check_results_folder
 from src.config.workflow import (
     WorkflowConfigError,
     check_workflow_config,
@@ -73,6 +74,19 @@ VIDEO_PAGE_DIR = f"{RESULTS}/video_page"
 WANDB_DIR = f"{RESULTS}/wandb"
 WANDB_DONE = f"{WANDB_DIR}/upload.done"
 ENVIRONMENT = "../../environment.yml"
+
+
+# ---------------------------------------------------------------- nothing planted in the results
+# The results folder may come from elsewhere (a shared scratch, a colleague's archive). Before
+# Snakemake deletes, reruns or reports anything in it: no symlink and no FIFO, socket or device
+# anywhere in it (wandb's own tree aside, see src/containment.py), or the workflow stops with
+# one line naming the file. Jobs check their own paths again when they start (job.py).
+if workflow.is_main_process:
+    try:
+        check_results_folder(RESULTS)
+    except ContainmentError as error:
+        print(f"refused: {error}", file=sys.stderr)
+        sys.exit(1)
 
 
 # ---------------------------------------------------------------- one workflow per results folder

@@ -1,7 +1,14 @@
-"""Start of every workflow script: send log lines, warnings and tracebacks to the rule's log."""
+"""Start of every workflow script: send log lines, warnings and tracebacks to the rule's log.
+
+It also holds the job to its results folder (`src.containment`): every input, output and log
+path of the job under `{results_dir}/{experiment_tag}` must stay inside it (no symlink on the
+way, only folders and regular files there), the job's `mem_mb` bounds what archives it may
+inflate, and a refusal ends the job with one line naming the file instead of a traceback.
+"""
 
 import sys
 from pathlib import Path
+from types import TracebackType
 from typing import Any
 
 # Jobs import the project from the checkout (no `pip install -e .` needed): this file lives in
@@ -10,16 +17,49 @@ REPO = Path(__file__).resolve().parents[2]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
+from src.containment import ContainmentError, check_paths, set_memory_budget  # noqa: E402
+from src.core.io import PersistenceError  # noqa: E402
 from src.core.logging import configure_logging, log, log_to_file  # noqa: E402 (needs the path)
 from src.lock import LockHeldError, check_job_lock  # noqa: E402 (needs the path above)
 
+# Errors whose message is the whole diagnosis (one line naming the file): the job ends with
+# that line on the terminal and in its log, without a traceback.
+REFUSALS = (ContainmentError, PersistenceError, LockHeldError)
+
+
+def results_folder(snakemake: Any) -> Path | None:
+    """`{results_dir}/{experiment_tag}` of the job's config; None outside the workflow."""
+    config = getattr(snakemake, "config", None) or {}
+    if "results_dir" not in config or "experiment_tag" not in config:
+        return None
+    return Path(str(config["results_dir"])) / str(config["experiment_tag"])
+
+
+def _refusal_hook(
+    kind: type[BaseException], error: BaseException, trace: TracebackType | None
+) -> None:
+    """`sys.excepthook` of a job: a refusal is logged as its one line, the rest as usual."""
+    if isinstance(error, REFUSALS):
+        log(f"refused: {error}", type="refused", console=True)
+    else:
+        sys.__excepthook__(kind, error, trace)
+
 
 def start_job(snakemake: Any, *, console: bool = False) -> None:
-    """Route this job's logging, stdout and stderr into `snakemake.log[0]` (appending).
+    """Route this job's logging, stdout and stderr into `snakemake.log[0]` (appending), check
+    the job's paths against its results folder and bound archives by the job's `mem_mb`.
 
     With `console`, log lines also reach the terminal (rules whose outcome the user must see).
     """
     path = Path(snakemake.log[0])
+    results = results_folder(snakemake)
+    if results is not None:
+        # Before the log is opened for appending: a planted link there would receive it.
+        try:
+            check_paths(results, [path])
+        except ContainmentError as error:
+            print(f"refused: {error}", file=sys.__stderr__)
+            raise SystemExit(1) from None
     path.parent.mkdir(parents=True, exist_ok=True)
     # The console sink is bound to the real stderr: stderr itself goes to the file below, and a
     # line must appear there only once.
@@ -28,8 +68,18 @@ def start_job(snakemake: Any, *, console: bool = False) -> None:
     stream = open(path, "a", encoding="utf-8", buffering=1)  # noqa: SIM115 (lives as long as the job)
     sys.stdout = stream
     sys.stderr = stream
+    sys.excepthook = _refusal_hook
     try:
         check_job_lock()
     except LockHeldError as error:
         log(str(error), type="lock", console=True)
         raise SystemExit(1) from None
+    mem_mb = getattr(snakemake.resources, "mem_mb", None)
+    granted = isinstance(mem_mb, int | float) and not isinstance(mem_mb, bool) and mem_mb > 0
+    set_memory_budget(mem_mb if granted else None)
+    if results is not None:
+        try:
+            check_paths(results, [*snakemake.input, *snakemake.output, *snakemake.log])
+        except ContainmentError as error:
+            log(f"refused: {error}", type="refused", console=True)
+            raise SystemExit(1) from None

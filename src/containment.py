@@ -1,0 +1,377 @@
+"""Containment: nothing planted in a results folder reaches outside it.
+
+A results folder is input too (a shared scratch, a colleague's archive, a synced folder), so
+whoever can write into it must not be able to make the pipeline delete, overwrite, copy, read
+or inflate anything beyond it. Every such operation on a path under a folder the pipeline owns
+goes through this module:
+
+- `inside(root, path)`: the path, after checking that it stays inside `root`: no `..` above
+  it, no component below `root` that is a symbolic link, and its resolved form inside the
+  resolved `root`. `root` itself may be a symlink (e.g. results on scratch storage); nothing
+  below it may be.
+- `check_tree(root)`: every entry below `root` is a folder or a regular file (no symbolic
+  link, FIFO, socket or device), without following anything.
+- `regular_file`, `open_regular`, `copy_file`: read and copy regular files only, opened
+  without following a symlink and without blocking on a FIFO.
+- `remove_tree(root, path)`: delete a file or folder inside `root`; a symlink is refused, and
+  links further down are removed, never followed.
+- Archives (`.npz`, zip-based `.pt`): `check_archive` refuses members that would inflate past
+  `archive_limit()`, half the job's memory (`set_memory_budget`, from the job's `mem_mb`), from
+  the zip's central directory, before anything is inflated.
+
+Every refusal is a `ContainmentError` (a `ValueError`) whose message is one line naming the
+file and what is wrong with it. The module is a leaf (standard library only), so the
+persistence layer can use it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import shutil
+import stat
+from collections.abc import Iterable, Iterator, Sequence
+from pathlib import Path, PurePosixPath
+from typing import IO
+
+__all__ = [
+    "TOOL_TREES",
+    "ContainmentError",
+    "archive_limit",
+    "check_archive",
+    "check_paths",
+    "check_results_folder",
+    "check_tree",
+    "copy_file",
+    "inside",
+    "is_regular",
+    "memory_budget",
+    "open_regular",
+    "regular_file",
+    "remove_tree",
+    "set_memory_budget",
+]
+
+_MB = 1024.0**2
+_COPY_CHUNK = 1 << 20
+
+
+class ContainmentError(ValueError):
+    """A path under a results folder that the pipeline refuses to follow, delete, copy or
+    inflate; the message is one line naming the file and what is wrong."""
+
+    def __init__(self, message: str, *, path: str | Path | None = None) -> None:
+        """`message` (one line) and the refused `path`."""
+        super().__init__(" ".join(message.split()))
+        self.path = None if path is None else Path(path)
+
+    def __reduce__(self) -> tuple:
+        # Refusals raised in worker processes (the wandb upload's pool) travel back pickled.
+        return (_rebuild_error, (type(self), self.args[0], self.path))
+
+
+def _rebuild_error(
+    cls: type[ContainmentError], message: str, path: Path | None
+) -> ContainmentError:
+    return cls(message, path=path)
+
+
+def _kind(mode: int) -> str:
+    """What a non-regular file is, in words."""
+    for test, name in (
+        (stat.S_ISLNK, "a symbolic link"),
+        (stat.S_ISDIR, "a folder"),
+        (stat.S_ISFIFO, "a FIFO"),
+        (stat.S_ISSOCK, "a socket"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+    ):
+        if test(mode):
+            return name
+    return "not a regular file"
+
+
+def _link_error(path: Path) -> ContainmentError:
+    try:
+        target = f" (to {os.readlink(path)})"
+    except OSError:
+        target = ""
+    return ContainmentError(
+        f"{path} is a symbolic link{target}: a results folder may not hold symbolic links, "
+        "so it is neither followed nor deleted",
+        path=path,
+    )
+
+
+# ------------------------------------------------------------------------------ paths
+
+
+def inside(root: str | Path, path: str | Path) -> Path:
+    """`path` as an absolute path, after checking that it stays inside `root`.
+
+    A relative `path` is taken relative to `root` (like `filename` of `save_to_file`), so a
+    path built from `root` itself is passed absolute (`Path.absolute()`) or as its part
+    below `root`; an absolute one must lie below it. `..`
+    may not climb above `root`, no existing component between `root` (exclusive) and `path`
+    (inclusive) may be a symbolic link, and the resolved path must lie inside the resolved
+    `root`. Components that do not exist yet are fine (a file about to be written). Use the
+    returned path: it is the one that was checked (`..` already folded). Raises
+    `ContainmentError` naming the path.
+
+    >>> import tempfile
+    >>> root = Path(tempfile.mkdtemp())
+    >>> inside(root, "runs/run0/policy.pt") == root / "runs" / "run0" / "policy.pt"
+    True
+    >>> inside(root, "../elsewhere")  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    src.containment.ContainmentError: ../elsewhere leaves ...
+    """
+    if "\x00" in os.fspath(path):
+        raise ContainmentError(f"{os.fspath(path)!r} contains a NUL character", path=None)
+    base = Path(os.path.abspath(root))
+    given = Path(path)
+    target = Path(os.path.abspath(base / given))
+    try:
+        relative = target.relative_to(base)
+    except ValueError:
+        raise ContainmentError(f"{given} leaves {base}", path=target) from None
+    probe = base
+    for part in relative.parts:
+        probe = probe / part
+        try:
+            mode = os.lstat(probe).st_mode
+        except (FileNotFoundError, NotADirectoryError):
+            break  # the rest does not exist yet: nothing there to follow
+        if stat.S_ISLNK(mode):
+            raise _link_error(probe)
+    if not target.resolve().is_relative_to(base.resolve()):
+        raise ContainmentError(f"{target} resolves outside {base}", path=target)
+    return target
+
+
+def is_regular(path: str | Path) -> bool:
+    """Whether `path` itself (not what a symlink points to) is a regular file."""
+    try:
+        return stat.S_ISREG(os.lstat(path).st_mode)
+    except OSError:
+        return False
+
+
+def regular_file(root: str | Path, path: str | Path) -> Path:
+    """`inside(root, path)`, which must be a regular file (not a symlink, FIFO, socket,
+    device or folder). Raises `FileNotFoundError` if it does not exist, else
+    `ContainmentError`, both naming the path."""
+    target = inside(root, path)
+    try:
+        mode = os.lstat(target).st_mode
+    except FileNotFoundError:
+        raise FileNotFoundError(errno.ENOENT, "no such file", str(target)) from None
+    if not stat.S_ISREG(mode):
+        raise ContainmentError(
+            f"{target} is {_kind(mode)}, not a regular file: it is neither read nor copied",
+            path=target,
+        )
+    return target
+
+
+def open_regular(root: str | Path, path: str | Path) -> IO[bytes]:
+    """Open `inside(root, path)` for reading, refusing anything but a regular file.
+
+    The file is opened without following a symlink (`O_NOFOLLOW`) and without blocking on a
+    FIFO (`O_NONBLOCK`), and checked on the open descriptor, so a file swapped after a check
+    is still refused.
+    """
+    target = inside(root, path)
+    flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
+    try:
+        fd = os.open(target, flags)
+    except OSError as error:
+        if error.errno == errno.ELOOP:
+            raise _link_error(target) from None
+        raise
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            raise ContainmentError(
+                f"{target} is {_kind(mode)}, not a regular file: it is neither read nor copied",
+                path=target,
+            )
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def copy_file(root: str | Path, source: str | Path, destination: str | Path) -> Path:
+    """Copy the regular file `inside(root, source)` to `destination`, a new file.
+
+    The source is opened with `open_regular` (a symlink to `/dev/zero` is refused, never
+    read); `destination` must not exist yet (it is created exclusively, so a planted link
+    there is not followed either). Returns `destination`.
+    """
+    out = Path(destination)
+    with open_regular(root, source) as src, open(out, "xb") as dst:
+        shutil.copyfileobj(src, dst, _COPY_CHUNK)
+    return out
+
+
+def check_tree(root: str | Path, path: str | Path = ".", *, skip: Iterable[str] = ()) -> None:
+    """Refuse the first symlink or non-regular file below `inside(root, path)`.
+
+    Walks the folder without following anything; folders and regular files pass. `skip`
+    names sub-folders (relative to `root`, POSIX form) whose contents are not examined. A
+    missing folder passes; a regular file passes.
+    """
+    top = inside(root, path)
+    base = Path(os.path.abspath(root))
+    skipped = {PurePosixPath(name) for name in skip}
+    try:
+        # Following a link is fine here: inside() refused every link below the root, and the
+        # root itself may be one.
+        mode = os.stat(top).st_mode
+    except FileNotFoundError:
+        return
+    if stat.S_ISREG(mode):
+        return
+    if not stat.S_ISDIR(mode):
+        raise ContainmentError(f"{top} is {_kind(mode)}, not a regular file", path=top)
+    pending = [top]
+    while pending:
+        folder = pending.pop()
+        if PurePosixPath(folder.relative_to(base).as_posix()) in skipped:
+            continue
+        with os.scandir(folder) as entries:
+            for entry in entries:
+                entry_path = Path(entry.path)
+                if entry.is_symlink():
+                    raise _link_error(entry_path)
+                if entry.is_dir(follow_symlinks=False):
+                    pending.append(entry_path)
+                elif not entry.is_file(follow_symlinks=False):
+                    kind = _kind(entry.stat(follow_symlinks=False).st_mode)
+                    raise ContainmentError(
+                        f"{entry_path} is {kind}, not a regular file: a results folder holds "
+                        "folders and regular files only",
+                        path=entry_path,
+                    )
+
+
+TOOL_TREES = ("wandb/wandb",)
+"""Folders of a results folder (relative, POSIX) whose contents belong to a tool that makes
+symlinks of its own: wandb's offline runs, with its `latest-run` and log aliases (one of them
+into `~/.cache/wandb`). `check_results_folder` does not look inside them; the pipeline reads
+from them only the offline runs its manifest lists, checked when they are used
+(`src.analysis.wandb_upload`)."""
+
+
+def check_results_folder(folder: str | Path) -> None:
+    """Refuse a results folder (`{results_dir}/{experiment_tag}`) holding a symlink or a
+    non-regular file anywhere outside `TOOL_TREES`; one line naming the first one found.
+
+    The folder itself may be a symlink (results on scratch storage) or missing.
+    """
+    check_tree(folder, skip=TOOL_TREES)
+
+
+def check_paths(root: str | Path, paths: Iterable[str | Path]) -> None:
+    """Check every path of `paths` that lies lexically under `root` with `inside`, and what
+    exists there with `check_tree` (a folder's whole contents); other paths are ignored.
+
+    This is the check of a workflow job's inputs, outputs and logs against its results
+    folder.
+    """
+    base = Path(os.path.abspath(root))
+    for path in paths:
+        candidate = Path(os.path.abspath(path))
+        if candidate == base or candidate.is_relative_to(base):
+            check_tree(base, inside(base, candidate))
+
+
+def remove_tree(root: str | Path, path: str | Path) -> bool:
+    """Delete the file or folder `inside(root, path)`; False if there was nothing to delete.
+
+    `root` itself is never deleted, and a symlink is refused rather than deleted or followed;
+    below a deleted folder, links are removed without following them (`shutil.rmtree` works
+    on file descriptors). Raises `ContainmentError` naming the path.
+    """
+    target = inside(root, path)
+    if target == Path(os.path.abspath(root)):
+        raise ContainmentError(f"{path!s} names {target} itself, not a path inside it", path=target)
+    try:
+        mode = os.lstat(target).st_mode
+    except FileNotFoundError:
+        return False
+    if stat.S_ISDIR(mode):
+        # rmtree refuses symlinks at the top and never follows them below (fd-based walk).
+        shutil.rmtree(target)
+    else:
+        os.unlink(target)
+    return True
+
+
+# ---------------------------------------------------------------------------- archives
+
+_budget_mb: float | None = None
+
+
+def set_memory_budget(mem_mb: float | None) -> None:
+    """Set the memory (MB) the current job was granted (a workflow job's `mem_mb`); None
+    falls back to the machine's memory. `archive_limit` is half of it."""
+    global _budget_mb
+    if mem_mb is not None and (
+        isinstance(mem_mb, bool) or not isinstance(mem_mb, int | float) or not mem_mb > 0
+    ):
+        raise ValueError(f"mem_mb must be a positive number of MB, got {mem_mb!r}")
+    _budget_mb = None if mem_mb is None else float(mem_mb)
+
+
+@contextlib.contextmanager
+def memory_budget(mem_mb: float | None) -> Iterator[None]:
+    """`set_memory_budget(mem_mb)` for the duration of a block, then the previous budget."""
+    previous = _budget_mb
+    set_memory_budget(mem_mb)
+    try:
+        yield
+    finally:
+        set_memory_budget(previous)
+
+
+def _machine_mb() -> float:
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / _MB
+    except (ValueError, OSError):
+        return 8192.0
+
+
+def archive_limit() -> tuple[int, str]:
+    """(bytes, where the number comes from): the most an archive's members may inflate to.
+
+    Half the job's memory: a checkpoint is loaded next to the trainer it restores, which
+    holds about as much again. Without a budget (outside a workflow job), half the machine's
+    physical memory.
+    """
+    if _budget_mb is not None:
+        return int(_budget_mb / 2 * _MB), f"half the job's mem_mb of {_budget_mb:g}"
+    machine = _machine_mb()
+    return int(machine / 2 * _MB), f"half the machine's {machine:.0f} MB (no mem_mb set)"
+
+
+def check_archive(members: Sequence[tuple[str, int]], on_disk: int) -> None:
+    """Refuse an archive whose members (name, uncompressed size from the zip's central
+    directory) would inflate past `archive_limit()`, before anything is inflated.
+
+    The message (one line) gives the total, the largest member, the size on disk and the
+    limit; the caller adds the file's name.
+    """
+    total = sum(size for _, size in members)
+    limit, why = archive_limit()
+    if total <= limit:
+        return
+    name, largest = max(members, key=lambda member: member[1])
+    raise ContainmentError(
+        f"its members would inflate to {total / _MB:.1f} MB (largest {name}: "
+        f"{largest / _MB:.1f} MB) from {on_disk / _MB:.1f} MB on disk, above the limit of "
+        f"{limit / _MB:.1f} MB ({why}); nothing was inflated"
+    )
