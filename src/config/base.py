@@ -204,13 +204,14 @@ def _check_consistency(cfg: Mapping[str, Any]) -> None:
             f"seed_offset={offset!r}: its largest seed, seed_offset + (num_runs - 1) + "
             f"(num_envs - 1) = {top}, must be at most {SEED_MAX} (2**32 - 1)"
         )
+    # Run r evaluates the seeds offset + r * N + i, i < N (disjoint layouts per run).
     offset = cfg["final_policy_eval_seed_offset"]
-    top = offset + max(cfg["final_policy_eval_episodes"], 1) - 1
+    top = offset + cfg["num_runs"] * max(cfg["final_policy_eval_episodes"], 1) - 1
     if top > SEED_MAX:
         raise ConfigError(
             f"final_policy_eval_seed_offset={offset!r}: its largest seed, "
-            f"final_policy_eval_seed_offset + (final_policy_eval_episodes - 1) = {top}, must "
-            f"be at most {SEED_MAX} (2**32 - 1)"
+            f"final_policy_eval_seed_offset + num_runs * final_policy_eval_episodes - 1 = "
+            f"{top}, must be at most {SEED_MAX} (2**32 - 1)"
         )
 
 

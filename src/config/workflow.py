@@ -268,15 +268,19 @@ def validate_workflow_config(config: dict, schema_path: str | Path = SCHEMA_PATH
 
 
 def _check_render_seeds(config: Mapping[str, Any]) -> None:
-    """Rendered episode i is seeded like evaluation episode i: the largest must fit too (the
-    evaluation's own episodes are checked with the base config, `src.config.base`)."""
+    """Rendered episode i of run r is seeded like its evaluation episode i: the largest must
+    fit too (the evaluation's own episodes are checked with the base config,
+    `src.config.base`)."""
     offset = config["base"].get("final_policy_eval_seed_offset", 0)
+    per_run = config["base"].get("final_policy_eval_episodes", 0)
     episodes = config["render"]["episodes"]
-    if offset + episodes - 1 > SEED_MAX:
+    top = offset + (config["num_runs"] - 1) * per_run + episodes - 1
+    if top > SEED_MAX:
         raise WorkflowConfigError(
             f"config key 'base.final_policy_eval_seed_offset' = {offset}: its largest seed "
-            f"for the videos, final_policy_eval_seed_offset + (render.episodes - 1) = "
-            f"{offset + episodes - 1}, must be at most {SEED_MAX} (2**32 - 1)"
+            f"for the videos, final_policy_eval_seed_offset + (num_runs - 1) * "
+            f"final_policy_eval_episodes + (render.episodes - 1) = {top}, must be at most "
+            f"{SEED_MAX} (2**32 - 1)"
         )
 
 

@@ -794,6 +794,23 @@ def test_video_seeds_past_2_32_are_refused_and_the_largest_fitting_offsets_pass(
         check_workflow_config(config)
 
 
+def test_evaluation_seeds_of_later_runs_must_fit_too():
+    """Run r evaluates offset + r * N + i: the last run's last seed is the largest."""
+    import yaml
+
+    from src.config.base import SEED_MAX
+    from src.config.workflow import WorkflowConfigError, check_workflow_config
+    from tests.reliability.helpers import REPO
+
+    config = yaml.safe_load((REPO / ".test" / "config.yaml").read_text(encoding="utf-8"))
+    config["base"]["final_policy_eval_seed_offset"] = SEED_MAX - 15  # 2 runs x 8 episodes
+    config["num_runs"] = 2
+    check_workflow_config(config)
+    config["num_runs"] = 3
+    with pytest.raises(WorkflowConfigError, match="'base.final_policy_eval_seed_offset'.*num_runs"):
+        check_workflow_config(config)
+
+
 # ------------------------------------------------------------- stale-lock takeover
 
 
