@@ -76,9 +76,11 @@ class PIDLagrange:
         ema_d: float = 0.95,
         max_value: float = 100.0,
         init: float = 0.0,
+        d_from_first: bool = True,
     ) -> None:
         """Gains `kp`, `ki`, `kd` >= 0; EMA weights in [0, 1); lambda is capped at `max_value`;
-        `init` is the starting integral term (and lambda), at most `max_value`."""
+        `init` is the starting integral term (and lambda), at most `max_value`;
+        `d_from_first` starts the derivative's reference at the first rate (else at 0)."""
         kp, ki, kd = (
             _RULES[f"pid_{n}"](f"pid {n}", g) for n, g in (("kp", kp), ("ki", ki), ("kd", kd))
         )
@@ -94,12 +96,13 @@ class PIDLagrange:
         self.cost_d = 0.0
         self.cost_history: deque[float] = deque([0.0], maxlen=d_delay)
         self.measured = 0
+        self.d_from_first = bool(d_from_first)
         self.value = init
 
     def update(self, cost: float) -> float:
         """Feed the latest constraint estimate; returns the new lambda."""
         delta = cost - self.limit
-        if self.measured == 0:
+        if self.measured == 0 and self.d_from_first:
             # The derivative compares smoothed rates; before the first measurement there is no
             # rate, so start from this one (a zero start reads the first rate as a rise, which
             # kicks lambda up before the policy has learned anything: "derivative kick").
@@ -153,6 +156,7 @@ def _pid_multiplier(config: LagrangeConfig) -> PIDLagrange:
         d_delay=config.pid_d_delay,
         ema_p=config.pid_ema_p,
         ema_d=config.pid_ema_d,
+        d_from_first=config.pid_d_from_first,
         **_bounds(config),
     )
 

@@ -56,6 +56,7 @@ class LagrangeConfig(Section):
         "pid_d_delay": partial(check_int, low=1),
         "pid_ema_p": _ema,
         "pid_ema_d": _ema,
+        "pid_d_from_first": check_bool,
     }
 
     max_risk: float
@@ -98,6 +99,9 @@ class LagrangeConfig(Section):
     """EMA weight smoothing the proportional term (0 = none)."""
     pid_ema_d: float = 0.5
     """EMA weight smoothing the rate used by the derivative term (0 = none)."""
+    pid_d_from_first: bool = True
+    """The derivative's reference starts at the first measured rate; false starts it at 0 (the
+    original controller, whose first update reads the first rate as a rise)."""
 
     def __post_init__(self) -> None:
         """Every field by its rule, then `lambda_init` against `lambda_max`."""

@@ -51,6 +51,15 @@ def test_pid_terms_on_a_known_sequence():
     assert value == 0.0
 
 
+def test_pid_with_a_zero_start_reads_the_first_rate_as_a_rise():
+    # The original controller: D = 0.3 - 0 on the first update -> 0.2 + 0.1 + 2 * 0.3.
+    pid = PIDLagrange(
+        limit=0.1, kp=1.0, ki=0.5, kd=2.0, d_delay=1, ema_p=0.0, ema_d=0.0, d_from_first=False
+    )
+    assert pid.update(0.3) == pytest.approx(0.9)
+    assert pid.update(0.5) == pytest.approx(1.1)
+
+
 def test_pid_smoothing_delay_cap_and_state_round_trip():
     pid = PIDLagrange(
         limit=0.0, kp=0.0, ki=0.0, kd=1.0, d_delay=2, ema_p=0.5, ema_d=0.5, max_value=0.3
