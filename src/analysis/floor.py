@@ -103,16 +103,20 @@ def task_floor(
     def make(copies: int) -> Any:
         return make_vector_env(env_name, num_envs=copies, seed=None, **params)
 
+    where = {
+        "env": env_name,
+        "horizon": horizon,
+        "first_seed": first_seed,
+        "episodes": episodes,
+        "confidence": confidence,
+    }
     probe = make(1)
     if not isinstance(probe, GridVectorEnv) or not probe.config.continuing:
+        probe.close()
         nan = math.nan
         return Floor(
-            env=env_name,
+            **where,
             method="none",
-            horizon=horizon,
-            first_seed=first_seed,
-            episodes=episodes,
-            confidence=confidence,
             violations=0,
             p_violation=nan,
             p_upper=nan,
@@ -125,17 +129,12 @@ def task_floor(
     careful = rollout_team(make, careful_actions, seeds, horizon=horizon, rng_seed=rng_seed)
     greedy = rollout_team(make, greedy_actions, seeds, horizon=horizon, rng_seed=rng_seed)
     k = int(np.count_nonzero(careful.first_violation > 0))
-    upper = float(clopper_pearson_upper(k=k, n=episodes, delta=1.0 - confidence))
     return Floor(
-        env=env_name,
+        **where,
         method="witness",
-        horizon=horizon,
-        first_seed=first_seed,
-        episodes=episodes,
-        confidence=confidence,
         violations=k,
         p_violation=k / episodes,
-        p_upper=upper,
+        p_upper=float(clopper_pearson_upper(k=k, n=episodes, delta=1.0 - confidence)),
         goals=float(careful.goals.mean()),
         greedy_p_violation=greedy.p_violation(horizon),
         greedy_goals=float(greedy.goals.mean()),

@@ -454,14 +454,15 @@ def floor_markdown(floors: pd.DataFrame) -> str:
         "|---|---:|---:|---:|---:|---|",
     ]
     for row in floors.itertuples(index=False):
+        bound = "–" if math.isnan(row.max_risk) else _format(row.max_risk)
         if row.floor_method == "none":
-            lines.append(f"| {row.env} | {_format(row.max_risk)} | – | – | – | – |")
+            lines.append(f"| {row.env} | {bound} | – | – | – | – |")
             continue
         reference = row.ippo_goals if not math.isnan(row.ippo_goals) else row.greedy_goals
         share = row.floor_goals / reference if reference > 0 else math.nan
         verdict = {True: "yes", False: "no", None: "–"}[row.feasible]
         lines.append(
-            f"| {row.env} | {_format(row.max_risk)} | {_format(row.floor)} "
+            f"| {row.env} | {bound} | {_format(row.floor)} "
             f"[{_format(row.floor_upper)}] | {row.floor_horizon} | {row.floor_goals:.1f} / "
             f"{reference:.1f} = {share:.2f} | {verdict} |"
         )
