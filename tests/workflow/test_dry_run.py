@@ -10,13 +10,18 @@ import yaml
 from tests.workflow.conftest import REPO, job_counts, snakemake
 
 PER_RUN_RULES = ("train", "evaluate", "render", "export")
+PER_ENV_RULES = ("floor",)
 PER_EXPERIMENT_RULES = ("aggregate", "figures", "summary", "video_page", "wandb_upload", "all")
 
 
 def _expected(config_path: Path) -> dict[str, int]:
     config = yaml.safe_load(config_path.read_text())
     runs = len(config["envs"]) * len(config["algos"]) * config["num_runs"]
-    counts = dict.fromkeys(PER_RUN_RULES, runs) | dict.fromkeys(PER_EXPERIMENT_RULES, 1)
+    counts = (
+        dict.fromkeys(PER_RUN_RULES, runs)
+        | dict.fromkeys(PER_ENV_RULES, len(config["envs"]))
+        | dict.fromkeys(PER_EXPERIMENT_RULES, 1)
+    )
     counts["total"] = sum(counts.values())
     return counts
 
