@@ -2,12 +2,20 @@
 
 Training jobs never touch the network. This step (the workflow's last, a local rule) creates
 one offline run per (env, algo, run) under `results/{tag}/wandb/`, with the training history
-(one row per episode, `log_history`), and in the run summary the evaluation table, the
-experiment's figures and the run's videos. When upload is enabled and credentials exist it
-then runs `wandb sync` on each run and leaves a marker per synced run; a rerun creates no run
-whose inputs did not change and uploads nothing twice. Without credentials or network it says
-so in one line and keeps every offline run; a later call (the rule rerun with
-`snakemake --cores 1 --forcerun wandb_upload`) uploads the runs not yet marked.
+and in the run summary the evaluation table, the experiment's figures and the run's videos.
+The history holds one row per episode (`history.json`, at `step = t_end`) and one row per
+policy update (`updates.json`: losses, lambda, the shield's counters and calibration, ... at
+`step = global_step`), merged in env-step order; an episode that ended on the last env step
+before an update shares that update's row. wandb's step is thus the env step, and each metric
+also names its own x axis (`define_metric`): `t_end` for the episode keys, `global_step` for
+the update keys. Update metrics without a value (None or NaN) are left out of their row.
+
+When upload is enabled and credentials exist the step then runs `wandb sync` on each run and
+leaves a marker per synced run; a rerun creates no run whose inputs (`RUN_INPUTS`: config,
+episode and update history, evaluation; and videos) did not change and uploads nothing twice.
+Without credentials or network it says so in one line and keeps every offline run; a later
+call (the rule rerun with `snakemake --cores 1 --forcerun wandb_upload`) uploads the runs not
+yet marked.
 
 The sync command is the `wandb` CLI next to the Python interpreter (else `wandb` on the PATH),
 or the command line in the environment variable `SAFE_MARL_WANDB_CLI` (split like a shell
@@ -39,6 +47,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import math
 import multiprocessing
 import netrc
 import os
@@ -55,6 +64,7 @@ from typing import Any
 
 import pandas as pd
 
+from src.analysis.export import updates_table
 from src.containment import (
     ContainmentError,
     check_results_folder,
@@ -66,7 +76,7 @@ from src.containment import (
 )
 from src.core.io import atomic_output, load_from_file, load_from_file_if_exists, save_to_file
 from src.core.logging import log
-from src.core.wandb import log_history, start_run
+from src.core.wandb import episode_rows, log_history, start_run
 from src.records import load_history
 from src.runfiles import RunFiles
 
@@ -86,11 +96,14 @@ DONE = "upload.done"
 SYNCED = "synced"
 # Files of one run that its wandb run shows (attributes of RunFiles); a change to any of them,
 # or to its videos, makes a new run.
-RUN_INPUTS = ("config", "history_json", "eval")
+RUN_INPUTS = ("config", "history_json", "updates_json", "eval")
 WANDB_CLI_ENV_VAR = "SAFE_MARL_WANDB_CLI"
 # Rerunning the rule, not a manual `wandb sync`, leaves the per-run markers that keep a run
 # from being uploaded twice.
 UPLOAD_LATER = "snakemake --cores 1 --forcerun wandb_upload"
+# The x axis (wandb step metric) of the episode rows and of the update rows: both env steps.
+EPISODE_STEP = "t_end"
+UPDATE_STEP = "global_step"
 
 
 def find_run_dirs(results_dir: str | Path) -> list[Path]:
@@ -135,6 +148,62 @@ def _fingerprint(results: Path, run_dir: Path) -> str:
     return digest.hexdigest()
 
 
+def _update_rows(updates: Any, config: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The history rows of a run's per-update metrics (`updates.json`), in update order.
+
+    The records are checked as the export checks them (`src.analysis.export.updates_table`:
+    known keys only, numbers); each row holds `update`, `global_step`, `wall_time` and every
+    metric with a value (None and NaN are left out, never logged as NaN), plus its `"step"`
+    (= `global_step`). Raises `ValueError` when the records are malformed or two updates
+    share a `global_step`.
+    """
+    table = updates_table(updates, config)
+    rows: list[dict[str, Any]] = []
+    for index, record in enumerate(table.drop_columns(["env", "algo", "run"]).to_pylist()):
+        row = {
+            key: value
+            for key, value in record.items()
+            if value is not None and not (isinstance(value, float) and math.isnan(value))
+        }
+        if rows and row[UPDATE_STEP] <= rows[-1]["step"]:
+            raise ValueError(
+                f"updates entry {index} has {UPDATE_STEP}={row[UPDATE_STEP]} after "
+                f"{rows[-1]['step']}: env steps of updates must increase"
+            )
+        rows.append({"step": row[UPDATE_STEP], **row})
+    return rows
+
+
+def _merge_by_env_step(
+    episodes: list[dict[str, Any]], updates: list[dict[str, Any]]
+) -> list[dict[str, Any]]:
+    """Episode rows and update rows (each with its `"step"`) in one list in env-step order.
+
+    wandb keeps one row per step, so an episode row and an update row at the same env step
+    (the episode ended on the rollout's last step) become one row holding both; their keys
+    never overlap (else `ValueError`).
+    """
+    merged: dict[int, dict[str, Any]] = {row["step"]: dict(row) for row in episodes}
+    for row in updates:
+        same_step = merged.setdefault(row["step"], {})
+        shared = (set(same_step) & set(row)) - {"step"}
+        if shared:
+            raise ValueError(
+                f"env step {row['step']}: episode and update rows share keys {sorted(shared)}"
+            )
+        same_step.update(row)
+    return [merged[step] for step in sorted(merged)]
+
+
+def _define_axes(run: Any, episodes: list[dict[str, Any]], updates: list[dict[str, Any]]) -> None:
+    """Name the x axis of every logged key: `t_end` for episode keys, `global_step` for update
+    keys (each row carries its own, so wandb never fills one in from another row)."""
+    for step_metric, rows in ((EPISODE_STEP, episodes), (UPDATE_STEP, updates)):
+        run.define_metric(step_metric)
+        for key in sorted({key for row in rows for key in row} - {"step", step_metric}):
+            run.define_metric(key, step_metric=step_metric)
+
+
 def _log_run(run_dir: Path, wandb_dir: Path, figures: list[Path], summary: Path) -> Path | None:
     """Create the offline run of one training run; return its folder (None if disabled)."""
     import wandb  # here, not at the top: importing wandb takes a second
@@ -142,6 +211,12 @@ def _log_run(run_dir: Path, wandb_dir: Path, figures: list[Path], summary: Path)
     results = wandb_dir.parent
     files = RunFiles(run_dir)
     config = load_from_file(files.root, files.config.name)
+    # Read and checked before the run exists: a bad input leaves no half-logged run behind.
+    episodes = episode_rows(load_history(files.root, files.history_json.name))
+    try:
+        updates = _update_rows(load_from_file(files.root, files.updates_json.name), config)
+    except ValueError as error:
+        raise ValueError(f"{files.updates_json}: {error}") from None
     # Offline whatever the environment says (uploading is the separate `wandb sync` step),
     # unless the config disables wandb.
     mode = "disabled" if config.get("wandb_mode") == "disabled" else "offline"
@@ -150,8 +225,9 @@ def _log_run(run_dir: Path, wandb_dir: Path, figures: list[Path], summary: Path)
     try:
         if run.disabled:
             return None
-        log_history(run, load_history(files.root, files.history_json.name))
-        # Media and tables go to the summary, so the history keeps one row per episode.
+        _define_axes(run, episodes, updates)
+        log_history(run, _merge_by_env_step(episodes, updates))
+        # Media and tables go to the summary, so the history holds only the training rows.
         run.summary["eval"] = wandb.Table(dataframe=pd.read_parquet(files.eval))
         if summary.is_file():
             run.summary["summary"] = wandb.Table(dataframe=pd.read_csv(summary))

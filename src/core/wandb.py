@@ -3,6 +3,8 @@
 - `start_run` opens one wandb run per (env, algo, run index): offline unless the config or
   `WANDB_MODE` says otherwise, and a disabled run when `use_wandb` is false.
 - `log_history` logs a history as wandb rows, one row per episode at `step = t_end`.
+- `episode_rows` gives those episode rows as dicts with their `"step"`, to merge them with
+  other rows (e.g. per-update metrics) by env step before `log_history` logs them.
 - `create_base_config` (the experiment's base config, `src.config.base`) is published here.
 
 `wandb` itself is imported only inside `start_run`, so importing this module is cheap.
@@ -27,6 +29,7 @@ if TYPE_CHECKING:
 __all__ = [
     "ConfigError",
     "create_base_config",
+    "episode_rows",
     "log_history",
     "start_run",
 ]
@@ -251,6 +254,28 @@ def log_history(run: "Run", history: Any, prefix: str = "") -> None:
             # Commit each row now: an open row at `step` would absorb whatever is logged next
             # without a step (wandb merges same-step logs into one row).
             run.log(row, step=step, commit=True)
+
+
+def episode_rows(history: Sequence[EpisodeLog], prefix: str = "") -> list[dict[str, Any]]:
+    """The rows `log_history` logs for a list of `EpisodeLog`, as dicts in `t_end` order.
+
+    Each dict holds the row's keys (prefixed by `prefix`) and its `"step"` (= `t_end`), so
+    `log_history(run, episode_rows(history))` logs what `log_history(run, history)` logs, and
+    other rows with steps can be merged in first. Raises like `log_history` (episodes of
+    several runs or a shared `t_end`: `ValueError`; anything but `EpisodeLog` records:
+    `TypeError`).
+    """
+    if not isinstance(prefix, str):
+        raise TypeError(f"episode_rows: prefix must be a str, got {type(prefix).__name__}")
+    if (
+        not isinstance(history, Sequence)
+        or isinstance(history, (str, bytes))
+        or not all(isinstance(item, EpisodeLog) for item in history)
+    ):
+        raise TypeError(
+            f"episode_rows: history must be a list of EpisodeLog, got {type(history).__name__}"
+        )
+    return [{"step": step, **row} for step, row in _rows_from_episodes(history, prefix)]
 
 
 def _zip_columns(columns: Mapping[Any, Any]) -> list[dict[str, Any]]:

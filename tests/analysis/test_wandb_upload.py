@@ -1,8 +1,11 @@
-"""upload_experiment: offline runs, one history row per episode, sync markers, no duplicates."""
+"""upload_experiment: offline runs whose history holds the episodes and the per-update metrics
+in env-step order, sync markers, no duplicates."""
 
 from __future__ import annotations
 
 import json
+import math
+import re
 from pathlib import Path
 
 import numpy as np
@@ -14,9 +17,17 @@ from src.analysis.wandb_upload import credentials_available, upload_experiment, 
 from src.config.workflow import resolve_run_config, validate_workflow_config
 from src.core.io import save_to_file
 from src.records import EpisodeLog
-from tests.wandb_file import find_run_files, read_history
+from tests.wandb_file import find_run_files, read_history, read_records
 
-RUNS = (("hazard_grid", "ippo", 0), ("hazard_grid", "shield", 0))
+REPO = Path(__file__).resolve().parents[2]
+RUNS = (("hazard_grid", "ippo_lag", 0), ("hazard_grid", "shield", 0))
+# Env steps of the four policy updates of each run; episode 2 ends at env step 29 (t_end), on
+# the last step before the second update.
+UPDATE_STEPS = (12, 29, 44, 70)
+LAMBDAS = (0.0, 0.125, 0.375, 0.75)
+INTERVENTIONS = (0.0, 0.0, 3.0, 7.0)
+# wandb's own keys of every row; `_step` is compared, the clock keys are not.
+WANDB_CLOCK_KEYS = ("_timestamp", "_runtime")
 
 
 def _workflow_config() -> dict:
@@ -24,7 +35,7 @@ def _workflow_config() -> dict:
         {
             "experiment_tag": "wb",
             "envs": ["hazard_grid"],
-            "algos": ["ippo", "shield"],
+            "algos": ["ippo_lag", "shield"],
             "num_runs": 1,
             "base": {"num_envs": 2, "timesteps": 64, "rollouts": 16, "mini_batches": 2},
             "env_params": {"hazard_grid": {"n_agents": 2, "max_steps": 20}},
@@ -58,6 +69,84 @@ def _history(env: str, algo: str, run: int, episodes: int) -> list[EpisodeLog]:
     return records
 
 
+def _updates(algo: str, lambdas: tuple[float, ...] = LAMBDAS) -> list[dict]:
+    """updates.json of a run: losses for all, lambda for ippo_lag, counters for the shield; a
+    metric without a value (None, NaN) in some updates, as in a real run."""
+    updates = []
+    for update, step in enumerate(UPDATE_STEPS):
+        row = {
+            "update": update,
+            "global_step": step,
+            "wall_time": 0.5 * (update + 1),
+            "charts/global_step": step,
+            "losses/policy": -0.25 * (update + 1),
+            # Undefined on the first update (constant returns), a null in updates.json.
+            "losses/explained_variance": None if update == 0 else 0.5,
+            # Diverged on the last update.
+            "safety/episode_cost": float("nan") if update == 3 else 0.25 * update,
+        }
+        if algo == "ippo_lag":
+            row["safety/lambda"] = lambdas[update]
+        if algo == "shield":
+            row["shield/armed"] = float(update >= 2)
+            row["shield/interventions"] = INTERVENTIONS[update]
+            row["shield/calibration"] = None if update < 2 else 1.5
+        updates.append(row)
+    return updates
+
+
+def _expected_episode_row(episode: EpisodeLog) -> dict:
+    return {
+        "episode": episode.episode,
+        "env_copy": episode.env_copy,
+        "t_start": episode.t_start,
+        "t_end": episode.t_end,
+        "length": episode.length,
+        "team_return": episode.team_return,
+        "cost": episode.cost,
+        "violated": int(episode.violated),
+        "first_violation_step": episode.first_violation_step,
+        "truncated_by_cap": int(episode.truncated_by_cap),
+        "shield_interventions": episode.shield_interventions,
+        "agent_returns/0": episode.agent_returns[0],
+        "agent_returns/1": episode.agent_returns[1],
+    }
+
+
+def _expected_history(episodes: list[EpisodeLog], updates: list[dict]) -> list[dict]:
+    """What the offline run must hold: a row per episode at its t_end and per update at its
+    global_step (one row where both fall on one env step), metrics without value left out."""
+    rows: dict[int, dict] = {}
+    for episode in episodes:
+        rows[episode.t_end] = {"_step": episode.t_end, **_expected_episode_row(episode)}
+    for update in updates:
+        row = rows.setdefault(update["global_step"], {"_step": update["global_step"]})
+        for key, value in update.items():
+            if value is not None and not (isinstance(value, float) and math.isnan(value)):
+                row[key] = value
+    return [rows[step] for step in sorted(rows)]
+
+
+def _logged(path: Path) -> list[dict]:
+    """The history rows of an offline run file without wandb's clock keys."""
+    return [
+        {key: value for key, value in row.items() if key not in WANDB_CLOCK_KEYS}
+        for row in read_history(path)
+    ]
+
+
+def _run_dir(results: Path, env: str, algo: str, run: int) -> Path:
+    return results / "runs" / env / algo / f"run{run}"
+
+
+def _run_file(results: Path, env: str, algo: str, run: int) -> Path:
+    """The `.wandb` file of the offline run that the manifest names for (env, algo, run)."""
+    manifest = json.loads((results / "wandb" / "manifest.json").read_text())
+    folder = results / "wandb" / manifest[f"{env}-{algo}-run{run}"]["folder"]
+    (path,) = folder.glob("run-*.wandb")
+    return path
+
+
 def _write_mp4(path: Path) -> None:
     from moviepy import ImageSequenceClip
 
@@ -67,7 +156,7 @@ def _write_mp4(path: Path) -> None:
 
 @pytest.fixture
 def results(tmp_path: Path) -> Path:
-    """A finished experiment: two runs with config, history, eval table and a video."""
+    """A finished experiment: two runs with config, history, updates, eval table and a video."""
     workflow_config = _workflow_config()
     root = tmp_path / "wb"
     for index, (env, algo, run) in enumerate(RUNS):
@@ -75,6 +164,7 @@ def results(tmp_path: Path) -> Path:
         config = resolve_run_config(workflow_config, env, algo, run).to_dict()
         save_to_file(config, run_dir, "config.json")
         save_to_file(_history(env, algo, run, episodes=5 + index), run_dir, "history.json")
+        save_to_file(_updates(algo), run_dir, "updates.json")
         eval_frame = pd.DataFrame(
             {"env": [env], "algo": [algo], "run": [run], "horizon": [10], "p_violation": [0.1]}
         )
@@ -100,26 +190,87 @@ def _offline_runs(results: Path) -> list[Path]:
 
 
 @pytest.mark.parametrize("workers", [1, 2])
-def test_offline_runs_hold_one_history_row_per_episode(
+def test_offline_runs_hold_one_history_row_per_episode_and_per_update(
     results: Path, no_credentials: None, workers: int
 ):
     upload_experiment(results, sync=False, workers=workers)
 
-    files = find_run_files(results / "wandb")
-    assert len(files) == len(RUNS)
-    episodes_by_run = sorted(5 + index for index in range(len(RUNS)))
-    rows_by_run = sorted(len(read_history(path)) for path in files)
-    assert rows_by_run == episodes_by_run
-    for path in files:
-        rows = read_history(path)
-        steps = [row["_step"] for row in rows]
-        assert steps == [10 * episode + 9 for episode in range(len(rows))]
-        assert all("team_return" in row for row in rows)
+    assert len(find_run_files(results / "wandb")) == len(RUNS)
+    for index, (env, algo, run) in enumerate(RUNS):
+        episodes = 5 + index
+        rows = _logged(_run_file(results, env, algo, run))
+        # One row per env step: the episode ending at 29 shares the update's row there.
+        assert len(rows) == episodes + len(UPDATE_STEPS) - 1
+        episode_steps = [row["_step"] for row in rows if "team_return" in row]
+        assert episode_steps == [10 * episode + 9 for episode in range(episodes)]
+        update_steps = [row["_step"] for row in rows if "global_step" in row]
+        assert update_steps == list(UPDATE_STEPS)
     outcome = _outcome(results)
     assert outcome["created"] == len(RUNS)
     assert "\n" not in outcome["outcome"] and "upload off" in outcome["outcome"]
     assert outcome["status"] == "offline" and outcome["not_synced"] == len(RUNS)
     assert not (results / "wandb" / "synced").exists()
+
+
+def test_history_merges_episodes_and_updates_in_env_step_order(results: Path, no_credentials: None):
+    upload_experiment(results, sync=False)
+
+    for index, (env, algo, run) in enumerate(RUNS):
+        rows = _logged(_run_file(results, env, algo, run))
+        expected = _expected_history(_history(env, algo, run, 5 + index), _updates(algo))
+        # Every episode row unchanged, every update row with its env step, one row at 29.
+        assert rows == expected
+        steps = [row["_step"] for row in rows]
+        assert steps == sorted(set(steps))
+        for row in rows:
+            if "global_step" in row:
+                assert row["global_step"] == row["charts/global_step"] == row["_step"]
+            if "team_return" in row:
+                assert row["t_end"] == row["_step"]
+
+
+def test_lambda_and_shield_interventions_are_logged_at_their_env_step(
+    results: Path, no_credentials: None
+):
+    upload_experiment(results, sync=False)
+
+    lag_rows = _logged(_run_file(results, "hazard_grid", "ippo_lag", 0))
+    lambdas = [(row["global_step"], row["safety/lambda"]) for row in lag_rows if "update" in row]
+    assert lambdas == list(zip(UPDATE_STEPS, LAMBDAS, strict=True))
+    assert not any("shield/interventions" in row for row in lag_rows)
+
+    shield_rows = _logged(_run_file(results, "hazard_grid", "shield", 0))
+    interventions = [
+        (row["global_step"], row["shield/interventions"]) for row in shield_rows if "update" in row
+    ]
+    assert interventions == list(zip(UPDATE_STEPS, INTERVENTIONS, strict=True))
+    assert not any("safety/lambda" in row for row in shield_rows)
+    # A metric without a value is not in its row (None or NaN), never logged as NaN.
+    updates = {row["update"]: row for row in shield_rows if "update" in row}
+    assert "losses/explained_variance" not in updates[0]
+    assert updates[1]["losses/explained_variance"] == 0.5
+    assert "shield/calibration" not in updates[0] and "shield/calibration" not in updates[1]
+    assert updates[2]["shield/calibration"] == 1.5
+    assert "safety/episode_cost" not in updates[3]
+    assert updates[2]["safety/episode_cost"] == 0.5
+
+
+def test_every_metric_names_its_env_step_axis(results: Path, no_credentials: None):
+    upload_experiment(results, sync=False)
+
+    path = _run_file(results, "hazard_grid", "shield", 0)
+    axes = {
+        record.metric.name: record.metric.step_metric
+        for record in read_records(path)
+        if record.WhichOneof("record_type") == "metric"
+    }
+    update_keys = {key for update in _updates("shield") for key in update} - {"global_step"}
+    episode_keys = set(_expected_episode_row(_history("hazard_grid", "shield", 0, 1)[0]))
+    assert {key: axes[key] for key in update_keys} == dict.fromkeys(update_keys, "global_step")
+    assert {key: axes[key] for key in episode_keys - {"t_end"}} == dict.fromkeys(
+        episode_keys - {"t_end"}, "t_end"
+    )
+    assert axes["global_step"] == axes["t_end"] == ""
 
 
 def test_rerun_with_unchanged_inputs_creates_no_run(results: Path, no_credentials: None):
@@ -144,6 +295,44 @@ def test_changed_history_replaces_only_that_unsynced_run(results: Path, no_crede
     assert len(after) == len(RUNS)
     assert len(after - before) == 1 and len(before - after) == 1
     assert _outcome(results)["created"] == 1
+
+
+def test_changed_updates_replace_only_that_unsynced_run(results: Path, no_credentials: None):
+    upload_experiment(results, sync=False)
+    before = set(_offline_runs(results))
+    env, algo, run = RUNS[0]
+    changed = (0.0, 0.5, 1.0, 2.0)
+    save_to_file(_updates(algo, lambdas=changed), _run_dir(results, env, algo, run), "updates.json")
+
+    upload_experiment(results, sync=False)
+
+    after = set(_offline_runs(results))
+    assert len(after) == len(RUNS)
+    assert len(after - before) == 1 and len(before - after) == 1
+    assert _outcome(results)["created"] == 1 and _outcome(results)["kept"] == len(RUNS) - 1
+    rows = _logged(_run_file(results, env, algo, run))
+    assert [row["safety/lambda"] for row in rows if "update" in row] == list(changed)
+
+
+def test_the_rule_lists_every_run_input():
+    # What the manifest's fingerprint covers must also make Snakemake rerun the rule.
+    rule = (REPO / "workflow" / "rules" / "wandb.smk").read_text()
+    inputs = rule.split("input:", 1)[1].split("output:", 1)[0]
+    assert "updates_json" in wandb_upload.RUN_INPUTS
+    for name in (*wandb_upload.RUN_INPUTS, "videos"):
+        assert f'all_runs(RUN["{name}"])' in inputs, name
+
+
+def test_bad_updates_are_refused_naming_the_file_before_any_run(
+    results: Path, no_credentials: None
+):
+    env, algo, run = RUNS[0]
+    updates = _updates(algo)
+    updates[1]["safety/lamda"] = 0.5  # not a metric of src.algos.metrics
+    save_to_file(updates, _run_dir(results, env, algo, run), "updates.json")
+    with pytest.raises(ValueError, match=r"updates\.json: updates entry 1 .*safety/lamda"):
+        upload_experiment(results, sync=False)
+    assert not _offline_runs(results)
 
 
 def test_unreachable_server_keeps_offline_runs_in_one_line(
@@ -327,8 +516,9 @@ def test_bad_arguments_are_refused(tmp_path: Path):
         upload_experiment(tmp_path, sync=False, workers=0)
 
 
-def test_missing_run_input_is_named(results: Path, no_credentials: None):
+@pytest.mark.parametrize("name", ["eval.parquet", "updates.json"])
+def test_missing_run_input_is_named(name: str, results: Path, no_credentials: None):
     env, algo, run = RUNS[1]
-    (results / "runs" / env / algo / f"run{run}" / "eval.parquet").unlink()
-    with pytest.raises(FileNotFoundError, match=r"eval\.parquet is missing"):
+    (_run_dir(results, env, algo, run) / name).unlink()
+    with pytest.raises(FileNotFoundError, match=f"{re.escape(name)} is missing"):
         upload_experiment(results, sync=False)

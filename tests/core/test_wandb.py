@@ -18,6 +18,7 @@ from src.core.io import save_to_file
 from src.core.wandb import (
     ConfigError,
     create_base_config,
+    episode_rows,
     log_history,
     start_run,
 )
@@ -53,6 +54,9 @@ SEED_LOG_HISTORY = [
     ("history", P.POSITIONAL_OR_KEYWORD, P.empty),
     ("prefix", P.POSITIONAL_OR_KEYWORD, ""),
 ]
+
+
+CLOCK_KEYS = ("_timestamp", "_runtime")  # wandb's own per-row keys besides `_step`
 
 
 def _params(func):
@@ -597,6 +601,36 @@ def test_log_history_logs_one_row_per_episode_at_t_end(episode_run):
         assert row["train/shield_interventions"] == episode.shield_interventions
         logged = {k for k in row if not k.startswith("_")}
         assert len(logged) == 13 and all(k.startswith("train/") for k in logged)
+
+
+def test_episode_rows_are_the_rows_log_history_logs(episode_run):
+    rows = episode_rows(episode_run["history"], prefix="train/")
+    logged = [
+        {("step" if k == "_step" else k): v for k, v in row.items() if k not in CLOCK_KEYS}
+        for row in read_history(episode_run["path"])
+    ]
+    assert rows == logged
+    assert [row["step"] for row in rows] == sorted(e.t_end for e in episode_run["history"])
+    assert episode_rows([]) == []
+
+
+@pytest.mark.parametrize(
+    ("history", "prefix", "error", "match"),
+    [
+        ([{"step": 1, "a": 1}], "", TypeError, "must be a list of EpisodeLog, got list"),
+        ("rows", "", TypeError, "got str"),
+        ([make_episode()], None, TypeError, "prefix must be a str"),
+        (
+            [make_episode(episode=0, t_end=12), make_episode(episode=1, t_end=12)],
+            "",
+            ValueError,
+            "episodes 0 and 1 share t_end=12",
+        ),
+    ],
+)
+def test_episode_rows_rejects_what_log_history_rejects(history, prefix, error, match):
+    with pytest.raises(error, match=match):
+        episode_rows(history, prefix=prefix)
 
 
 def test_log_history_of_dicts_and_columns_in_one_run(wandb_env):

@@ -4,7 +4,8 @@
 a real trained run, while the server (WANDB_BASE_URL) is
 
 - a closed port (nothing listens): the step finishes, one line says the server is
-  unreachable, the offline run holds the whole history, nothing is marked as synced;
+  unreachable, the offline run holds the whole history (episodes and updates), nothing is
+  marked as synced;
 - a black hole (accepts connections, never answers): the real `wandb sync` is started and
   stopped at the timeout, with the same outcome and no process left behind.
 
@@ -75,10 +76,17 @@ def _offline_runs(results: Path) -> list[Path]:
 
 def _assert_offline_run_intact(results: Path, trained_run: Path) -> None:
     history = load_from_file(trained_run, "history.json")
+    updates = load_from_file(trained_run, "updates.json")
     (run_file,) = find_run_files(results / "wandb")
     rows = read_history(run_file)
-    assert len(rows) == len(history)
-    assert [row["_step"] for row in rows] == [episode["t_end"] for episode in history]
+    steps = [row["_step"] for row in rows]
+    assert steps == sorted(set(steps))  # env-step order, one row per env step
+    assert [row["_step"] for row in rows if "team_return" in row] == sorted(
+        episode["t_end"] for episode in history
+    )
+    assert [row["_step"] for row in rows if "global_step" in row] == [
+        update["global_step"] for update in updates
+    ]
 
 
 def _nothing_synced(results: Path) -> None:

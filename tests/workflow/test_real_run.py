@@ -77,8 +77,17 @@ def check_experiment(experiment: Path) -> None:
         assert len(run_files) == 1
         rows = read_history(run_files[0])
         history = json.loads((run / "history.json").read_text())
-        assert len(rows) == len(history), f"{name}: one wandb history row per training episode"
-        assert [row["_step"] for row in rows] == sorted(e["t_end"] for e in history)
+        updates = json.loads((run / "updates.json").read_text())
+        episode_steps = [row["_step"] for row in rows if "team_return" in row]
+        assert episode_steps == sorted(e["t_end"] for e in history), (
+            f"{name}: one wandb history row per training episode, at its t_end"
+        )
+        update_steps = [row["_step"] for row in rows if "global_step" in row]
+        assert update_steps == [u["global_step"] for u in updates], (
+            f"{name}: one wandb history row per policy update, at its global_step"
+        )
+        steps = [row["_step"] for row in rows]
+        assert steps == sorted(set(steps)), f"{name}: wandb rows in env-step order"
     outcome = json.loads((experiment / "wandb" / "upload.done").read_text())["outcome"]
     assert "upload off" in outcome
 

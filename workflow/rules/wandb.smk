@@ -1,10 +1,12 @@
 rule wandb_upload:
-    """One offline wandb run per training run (history, evaluation, figures, videos); synced
-    to the server only when the config enables upload and credentials exist. The output
-    records what happened; `--forcerun wandb_upload` uploads the rest later."""
+    """One offline wandb run per training run (episode and per-update history, evaluation,
+    figures, videos); synced to the server only when the config enables upload and
+    credentials exist. The output records what happened; `--forcerun wandb_upload` uploads
+    the rest later."""
     input:
         configs=all_runs(RUN["config"]),
         histories=all_runs(RUN["history_json"]),
+        updates=all_runs(RUN["updates_json"]),
         evals=all_runs(RUN["eval"]),
         videos=all_runs(RUN["videos"]),
         figures=FIGURES_DIR,
