@@ -84,7 +84,7 @@ def test_the_record_round_trips_and_a_malformed_one_is_named(tmp_path):
     )
     bad = tmp_path / "bad.json"
     bad.write_text(json.dumps({"env": "x"}))
-    with pytest.raises(ValueError, match="bad.json: not a floor record"):
+    with pytest.raises(ValueError, match=r"bad\.json: not a floor record"):
         load_floor(bad)
 
 

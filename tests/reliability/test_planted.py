@@ -807,7 +807,9 @@ def test_evaluation_seeds_of_later_runs_must_fit_too():
     config["num_runs"] = 2
     check_workflow_config(config)
     config["num_runs"] = 3
-    with pytest.raises(WorkflowConfigError, match="'base.final_policy_eval_seed_offset'.*num_runs"):
+    with pytest.raises(
+        WorkflowConfigError, match=r"'base\.final_policy_eval_seed_offset'.*num_runs"
+    ):
         check_workflow_config(config)
 
 
