@@ -32,6 +32,9 @@ SHIELD_MEAN_BOUND = "shield/mean_bound"
 SHIELD_OPPONENT_WEIGHT = "shield/opponent_model_weight"
 SHIELD_SECONDS = "shield/seconds"
 SHIELD_MODEL_SECONDS = "shield/model_seconds"
+
+WALL_CLOCK_KEYS = ("wall_time", STEPS_PER_SECOND, SHIELD_SECONDS, SHIELD_MODEL_SECONDS)
+"""Update metrics that measure time, not the run: a resumed or repeated run changes them."""
 SHIELD_BUDGET = "shield/budget"
 SHIELD_INFEASIBLE = "shield/infeasible_starts"
 SHIELD_CALIBRATION = "shield/calibration"

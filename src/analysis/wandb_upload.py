@@ -64,6 +64,7 @@ from typing import Any
 
 import pandas as pd
 
+from src.algos import metrics as M
 from src.analysis.export import updates_table
 from src.containment import (
     ContainmentError,
@@ -129,7 +130,8 @@ def credentials_available() -> str | None:
 
 def _fingerprint(results: Path, run_dir: Path) -> str:
     """SHA-256 of the run's inputs (`RUN_INPUTS` and videos), each a regular file inside
-    `results` (a symlink or device is refused, never read)."""
+    `results` (a symlink or device is refused, never read); `updates.json` counts without its
+    wall-clock metrics (`WALL_CLOCK_KEYS`), which a resumed run measures anew."""
     digest = hashlib.sha256()
     files = RunFiles(run_dir)
     paths = [getattr(files, name) for name in RUN_INPUTS]
@@ -143,6 +145,18 @@ def _fingerprint(results: Path, run_dir: Path) -> str:
                 f"{path} is missing: run the workflow up to this run first"
             ) from None
         with handle:
+            if path == files.updates_json:
+                # The update metrics without their clocks: a resumed run logs the same run.
+                rows = json.loads(handle.read())
+                if isinstance(rows, list):
+                    rows = [
+                        {k: v for k, v in row.items() if k not in M.WALL_CLOCK_KEYS}
+                        if isinstance(row, dict)
+                        else row
+                        for row in rows
+                    ]
+                digest.update(json.dumps(rows, sort_keys=True).encode())
+                continue
             while chunk := handle.read(1 << 20):
                 digest.update(chunk)
     return digest.hexdigest()

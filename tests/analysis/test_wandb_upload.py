@@ -314,6 +314,23 @@ def test_changed_updates_replace_only_that_unsynced_run(results: Path, no_creden
     assert [row["safety/lambda"] for row in rows if "update" in row] == list(changed)
 
 
+def test_updates_that_differ_only_in_wall_clock_keep_the_run(results: Path, no_credentials: None):
+    """A resumed run measures its clocks anew; the run it logs is the same one."""
+    upload_experiment(results, sync=False)
+    before = set(_offline_runs(results))
+    env, algo, run = RUNS[0]
+    updates = _updates(algo)
+    for row in updates:
+        row["wall_time"] = float(row.get("wall_time") or 0.0) + 1000.0
+        row["charts/steps_per_second"] = 1.0
+    save_to_file(updates, _run_dir(results, env, algo, run), "updates.json")
+
+    upload_experiment(results, sync=False)
+
+    assert set(_offline_runs(results)) == before
+    assert _outcome(results)["created"] == 0
+
+
 def test_the_rule_lists_every_run_input():
     # What the manifest's fingerprint covers must also make Snakemake rerun the rule.
     rule = (REPO / "workflow" / "rules" / "wandb.smk").read_text()

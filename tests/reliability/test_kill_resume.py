@@ -70,7 +70,7 @@ WORKFLOW_FILES = (
 FAULTS = Path(__file__).resolve().parent / "fault_injection"
 RESULTS = Path("results") / "test"
 # Measurements of elapsed wall-clock time, which no rerun reproduces: left out of comparisons.
-WALL_CLOCK = ("wall_time", M.STEPS_PER_SECOND, M.SHIELD_SECONDS, M.SHIELD_MODEL_SECONDS)
+WALL_CLOCK = M.WALL_CLOCK_KEYS
 CORES = "2"
 ALGOS = ("ippo", "ippo_lag", "shield")
 STAGE_TIMEOUT = 300.0

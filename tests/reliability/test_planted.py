@@ -147,6 +147,7 @@ def finished(tmp_path: Path) -> Path:
     config = resolve_run_config(workflow_config, "hazard_grid", "ippo", 0).to_dict()
     save_to_file(config, run_dir, "config.json")
     save_to_file([], run_dir, "history.json")
+    save_to_file([], run_dir, "updates.json")
     save_to_file(pd.DataFrame({"horizon": [10], "p_violation": [0.1]}), run_dir, "eval.parquet")
     (run_dir / "videos").mkdir()
     return results
