@@ -11,11 +11,13 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 from src.core.logging import configure_logging, log, log_to_file  # noqa: E402 (needs the path)
+from src.custom import register_config  # noqa: E402 (needs the path above)
 from src.lock import LockHeldError, check_job_lock  # noqa: E402 (needs the path above)
 
 
 def start_job(snakemake: Any, *, console: bool = False) -> None:
-    """Route this job's logging, stdout and stderr into `snakemake.log[0]` (appending).
+    """Route this job's logging, stdout and stderr into `snakemake.log[0]` (appending), and
+    register the config's tasks and algorithms given by import path.
 
     With `console`, log lines also reach the terminal (rules whose outcome the user must see).
     """
@@ -33,3 +35,6 @@ def start_job(snakemake: Any, *, console: bool = False) -> None:
     except LockHeldError as error:
         log(str(error), type="lock", console=True)
         raise SystemExit(1) from None
+    # The config's tasks and algorithms given by import path, known to this job's registries
+    # as to the workflow's (imported only when the job's code uses them).
+    register_config(snakemake.config)
