@@ -512,12 +512,13 @@ class ParallelVectorEnv(VectorEnv):
             "config": dataclasses.asdict(self.config),
             "steps": self._steps.copy(),
             "obs": self._last_obs.copy(),
+            # The running episodes' seeds: the next episodes' seeds follow from them.
+            "seeds": list(self._episode_seeds),
         }
         if self._own_state:
             state["copies"] = [env.env.get_state() for env in self._envs]
         else:
             empty = np.zeros((0, self.n_agents, *self.action_shape), dtype=self._action_dtype)
-            state["seeds"] = list(self._episode_seeds)
             state["actions"] = [
                 np.array(actions) if actions else empty.copy() for actions in self._actions
             ]
@@ -538,19 +539,23 @@ class ParallelVectorEnv(VectorEnv):
         if not self._was_reset:
             self.reset()
         steps = np.array(state["steps"], dtype=np.int64)
+        seeds = state.get("seeds")
+        if not isinstance(seeds, list) or len(seeds) != self.num_envs:
+            raise ValueError(f"state['seeds'] must list {self.num_envs} episode seeds")
         if self._own_state:
             for env, saved, count in zip(self._envs, state["copies"], steps, strict=True):
                 env.env.set_state(saved)
                 env.agents, env.steps = list(env.possible_agents), int(count)
         else:
             self._replay(state, steps)
+        self._episode_seeds = [None if seed is None else int(seed) for seed in seeds]
         self._steps = steps
         self._last_obs = np.array(state["obs"], dtype=np.float32)
 
     def _replay(self, state: dict[str, Any], steps: np.ndarray) -> None:
-        seeds, actions = state.get("seeds"), state.get("actions")
-        if not isinstance(seeds, list) or not isinstance(actions, list):
-            raise ValueError("state lacks the entries ['seeds', 'actions'] of a replayed env")
+        seeds, actions = state["seeds"], state.get("actions")
+        if not isinstance(actions, list) or len(actions) != self.num_envs:
+            raise ValueError(f"state['actions'] must list the actions of {self.num_envs} copies")
         for e in range(self.num_envs):
             seed = None if seeds[e] is None else int(seeds[e])
             taken = np.asarray(actions[e])
