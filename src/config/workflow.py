@@ -154,11 +154,15 @@ def _register_components(config: Mapping[str, Any], *, load: bool) -> None:
 
 
 def _check_names(config: Mapping[str, Any]) -> None:
-    """Env and algorithm names against their registries; every env needs its env_params."""
-    from src.algos.registry import algorithm_names
-    from src.envs.registry import env_names
+    """Env and algorithm names against the built-in ones and the config's own (never against
+    what else this process registered: jobs know only the config); every env needs its
+    env_params."""
+    from src.algos.registry import ALGORITHMS
+    from src.envs.registry import ENVS
 
-    for key, known in (("envs", env_names()), ("algos", algorithm_names())):
+    envs = sorted({*ENVS, *config["custom_envs"]})
+    algos = sorted({*ALGORITHMS, *config["custom_algos"]})
+    for key, known in (("envs", envs), ("algos", algos)):
         for index, name in enumerate(config[key]):
             if name not in known:
                 raise WorkflowConfigError(
@@ -172,14 +176,15 @@ def _check_names(config: Mapping[str, Any]) -> None:
                 "parameters (at least n_agents)"
             )
     for env in config["env_params"]:
-        if env not in env_names():
+        if env not in envs:
             raise WorkflowConfigError(
-                f"config key 'env_params.{env}': unknown env (known: {', '.join(env_names())})"
+                f"config key 'env_params.{env}': unknown env (known: {', '.join(envs)})"
             )
     for algo in config["algo_params"]:
-        if algo not in algorithm_names():
-            known = ", ".join(algorithm_names())
-            raise WorkflowConfigError(f"config key 'algo_params.{algo}': unknown algo ({known})")
+        if algo not in algos:
+            raise WorkflowConfigError(
+                f"config key 'algo_params.{algo}': unknown algo ({', '.join(algos)})"
+            )
 
 
 def validate_workflow_config(

@@ -142,7 +142,8 @@ def script_code(script):
             },
             root=REPO,
         )
-        return files + [os.path.relpath(path) for path in user]
+        extra = [os.path.relpath(path) for path in user]
+        return files + [path for path in extra if path not in files]
 
     return code
 
