@@ -27,6 +27,7 @@ from src.algos.checkpoint import (
 from src.algos.ippo import IPPO, IPPO_VERSIONS, TrainingCallback
 from src.algos.ippo_lag import IPPOLag
 from src.algos.registry import algorithm_class, get_algorithm
+from src.algos.seeding import seed_everything
 from src.algos.shield.trainer import ShieldedIPPO
 from src.checks import lookup
 from src.config.run import RunConfig
@@ -200,6 +201,9 @@ def train_run(
     config = RunConfig.from_dict(config)
     files = RunFiles(create_dir(str(out_dir)))
     torch.set_num_threads(torch_threads(config.threads if threads is None else threads))
+    # Python's, NumPy's and torch's generators start from the run's seed before anything is
+    # built, whatever the task and the algorithm (the built-in trainers seed them again).
+    seed_everything(config.seed)
     env = (make_env or make_vector_env_for)(config)
     try:
         trainer = build_trainer(config, env)
