@@ -7,6 +7,7 @@ A workflow config names its own tasks under `custom_envs` and its own algorithms
 custom_envs:
   my_task: "my_package.tasks:make_env"                    # the env puts infos[agent]["cost"]
   tag: {factory: "mpe2.simple_tag_v3:parallel_env", cost: mpe2_collisions}
+  fast: {factory: "my_package.tasks:make_env", vector: "my_package.tasks:MyVectorEnv"}
 custom_algos:
   my_algo: "my_package.algos:MyAlgorithm"
 ```
@@ -58,13 +59,17 @@ class ComponentError(ValueError):
 
 @dataclass(frozen=True)
 class EnvEntry:
-    """A task given by import path: its env factory and, if the env puts no cost into its
-    infos, the cost function (a name of `src.envs.costs.COST_FUNCTIONS` or an import path)."""
+    """A task given by import path: its env factory, if the env puts no cost into its infos
+    the cost function (a name of `src.envs.costs.COST_FUNCTIONS` or an import path), and
+    optionally the user's own vectorised form of the task."""
 
     factory: str
     """`module:function` returning a PettingZoo ParallelEnv."""
     cost: str | None = None
     """Cost function; None: the env puts `infos[agent]["cost"]` itself."""
+    vector: str | None = None
+    """`module:function` returning a `src.envs.base.VectorEnv` of the task (training and
+    evaluation use it); None: a list of ParallelEnvs (`src.envs.task.ParallelVectorEnv`)."""
 
     @classmethod
     def from_config(cls, value: Any) -> EnvEntry:
@@ -73,19 +78,25 @@ class EnvEntry:
             return value
         if isinstance(value, str):
             return cls(factory=_entry(value, "factory"))
-        if isinstance(value, Mapping) and "factory" in value and set(value) <= {"factory", "cost"}:
-            cost = value.get("cost")
+        keys = {"factory", "cost", "vector"}
+        if isinstance(value, Mapping) and "factory" in value and set(value) <= keys:
+            cost, vector = value.get("cost"), value.get("vector")
             if cost is not None and (not isinstance(cost, str) or not cost.strip()):
                 raise ComponentError(f"cost {cost!r}: must be a cost function name or import path")
-            return cls(factory=_entry(value["factory"], "factory"), cost=cost)
+            return cls(
+                factory=_entry(value["factory"], "factory"),
+                cost=cost,
+                vector=None if vector is None else _entry(vector, "vector"),
+            )
         raise ComponentError(
             f"{value!r}: must be an import path 'module:function' or a mapping "
-            "{factory: 'module:function', cost: <cost function>}"
+            "{factory: 'module:function', cost: <cost function>, vector: 'module:function'}"
         )
 
     def to_dict(self) -> dict[str, str | None]:
-        """The JSON form a run config records."""
-        return {"factory": self.factory, "cost": self.cost}
+        """The JSON form a run config records (`vector` only when given)."""
+        recorded = {"factory": self.factory, "cost": self.cost}
+        return recorded if self.vector is None else {**recorded, "vector": self.vector}
 
 
 CUSTOM_ENVS: dict[str, EnvEntry] = {}
@@ -108,9 +119,13 @@ def _name(name: Any) -> str:
     return name
 
 
-def register_env(name: str, factory: str, cost: str | None = None) -> None:
+def register_env(
+    name: str, factory: str, cost: str | None = None, vector: str | None = None
+) -> None:
     """Make task `name` known to this process (a later registration of `name` replaces it)."""
-    CUSTOM_ENVS[_name(name)] = EnvEntry.from_config({"factory": factory, "cost": cost})
+    CUSTOM_ENVS[_name(name)] = EnvEntry.from_config(
+        {"factory": factory, "cost": cost, "vector": vector}
+    )
 
 
 def register_algorithm(name: str, entry: str) -> None:
@@ -122,7 +137,7 @@ def register_config(config: Mapping[str, Any]) -> None:
     """Register the `custom_envs` and `custom_algos` of a workflow config (absent: none)."""
     for name, value in (config.get("custom_envs") or {}).items():
         entry = EnvEntry.from_config(value)
-        register_env(name, entry.factory, entry.cost)
+        register_env(name, entry.factory, entry.cost, entry.vector)
     for name, entry in (config.get("custom_algos") or {}).items():
         register_algorithm(name, entry)
 

@@ -142,7 +142,7 @@ def _register_components(config: Mapping[str, Any], *, load: bool) -> None:
             try:
                 if kind == "env":
                     entry = EnvEntry.from_config(value)
-                    register_env(name, entry.factory, entry.cost)
+                    register_env(name, entry.factory, entry.cost, entry.vector)
                     if load:
                         check_entry(entry)
                 else:
@@ -292,13 +292,13 @@ def _check_env_params(config: Mapping[str, Any], env: str) -> tuple[int, int, in
     """Build the env once so its constructor checks its parameters (a task given by import
     path also runs through an episode); (obs_dim, n_actions, cap, action kind)."""
     from src.envs.registry import make_env, make_vector_env
-    from src.envs.task import ParallelVectorEnv, probe_task
+    from src.envs.task import probe_task
 
     params = config["env_params"][env]
     try:
         make_env(env, **params).close()
         vector = make_vector_env(env, num_envs=1, **params)
-        if env in config["custom_envs"] and isinstance(vector, ParallelVectorEnv):
+        if env in config["custom_envs"]:
             probe_task(vector)
     except ComponentError as error:
         value = _one_line(config["custom_envs"][env])

@@ -24,6 +24,12 @@ since, replayed on restore (and checked against the observation it had). For tha
 episode of such an env is seeded: an automatic reset seeds the next episode from the last
 episode's seed (`next_episode_seed`). `spread_mpe2` keeps mpe2's own continuing random streams
 and snapshots mpe2's world instead (`src.envs.spread`).
+
+A task may also bring its own vectorised form (`vector: module:function`, called as
+`vector(num_envs=E, seed=seed, **params)` with `max_steps` among the params when the config
+gives it), a `VectorEnv` that training and evaluation then use instead of the list;
+`probe_task` checks the shapes of what it returns. Its videos still come from the factory's
+ParallelEnv.
 """
 
 from __future__ import annotations
@@ -308,6 +314,8 @@ class TaskConfig:
     """Agents the config expects (checked against the env's possible agents)."""
     max_steps: int | None = None
     """Hidden episode cap; None: the cap the env declares (e.g. mpe2's `max_cycles`)."""
+    vector: str | None = None
+    """`module:function` of the task's own VectorEnv; None: a list of ParallelEnvs."""
 
     @classmethod
     def from_params(cls, entry: EnvEntry, params: Mapping[str, Any]) -> TaskConfig:
@@ -318,15 +326,23 @@ class TaskConfig:
             check_int("n_agents", n_agents, low=1)
         if max_steps is not None:
             check_int("max_steps", max_steps, low=1)
-        return cls(entry.factory, entry.cost, rest, n_agents, max_steps)
+        return cls(entry.factory, entry.cost, rest, n_agents, max_steps, entry.vector)
+
+
+def _callable(entry: str, what: str) -> Callable[..., Any]:
+    function = load_entry(entry)
+    if not callable(function):
+        raise TaskError(f"{what} {entry!r} is a {type(function).__name__}, not callable")
+    return function
 
 
 def check_entry(entry: EnvEntry | TaskConfig) -> tuple[Callable[..., Any], CostFunction | None]:
-    """Import a task's factory and cost function; a one-line `TaskError` if either cannot
-    serve. Returns both (the cost function is None when the env gives its own costs)."""
-    factory = load_entry(entry.factory)
-    if not callable(factory):
-        raise TaskError(f"factory {entry.factory!r} is a {type(factory).__name__}, not callable")
+    """Import a task's factory, cost function and vector factory; a one-line `TaskError` if
+    one cannot serve. Returns the factory and the cost function (None when the env gives its
+    own costs)."""
+    factory = _callable(entry.factory, "factory")
+    if entry.vector is not None:
+        _callable(entry.vector, "vector")
     return factory, None if entry.cost is None else resolve_cost(entry.cost)
 
 
@@ -593,30 +609,84 @@ class ParallelVectorEnv(VectorEnv):
 
 def make_task_vector_env(
     name: str, config: TaskConfig, *, num_envs: int, seed: int | Sequence[int] | None = None
-) -> ParallelVectorEnv:
-    """`num_envs` copies of task `name` (the registry's `make_vector_env` of a custom task)."""
-    return ParallelVectorEnv(
-        lambda: _build(name, config, "rgb_array"),
-        name=name,
-        config=config,
-        num_envs=num_envs,
-        seed=seed,
-    )
+) -> VectorEnv:
+    """`num_envs` copies of task `name` (the registry's `make_vector_env` of a custom task):
+    the task's own VectorEnv if it gives one, else a `ParallelVectorEnv`."""
+    if config.vector is None:
+        return ParallelVectorEnv(
+            lambda: _build(name, config, "rgb_array"),
+            name=name,
+            config=config,
+            num_envs=num_envs,
+            seed=seed,
+        )
+    vector = _callable(config.vector, "vector")
+    cap = {} if config.max_steps is None else {"max_steps": config.max_steps}
+    try:
+        env = vector(num_envs=num_envs, seed=seed, **config.params, **cap)
+    except Exception as error:  # the user's constructor refuses its parameters in its own way
+        message = " ".join(str(error).split()) or "no message"
+        raise ValueError(
+            f"{config.vector}(num_envs={num_envs}, **{config.params | cap}) failed: "
+            f"{type(error).__name__}: {message}"
+        ) from None
+    if not isinstance(env, VectorEnv):
+        raise TaskError(
+            f"{config.vector} returned a {type(env).__module__}.{type(env).__qualname__}, not "
+            "a src.envs.base.VectorEnv"
+        )
+    for attribute, expected in (("num_envs", num_envs), ("n_agents", config.n_agents)):
+        if expected is not None and getattr(env, attribute, None) != expected:
+            raise TaskError(
+                f"{config.vector} returned a VectorEnv with {attribute}="
+                f"{getattr(env, attribute, None)!r}, not {expected}"
+            )
+    return env
 
 
-def probe_task(env: ParallelVectorEnv, *, seed: int = 0, steps: int | None = None) -> None:
+def probe_task(env: VectorEnv, *, seed: int = 0, steps: int | None = None) -> None:
     """Run `env` with random actions through an episode end (at most `PROBE_STEPS` steps), so
-    that a task breaking the contract fails before any job, with its one-line `TaskError`."""
+    that a task breaking the contract fails before any job, with its one-line `TaskError`.
+
+    A `ParallelVectorEnv` checks its env at every step; any other VectorEnv (a task's own)
+    has the shapes and types of what it returns checked here.
+    """
     rng = np.random.default_rng(seed)
-    count = min(env.max_steps + 1, PROBE_STEPS) if steps is None else steps
-    env.reset(seed=seed)
+    count = min(int(env.max_steps) + 1, PROBE_STEPS) if steps is None else steps
+    e, a = env.num_envs, env.n_agents
+    obs = env.reset(seed=seed)
+    _check_array(env, "reset() observations", obs, (e, a, env.obs_dim), np.float32)
     for _ in range(count):
-        if env.continuous_actions:
+        if getattr(env, "continuous_actions", False):
             box = env.action_space
             low = np.broadcast_to(np.nan_to_num(box.low, neginf=-1.0), box.shape)
             high = np.broadcast_to(np.nan_to_num(box.high, posinf=1.0), box.shape)
-            shape = (env.num_envs, env.n_agents, *env.action_shape)
+            shape = (e, a, *env.action_shape)
             actions = rng.uniform(low, high, size=shape).astype(box.dtype)
         else:
-            actions = rng.integers(0, env.n_actions, size=(env.num_envs, env.n_agents))
-        env.step(actions)
+            actions = rng.integers(0, env.n_actions, size=(e, a))
+        result = env.step(actions)
+        if isinstance(env, ParallelVectorEnv):
+            continue
+        if not isinstance(result, StepResult):
+            raise TaskError(f"env {env.name}: step() returned a {type(result).__name__}")
+        for name, dtype in (
+            ("obs", np.float32),
+            ("final_obs", np.float32),
+            ("reward", np.float32),
+            ("cost", np.float32),
+            ("terminated", np.bool_),
+            ("truncated", np.bool_),
+        ):
+            shape = (e, a, env.obs_dim) if name.endswith("obs") else (e, a)
+            _check_array(env, f"step() {name}", getattr(result, name), shape, dtype)
+        _check_array(env, "step() episode_step", result.episode_step, (e,), np.int64)
+
+
+def _check_array(env: Any, what: str, value: Any, shape: tuple[int, ...], dtype: type) -> None:
+    array = np.asarray(value)
+    if array.shape != shape or array.dtype != dtype:
+        raise TaskError(
+            f"env {getattr(env, 'name', '?')}: {what} has shape {array.shape} and dtype "
+            f"{array.dtype}; the VectorEnv interface needs {shape} {np.dtype(dtype).name}"
+        )

@@ -12,13 +12,18 @@ CUSTOM_ENVS: dict[str, Any] = {
         "cost": "mpe2_adversary_proximity",
     },
     "corridor": "examples.corridor:Corridor",
-    "walk": "tests.custom.broken_tasks:walk",
+    "walk": "tests.custom.tasks:walk",
+    "walk_vector": {
+        "factory": "tests.custom.tasks:walk",
+        "vector": "tests.custom.tasks:WalkVector",
+    },
 }
 ENV_PARAMS: dict[str, dict[str, Any]] = {
     "tag": {"n_agents": 4, "max_cycles": 10},
     "adversary": {"n_agents": 3, "max_cycles": 10},
     "corridor": {"n_agents": 2, "max_cycles": 12},
     "walk": {"n_agents": 2, "max_steps": 8},
+    "walk_vector": {"n_agents": 2, "max_steps": 8},
 }
 CUSTOM_ALGOS = {
     "toy": "tests.custom.toy_algorithm:Preferences",

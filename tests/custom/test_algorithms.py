@@ -63,6 +63,8 @@ def test_toy_algorithm_capabilities_come_from_its_class():
         ("corridor", "ippo_penalty", {}),
         # Box actions, which the toy algorithm takes (the built-in ones are refused on them).
         ("tag", "toy", {"continuous_actions": True}),
+        # A task vectorised by hand: training and evaluation use its own VectorEnv.
+        ("walk_vector", "toy", {}),
     ],
 )
 def test_custom_algorithm_trains_evaluates_and_renders(tmp_path, env, algo, params):
@@ -147,8 +149,8 @@ def test_killed_run_resumes_bit_for_bit(tmp_path, env, algo):
 @pytest.mark.parametrize(
     ("entry", "message"),
     [
-        ("tests.custom.broken_tasks:NoMethods", r"class NoMethods lacks the methods \['train',"),
-        ("tests.custom.broken_tasks:walk", r"is a function, not a class"),
+        ("tests.custom.tasks:NoMethods", r"class NoMethods lacks the methods \['train',"),
+        ("tests.custom.tasks:walk", r"is a function, not a class"),
         ("tests.custom.nowhere:Algo", r"cannot import module 'tests.custom.nowhere'"),
     ],
 )
@@ -168,6 +170,6 @@ def test_an_algorithm_that_cannot_serve_is_refused_in_one_line(entry, message):
     ],
 )
 def test_declared_capabilities_are_checked(name, message):
-    register_algorithm("badly_declared", f"tests.custom.broken_tasks:{name}")
+    register_algorithm("badly_declared", f"tests.custom.tasks:{name}")
     with pytest.raises(ComponentError, match=message):
         get_algorithm("badly_declared")

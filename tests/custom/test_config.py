@@ -15,7 +15,7 @@ from src.config.workflow import WorkflowConfigError, check_workflow_config, reso
 from tests.custom.conftest import tiny_config
 from tests.workflow.conftest import REPO
 
-BROKEN = "tests.custom.broken_tasks"
+BROKEN = "tests.custom.tasks"
 
 
 def _walk(factory: str, **changes: Any) -> dict:
@@ -91,6 +91,15 @@ CASES = [
         lambda: _walk("mixed_actions"),
         f"config key 'custom_envs.walk' = '{BROKEN}:mixed_actions': agents 'agent_0' and "
         "'agent_1' act in different spaces (Discrete(2) and Discrete(3))",
+    ),
+    (
+        lambda: tiny_config(
+            ["walk"],
+            ["ippo"],
+            custom_envs={"walk": {"factory": f"{BROKEN}:walk", "vector": f"{BROKEN}:Walks"}},
+        ),
+        f"config key 'custom_envs.walk' = {{'factory': '{BROKEN}:walk', 'vector': "
+        f"'{BROKEN}:Walks'}}: module '{BROKEN}' has no attribute 'Walks'",
     ),
     (
         lambda: tiny_config(["tag"], ["ippo"], custom_envs={"tag": "mpe2.simple_tag_v3"}),

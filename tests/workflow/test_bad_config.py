@@ -53,9 +53,9 @@ def _test_config(results_dir: Path) -> dict:
         ),
         (  # an algorithm given by import path without the methods the pipeline calls
             lambda c: c.update(
-                algos=["ippo", "toy"], custom_algos={"toy": "tests.custom.broken_tasks:NoMethods"}
+                algos=["ippo", "toy"], custom_algos={"toy": "tests.custom.tasks:NoMethods"}
             ),
-            "invalid config: config key 'custom_algos.toy' = 'tests.custom.broken_tasks:"
+            "invalid config: config key 'custom_algos.toy' = 'tests.custom.tasks:"
             "NoMethods': class NoMethods lacks the methods ['train', 'state', 'load_state', "
             "'policy_state', 'load_actor']",
         ),

@@ -1,5 +1,6 @@
-"""Tasks for the refusal tests: a small valid ParallelEnv, and factories that break the task
-contract of src/envs/task.py one way each (importable by path, as a config names them)."""
+"""Tasks and algorithm classes for the tests, importable by path as a config names them: a
+small valid ParallelEnv (`Walk`), its own vectorised form (`WalkVector`), and factories and
+classes that break the contracts of src/envs/task.py and src/algos/registry.py one way each."""
 
 from __future__ import annotations
 
@@ -8,6 +9,9 @@ from typing import Any
 import numpy as np
 from gymnasium import spaces
 from pettingzoo import ParallelEnv
+
+from src.envs.base import StepResult, VectorEnv, check_actions, first_reset_seeds
+from src.envs.task import next_episode_seed
 
 
 class Walk(ParallelEnv):
@@ -102,6 +106,68 @@ class StatefulWalk(Walk):
         self.rng.bit_generator.state = state["rng"]
 
 
+class WalkVector(VectorEnv):
+    """`Walk` vectorised by hand, step for step what a list of `Walk`s gives (its episodes
+    seeded like a task's: `next_episode_seed`); a task's own VectorEnv."""
+
+    def __init__(
+        self, *, num_envs: int, seed: Any = None, length: int = 6, max_steps: int = 50
+    ) -> None:
+        self.name, self.num_envs, self.length, self.max_steps = "walk", num_envs, length, max_steps
+        self.agents, self.n_agents, self.obs_dim, self.n_actions = ["agent_0", "agent_1"], 2, 2, 2
+        self._initial = None if seed is None else [seed + e for e in range(num_envs)]
+        self._started = False
+        self.seeds = [0] * num_envs
+        self.rngs = [np.random.default_rng(0) for _ in range(num_envs)]
+        self.pos = np.zeros((num_envs, 2), dtype=np.int64)
+        self.t = np.zeros(num_envs, dtype=np.int64)
+
+    def _reset_copy(self, e: int, seed: int) -> None:
+        self.seeds[e], self.rngs[e], self.t[e] = seed, np.random.default_rng(seed), 0
+        self.pos[e] = [int(self.rngs[e].integers(0, 3)) for _ in self.agents]
+
+    def _obs(self) -> np.ndarray:
+        return np.stack([self.pos, np.repeat(self.t[:, None], 2, axis=1)], -1).astype(np.float32)
+
+    def reset(self, seed: Any = None) -> np.ndarray:
+        seeds = first_reset_seeds(
+            seed, self.num_envs, initial=self._initial, started=self._started
+        ) or [next_episode_seed(s) for s in self.seeds]
+        for e, value in enumerate(seeds):
+            self._reset_copy(e, value)
+        self._started = True
+        return self._obs()
+
+    def step(self, actions: np.ndarray) -> StepResult:
+        actions = check_actions(actions, self.num_envs, 2, 2)
+        for e in range(self.num_envs):
+            for i in range(2):
+                self.pos[e, i] += int(actions[e, i]) + int(self.rngs[e].random() < 0.3)
+        self.t += 1
+        final = self._obs()
+        cost = (self.pos % 2).astype(np.float32)
+        terminated = np.repeat((self.t >= self.length)[:, None], 2, axis=1)
+        truncated = np.repeat((self.t >= self.max_steps)[:, None], 2, axis=1) & ~terminated
+        steps = self.t.copy()
+        for e in np.flatnonzero(terminated[:, 0] | truncated[:, 0]):
+            self._reset_copy(e, next_episode_seed(self.seeds[e]))
+        reward = actions.astype(np.float32)
+        return StepResult(self._obs(), reward, cost, terminated, truncated, final, steps)
+
+    def get_state(self) -> dict[str, Any]:
+        return {"seeds": list(self.seeds), "pos": self.pos.copy(), "t": self.t.copy(),
+                "rngs": [rng.bit_generator.state for rng in self.rngs]}  # fmt: skip
+
+    def set_state(self, state: dict[str, Any]) -> None:
+        self.seeds, self.pos, self.t = list(state["seeds"]), state["pos"].copy(), state["t"].copy()
+        for rng, saved in zip(self.rngs, state["rngs"], strict=True):
+            rng.bit_generator.state = saved
+        self._started = True
+
+    def render(self, index: int = 0) -> np.ndarray:
+        return np.zeros((16, 16, 3), dtype=np.uint8)
+
+
 def walk(render_mode: str | None = None, **params: Any) -> Walk:
     """The valid task."""
     return Walk(render_mode, **params)
@@ -192,3 +258,8 @@ class NotABool(_AllMethods):
     """Declares `shielded` as a string."""
 
     shielded = "yes"
+
+
+def not_vector(*, num_envs: int, seed: Any = None, **params: Any) -> Walk:
+    """A vector factory returning a ParallelEnv instead of a VectorEnv."""
+    return Walk(None)
