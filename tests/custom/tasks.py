@@ -10,6 +10,7 @@ import numpy as np
 from gymnasium import spaces
 from pettingzoo import ParallelEnv
 
+from src.algos.shield.trainer import ShieldedIPPO
 from src.envs.base import StepResult, VectorEnv, check_actions, first_reset_seeds
 from src.envs.task import next_episode_seed
 
@@ -263,3 +264,19 @@ class NotABool(_AllMethods):
 def not_vector(*, num_envs: int, seed: Any = None, **params: Any) -> Walk:
     """A vector factory returning a ParallelEnv instead of a VectorEnv."""
     return Walk(None)
+
+
+class ShieldedPenalty(ShieldedIPPO):
+    """The built-in shielded IPPO learning from reward minus the cost: a shielded algorithm
+    given by import path."""
+
+    constrained = True
+    shielded = True
+    sections = ("ppo", "shield")
+
+    def observe(self, obs: np.ndarray, executed: np.ndarray, result: Any) -> None:
+        super().observe(obs, executed, result)
+        self._cost = result.cost
+
+    def shaped_reward(self, reward: np.ndarray, intervened: np.ndarray) -> np.ndarray:
+        return super().shaped_reward(reward, intervened) - self._cost

@@ -17,6 +17,7 @@ import torch
 from src.algos.policy import load_actor
 from src.algos.registry import ALGORITHMS, get_algorithm
 from src.algos.train import train_run
+from src.analysis.style import has_shield, policy_label
 from src.config.workflow import check_workflow_config, resolve_run_config
 from src.core.io import load_from_file
 from src.custom import ComponentError, EnvEntry, register_algorithm
@@ -85,6 +86,20 @@ def test_custom_algorithm_trains_evaluates_and_renders(tmp_path, env, algo, para
     actor = load_actor(out)
     if algo == "toy":
         assert isinstance(actor, PreferenceActor)
+
+
+def test_a_shielded_algorithm_is_evaluated_with_its_shield_on_and_off(tmp_path):
+    register_algorithm("my_shield", "tests.custom.tasks:ShieldedPenalty")
+    config = tiny_config(["corridor"], ["my_shield"])
+    config["custom_algos"] = {"my_shield": "tests.custom.tasks:ShieldedPenalty"}
+    config["algo_params"] = {
+        "my_shield": {"model_epochs": 1, "critic_steps": 2, "critic_batch_size": 16}
+    }
+    out = _run(config, "corridor", "my_shield", tmp_path / "run")
+    evaluation = load_from_file(out, "eval.parquet")
+    assert evaluation["shielded"].tolist() == [True] * 3 + [False] * 3
+    assert load_actor(out).shielded and not load_actor(out, shielded=False).shielded
+    assert has_shield("my_shield") and policy_label("my_shield", False).endswith("(shield off)")
 
 
 def test_same_config_same_numbers(tmp_path):

@@ -11,6 +11,7 @@ from src.custom import ComponentError, register_env
 from src.envs.costs import PROXIMITY, mpe2_adversary_proximity, mpe2_collisions
 from src.envs.registry import make_env, make_vector_env
 from src.envs.task import probe_task
+from src.evaluation.overlay import annotate_frame, status_text
 
 TASKS = "tests.custom.tasks"
 
@@ -188,3 +189,26 @@ def test_a_task_s_own_vector_env_serves_training_and_evaluation():
         make_vector_env("t_not_vector", num_envs=1, n_agents=2, max_steps=5)
     with pytest.raises(ComponentError, match=r"returned a VectorEnv with n_agents=2, not 3"):
         make_vector_env("t_walk_vector", num_envs=1, n_agents=3, max_steps=5)
+
+
+def test_a_narrow_frame_keeps_its_status_strip_as_the_counts_grow():
+    # The example task draws frames 192 pixels wide: the status line wraps differently as its
+    # numbers grow, unless the strip is laid out for the largest counts of the episode.
+    frame, costs = np.zeros((48, 192, 3), dtype=np.uint8), np.zeros(2)
+    counts = [(1, 0, 0), (40, 40, 80)]
+    widest = status_text(step=40, violations=40, interventions=80)
+
+    def height(step: int, violations: int, interventions: int, **layout: object) -> int:
+        marked = annotate_frame(
+            frame,
+            step=step,
+            violations=violations,
+            costs=costs,
+            intervened=None,
+            interventions=interventions,
+            **layout,
+        )
+        return marked.shape[0]
+
+    assert len({height(*c, widest=widest) for c in counts}) == 1
+    assert len({height(*c) for c in counts}) == 2  # what such videos had to avoid
