@@ -1,12 +1,13 @@
 """A real run of `.test/custom.yaml`: two mpe2 tasks no one here wrote, named by a config alone,
 with every built-in algorithm and a toy algorithm defined outside src/, through the whole
-workflow (train, evaluate, render, export, tables, figures, video page, wandb)."""
+workflow (train, evaluate, render, export, tables, figures, video page, wandb, report)."""
 
 from __future__ import annotations
 
 import json
 import os
 import re
+import zipfile
 from pathlib import Path
 
 import pandas as pd
@@ -84,6 +85,15 @@ def test_custom_tasks_and_algorithm_run_end_to_end(
         assert not missing, f"{record['script']} {wildcards} imported {missing}, not inputs"
         toy_imports += str(TOY) in record["user_files"]
     assert toy_imports >= 4  # train, evaluate and render of the toy runs, and the figures
+
+    # The report holds the custom runs' videos and figures like the built-in ones'.
+    report = experiment / "report.zip"
+    made = snakemake(*custom_run.args, "--report", str(report))
+    assert made.returncode == 0, made.stdout[-3000:] + made.stderr[-3000:]
+    with zipfile.ZipFile(report) as archive:
+        names = archive.namelist()
+    assert sum(name.endswith(".mp4") for name in names) == 8
+    assert any(name.endswith("summary.csv") for name in names)
 
 
 def test_changing_the_toy_algorithm_reruns_exactly_its_jobs(custom_run: WorkflowRun):
