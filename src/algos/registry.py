@@ -15,7 +15,7 @@ An algorithm given by import path (`src.custom.register_algorithm`, or a config'
 `custom_algos`) is a class whose capabilities are class attributes (`CAPABILITY_DEFAULTS`) and
 which has the methods of `REQUIRED_METHODS`; `get_algorithm` imports it on first use, checks
 it and builds its spec, so the rest of the pipeline treats it like the built-in ones
-(docs/architecture.md, "Your own algorithm").
+(docs/architecture.md, "Your own task and algorithm").
 """
 
 from __future__ import annotations

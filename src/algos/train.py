@@ -128,7 +128,7 @@ def build_trainer(config: RunConfig | Mapping[str, Any], env: Any) -> Algorithm:
     if missing:
         raise TypeError(
             f"algo {config.algo}: its trainer lacks the attributes {missing} after construction "
-            "(docs/architecture.md, 'Your own algorithm')"
+            "(docs/architecture.md, 'Your own task and algorithm')"
         )
     return trainer
 

@@ -1,6 +1,6 @@
 """Any PettingZoo ParallelEnv as a task of the pipeline: its cost, its hidden cap, its vector form.
 
-What a task must provide (docs/architecture.md, "Your own task"):
+What a task must provide (docs/architecture.md, "Your own task and algorithm"):
 
 - a factory `factory(render_mode=None, **params)` returning a `pettingzoo.ParallelEnv`;
 - a Box observation space per agent (flattened; agents may observe different sizes);
