@@ -55,7 +55,7 @@ class Corridor(ParallelEnv):
 
     def render(self) -> np.ndarray:
         cells = np.full((2, self.length + 1, 3), 255, dtype=np.uint8)
-        cells[:, self.hazard], cells[:, self.length] = (213, 94, 0), (0, 158, 115)
+        cells[:, self.hazard], cells[:, self.length] = (213, 94, 0), (160, 160, 160)
         for row, agent in enumerate(self.possible_agents):
-            cells[row, self.pos[agent]] = (0, 114, 178)
+            cells[row, self.pos[agent]] = ((0, 114, 178), (230, 159, 0))[row]
         return np.kron(cells, np.ones((24, 24, 1), dtype=np.uint8))
