@@ -27,7 +27,7 @@ test: $(STAMP)
 	$(BIN)/python -m pytest
 
 lint: $(STAMP)
-	$(BIN)/ruff check src tests benchmarks workflow/scripts
+	$(BIN)/ruff check src tests benchmarks workflow/scripts examples
 	$(BIN)/snakemake --lint
 	$(BIN)/snakefmt --check Snakefile workflow/rules
 

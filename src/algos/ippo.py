@@ -356,6 +356,18 @@ class IPPO:
             **self.extra_policy_state(),
         }
 
+    @classmethod
+    def load_actor(
+        cls, policy_state: dict[str, Any], config: RunConfig, *, shielded: bool = True
+    ) -> Any:
+        """The final policy of a policy.pt content (`src.algos.policy.actor_from_state`): the
+        method the pipeline calls on an algorithm given by import path, so a subclass of IPPO
+        is evaluated and rendered like the built-in trainers."""
+        # Imported here: evaluation imports the policy module without the trainer.
+        from src.algos.policy import actor_from_state
+
+        return actor_from_state(policy_state, config, shielded=shielded)
+
     def algo_config(self) -> dict[str, Any]:
         """The tunable hyperparameters of the algorithm's sections (recorded in policy.pt)."""
         return self.cfg.tunables()

@@ -8,19 +8,20 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
 
 from src.algos.filters import ActionFilter
 from src.algos.networks import ActorCritic, add_agent_ids, sample_actions
-from src.algos.registry import get_algorithm
+from src.algos.registry import algorithm_class, get_algorithm
 from src.checks import check_int
 from src.config.run import RunConfig
 from src.core.io import load_from_file
 from src.runfiles import RunFiles
 
-__all__ = ["Actor", "load_actor"]
+__all__ = ["Actor", "actor_from_state", "load_actor"]
 
 
 class Actor:
@@ -81,18 +82,15 @@ class Actor:
         return np.asarray(executed, dtype=np.int64)
 
 
-def load_actor(run_dir: str | Path, *, shielded: bool = True) -> Actor:
-    """Rebuild the final policy of a run from its policy.pt.
+def actor_from_state(
+    state: dict[str, Any], config: RunConfig, *, shielded: bool = True, where: str = "policy.pt"
+) -> Actor:
+    """The final policy in a policy.pt content of an IPPO-based trainer (`IPPO.load_actor`).
 
     For algorithms with a shield and `shielded=True`, the actions are filtered by the shield
-    that `src.algos.shield.assemble.load_shield` rebuilds from the same file.
+    that `src.algos.shield.assemble.load_shield` rebuilds from the same content.
     """
-    path = RunFiles(run_dir).policy
-    state = load_from_file(path.parent, path.name)
-    if "config" not in state:
-        raise ValueError(f"{path} lacks the entry 'config' (entries: {sorted(state)})")
-    net = ActorCritic.from_policy_state(state, where=str(path))
-    config = RunConfig.from_dict(state["config"])
+    net = ActorCritic.from_policy_state(state, where=where)
     action_filter = None
     if shielded and get_algorithm(config.algo).shielded:
         # Imported here so that unshielded policies load without the shield package.
@@ -100,3 +98,20 @@ def load_actor(run_dir: str | Path, *, shielded: bool = True) -> Actor:
 
         action_filter = load_shield(state, config, net=net)
     return Actor(net=net, config=config, action_filter=action_filter)
+
+
+def load_actor(run_dir: str | Path, *, shielded: bool = True) -> Any:
+    """Rebuild the final policy of a run from its policy.pt.
+
+    Built-in algorithms give an `Actor` (`actor_from_state`); an algorithm given by import path
+    gives what its class's `load_actor(policy_state, config, shielded=...)` returns (an object
+    with `reset`, `act`, `shielded` and `last_intervened`, like `Actor`).
+    """
+    path = RunFiles(run_dir).policy
+    state = load_from_file(path.parent, path.name)
+    if "config" not in state:
+        raise ValueError(f"{path} lacks the entry 'config' (entries: {sorted(state)})")
+    config = RunConfig.from_dict(state["config"])
+    if get_algorithm(config.algo).entry is not None:
+        return algorithm_class(config.algo).load_actor(state, config, shielded=shielded)
+    return actor_from_state(state, config, shielded=shielded, where=str(path))

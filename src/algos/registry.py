@@ -10,23 +10,42 @@ read capabilities without torch and without an import circle. The implementation
 to their code (`IPPO_VERSIONS`, `LAG_VERSIONS`, `SHIELD_VERSIONS`, `WM_VERSIONS`,
 `OM_VERSIONS`) and `src.algos.train.trainer_class` maps an algorithm to its trainer class; a
 test checks that every name here has an implementation and every implementation a name.
+
+An algorithm given by import path (`src.custom.register_algorithm`, or a config's
+`custom_algos`) is a class whose capabilities are class attributes (`CAPABILITY_DEFAULTS`) and
+which has the methods of `REQUIRED_METHODS`; `get_algorithm` imports it on first use, checks
+it and builds its spec, so the rest of the pipeline treats it like the built-in ones
+(docs/architecture.md, "Your own task and algorithm").
 """
 
 from __future__ import annotations
 
+import inspect
 from dataclasses import dataclass
 from typing import Any
 
 from src.checks import lookup
+from src.custom import CUSTOM_ALGOS, ComponentError, load_entry
 
 __all__ = [
+    "ACTION_KINDS",
     "ALGORITHMS",
+    "CAPABILITY_DEFAULTS",
+    "REQUIRED_METHODS",
+    "SECTION_NAMES",
     "VERSIONS",
     "AlgorithmSpec",
+    "algorithm_class",
+    "algorithm_names",
     "get_algorithm",
     "shielded_algos",
     "versions_of",
 ]
+
+SECTION_NAMES: tuple[str, ...] = ("ppo", "lagrange", "shield")
+"""Run-config sections an algorithm may use (`src.config.run.SECTIONS` holds their classes)."""
+ACTION_KINDS: tuple[str, ...] = ("discrete", "box")
+"""Action spaces an algorithm may take: Discrete(n), or a Box."""
 
 # Run-config key of an implementation version -> the versions it may name.
 VERSIONS: dict[str, tuple[str, ...]] = {
@@ -61,6 +80,10 @@ class AlgorithmSpec:
     """Run-config sections whose tunable fields its `algo_params` may set."""
     version_keys: tuple[str, ...]
     """Implementation-version keys of the base config that select its code."""
+    action_kinds: tuple[str, ...] = ("discrete",)
+    """Action spaces it takes (`ACTION_KINDS`); a task with other actions is refused."""
+    entry: str | None = None
+    """Import path `module:Class` of an algorithm given by a config (None: built in)."""
 
     @property
     def eval_modes(self) -> tuple[bool, ...]:
@@ -99,11 +122,104 @@ ALGORITHMS: dict[str, AlgorithmSpec] = {
 }
 
 
+REQUIRED_METHODS: dict[str, str] = {
+    "train": "train(*, callbacks, progress): run the remaining updates",
+    "state": "state() -> dict: everything a resumed run needs (checkpoint)",
+    "load_state": "load_state(state): restore what state() returned",
+    "policy_state": "policy_state() -> dict: the content of policy.pt",
+    "load_actor": "load_actor(policy_state, config, *, shielded) -> actor (a classmethod)",
+}
+"""Methods an algorithm given by import path must have, and what each does."""
+
+CAPABILITY_DEFAULTS: dict[str, Any] = {
+    "constrained": False,
+    "shielded": False,
+    "multiplier": False,
+    "sections": ("ppo",),
+    "action_kinds": ("discrete",),
+}
+"""Capabilities an algorithm class may declare as class attributes, and their defaults
+(`description` defaults to the first line of its docstring)."""
+
+# (name, import path) -> the spec built from the class, so a class is checked once.
+_LOADED: dict[tuple[str, str], tuple[AlgorithmSpec, type]] = {}
+
+
+def _check_names(name: str, key: str, value: Any, allowed: tuple[str, ...]) -> tuple[str, ...]:
+    names = (value,) if isinstance(value, str) else value
+    if not isinstance(names, tuple | list) or not names or not set(names) <= set(allowed):
+        raise ComponentError(
+            f"{name}.{key} = {value!r}: must be a non-empty tuple of {', '.join(allowed)}"
+        )
+    return tuple(names)
+
+
+def _load(name: str, entry: str) -> tuple[AlgorithmSpec, type]:
+    """Import, check and describe the algorithm class of `entry` (cached)."""
+    if (name, entry) in _LOADED:
+        return _LOADED[name, entry]
+    cls = load_entry(entry)
+    if not inspect.isclass(cls):
+        raise ComponentError(f"{entry} is a {type(cls).__name__}, not a class")
+    missing = [method for method in REQUIRED_METHODS if not callable(getattr(cls, method, None))]
+    if missing:
+        needs = "; ".join(REQUIRED_METHODS[method] for method in missing)
+        raise ComponentError(f"class {cls.__qualname__} lacks the methods {missing} ({needs})")
+    caps = {key: getattr(cls, key, default) for key, default in CAPABILITY_DEFAULTS.items()}
+    for key in ("constrained", "shielded", "multiplier"):
+        if not isinstance(caps[key], bool):
+            raise ComponentError(f"{cls.__qualname__}.{key} = {caps[key]!r}: must be a bool")
+    sections = _check_names(cls.__qualname__, "sections", caps["sections"], SECTION_NAMES)
+    if "ppo" not in sections:
+        raise ComponentError(
+            f"{cls.__qualname__}.sections = {sections!r}: must include 'ppo' (the run's "
+            "num_envs, rollouts and updates live there)"
+        )
+    doc = (inspect.getdoc(cls) or "").strip().splitlines()
+    description = getattr(cls, "description", None) or (doc[0] if doc else entry)
+    spec = AlgorithmSpec(
+        name=name,
+        description=str(description),
+        constrained=caps["constrained"],
+        shielded=caps["shielded"],
+        multiplier=caps["multiplier"],
+        sections=sections,
+        version_keys=(),
+        action_kinds=_check_names(
+            cls.__qualname__, "action_kinds", caps["action_kinds"], ACTION_KINDS
+        ),
+        entry=entry,
+    )
+    _LOADED[name, entry] = spec, cls
+    return spec, cls
+
+
+def algorithm_names() -> list[str]:
+    """Every algorithm this process knows: the built-in ones and the registered ones."""
+    return sorted({*ALGORITHMS, *CUSTOM_ALGOS})
+
+
 def get_algorithm(name: Any) -> AlgorithmSpec:
-    """The spec of `name`, or a `ValueError` listing the known algorithms."""
-    return lookup(ALGORITHMS, name, "algo")
+    """The spec of `name`, or a `ValueError` listing the known algorithms.
+
+    An algorithm given by import path is imported and checked here, the first time; a class
+    that cannot serve raises `src.custom.ComponentError` saying what it lacks.
+    """
+    # A built-in name always means the built-in algorithm (the config layer refuses a custom
+    # algorithm registered under it).
+    if isinstance(name, str) and name not in ALGORITHMS and name in CUSTOM_ALGOS:
+        return _load(name, CUSTOM_ALGOS[name])[0]
+    return lookup({**dict.fromkeys(CUSTOM_ALGOS), **ALGORITHMS}, name, "algo")
+
+
+def algorithm_class(name: str) -> type:
+    """The class of an algorithm given by import path (`get_algorithm(name).entry` is set)."""
+    spec = get_algorithm(name)
+    if spec.entry is None:
+        raise ValueError(f"algo {name!r} is built in; src.algos.train.trainer_class has its class")
+    return _load(spec.name, spec.entry)[1]
 
 
 def shielded_algos() -> tuple[str, ...]:
     """Names of the algorithms whose actions pass through a shield."""
-    return tuple(name for name, spec in ALGORITHMS.items() if spec.shielded)
+    return tuple(name for name in algorithm_names() if get_algorithm(name).shielded)

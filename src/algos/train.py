@@ -14,7 +14,7 @@ import subprocess
 from collections.abc import Callable, Mapping, Sequence
 from importlib import metadata
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 
@@ -26,7 +26,8 @@ from src.algos.checkpoint import (
 )
 from src.algos.ippo import IPPO, IPPO_VERSIONS, TrainingCallback
 from src.algos.ippo_lag import IPPOLag
-from src.algos.registry import get_algorithm
+from src.algos.registry import algorithm_class, get_algorithm
+from src.algos.seeding import seed_everything
 from src.algos.shield.trainer import ShieldedIPPO
 from src.checks import lookup
 from src.config.run import RunConfig
@@ -35,6 +36,7 @@ from src.core.logging import log
 from src.runfiles import RunFiles
 
 __all__ = [
+    "Algorithm",
     "CheckpointEvery",
     "build_trainer",
     "make_vector_env_for",
@@ -59,6 +61,47 @@ def make_vector_env_for(config: RunConfig) -> Any:
     )
 
 
+class Algorithm(Protocol):
+    """What `train_run`, checkpoints and evaluation use of a trainer (IPPO and its subclasses
+    are ones; an algorithm given by import path must be one: docs/architecture.md).
+
+    Built as `cls(config: RunConfig, env: VectorEnv)`. Capabilities are class attributes
+    (`src.algos.registry.CAPABILITY_DEFAULTS`); `REQUIRED_METHODS` lists the methods.
+    """
+
+    num_updates: int
+    """Policy updates of the whole run."""
+    steps_per_update: int
+    """Env steps (over all copies) between updates."""
+    update: int
+    """Updates completed so far (restored by `load_state`)."""
+    history: list[Any]
+    """One `src.records.EpisodeLog` per finished training episode."""
+    updates: list[dict[str, Any]]
+    """One row per update: `update`, `global_step`, `wall_time` and metric constants of
+    `src.algos.metrics`."""
+
+    def train(self, *, callbacks: Sequence[TrainingCallback] = (), progress: bool = True) -> None:
+        """Run the remaining updates, calling each callback's `on_update_end(self)`."""
+        ...
+
+    def state(self) -> dict[str, Any]:
+        """Everything a resumed run needs (dicts, lists, numbers, strings, arrays, tensors)."""
+        ...
+
+    def load_state(self, state: dict[str, Any]) -> None:
+        """Restore what `state()` returned."""
+        ...
+
+    def policy_state(self) -> dict[str, Any]:
+        """The content of policy.pt (tensors, state dicts, plain values); it holds `config`."""
+        ...
+
+
+_ATTRIBUTES = ("num_updates", "steps_per_update", "update", "history", "updates")
+"""Instance attributes `train_run` reads from every trainer."""
+
+
 # Algorithm name -> its trainer class for the run config's version keys. `ippo` picks its
 # class by `ippo_version`; the others select their parts (multiplier, shield, models) inside.
 _TRAINERS: dict[str, Callable[[Mapping[str, Any]], type[IPPO]]] = {
@@ -68,15 +111,26 @@ _TRAINERS: dict[str, Callable[[Mapping[str, Any]], type[IPPO]]] = {
 }
 
 
-def trainer_class(algo: str, versions: Mapping[str, Any]) -> type[IPPO]:
-    """The trainer class of `algo` selected by `versions` (a run config's base or its keys)."""
-    return _TRAINERS[get_algorithm(algo).name](versions)
+def trainer_class(algo: str, versions: Mapping[str, Any]) -> type[Any]:
+    """The trainer class of `algo` selected by `versions` (a run config's base or its keys);
+    the class itself for an algorithm given by import path."""
+    spec = get_algorithm(algo)
+    if spec.entry is not None:
+        return algorithm_class(spec.name)
+    return _TRAINERS[spec.name](versions)
 
 
-def build_trainer(config: RunConfig | Mapping[str, Any], env: Any) -> IPPO:
+def build_trainer(config: RunConfig | Mapping[str, Any], env: Any) -> Algorithm:
     """The trainer of the run's algorithm (and implementation versions) on `env`."""
     config = RunConfig.from_dict(config)
-    return trainer_class(config.algo, config.base)(config, env)
+    trainer = trainer_class(config.algo, config.base)(config, env)
+    missing = [name for name in _ATTRIBUTES if not hasattr(trainer, name)]
+    if missing:
+        raise TypeError(
+            f"algo {config.algo}: its trainer lacks the attributes {missing} after construction "
+            "(docs/architecture.md, 'Your own task and algorithm')"
+        )
+    return trainer
 
 
 def torch_threads(requested: int) -> int:
@@ -91,10 +145,10 @@ class CheckpointEvery:
         """Checkpoint into `run_dir/checkpoint/` after every `every`-th update."""
         self.every, self.run_dir = every, run_dir
 
-    def on_epoch_end(self, trainer: IPPO, epoch: int) -> None:
+    def on_epoch_end(self, trainer: Any, epoch: int) -> None:
         """Nothing mid-update."""
 
-    def on_update_end(self, trainer: IPPO) -> None:
+    def on_update_end(self, trainer: Any) -> None:
         """Save after updates `every`, `2 * every`, ... except the final one."""
         if trainer.update % self.every == 0 and trainer.update < trainer.num_updates:
             save_checkpoint(trainer, self.run_dir)
@@ -147,6 +201,9 @@ def train_run(
     config = RunConfig.from_dict(config)
     files = RunFiles(create_dir(str(out_dir)))
     torch.set_num_threads(torch_threads(config.threads if threads is None else threads))
+    # Python's, NumPy's and torch's generators start from the run's seed before anything is
+    # built, whatever the task and the algorithm (the built-in trainers seed them again).
+    seed_everything(config.seed)
     env = (make_env or make_vector_env_for)(config)
     try:
         trainer = build_trainer(config, env)

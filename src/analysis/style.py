@@ -19,7 +19,7 @@ matplotlib.use("Agg")  # figures are written to files by workflow jobs without a
 import matplotlib.pyplot as plt
 from matplotlib.figure import Figure
 
-from src.algos.registry import ALGORITHMS
+from src.algos.registry import algorithm_names, get_algorithm
 from src.core.io import atomic_output
 
 __all__ = [
@@ -69,9 +69,9 @@ def algo_color(algo: str) -> str:
 
 
 def has_shield(algo: str) -> bool:
-    """Whether `algo` is a registered algorithm whose actions pass through a shield."""
-    spec = ALGORITHMS.get(algo)
-    return spec is not None and spec.shielded
+    """Whether `algo` is a registered algorithm (built in or given by import path) whose
+    actions pass through a shield."""
+    return algo in algorithm_names() and get_algorithm(algo).shielded
 
 
 def policy_label(algo: str, shielded: bool) -> str:

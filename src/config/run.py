@@ -9,6 +9,8 @@ env_params: dict                         # the env's own parameters (make_vector
 algo_params: dict                        # tunable fields of the algorithm's sections
 threads: int                             # torch threads of the training job
 checkpoint_every: int                    # policy updates between checkpoints
+custom: dict                             # only for a task or algorithm given by import path:
+                                         # {"env": {"factory", "cost"}, "algo": "module:Class"}
 ```
 
 `RunConfig.from_dict` checks what the base does not (the identity, the settings, the
@@ -32,11 +34,22 @@ from src.config.lagrange import LagrangeConfig
 from src.config.ppo import PPOConfig
 from src.config.section import Section
 from src.config.shield import ShieldConfig
+from src.custom import recorded_entries
 
-__all__ = ["RUN_KEYS", "SECTIONS", "EnvConfig", "RunConfig", "make_run_config"]
+__all__ = [
+    "OPTIONAL_RUN_KEYS",
+    "RUN_KEYS",
+    "SECTIONS",
+    "EnvConfig",
+    "RunConfig",
+    "make_run_config",
+]
 
 # Keys a run config adds to the base config.
 RUN_KEYS = ("algo", "run_idx", "seed", "env_params", "algo_params", "threads", "checkpoint_every")
+# Run keys present only in some runs: `custom`, the import paths of a task or algorithm given
+# by a config (absent for built-in ones, so their run configs are what they always were).
+OPTIONAL_RUN_KEYS = ("custom",)
 # Torch threads a training job may ask for (more than any machine here has cores; the job
 # uses no more than the threads it is granted and the machine's CPUs).
 MAX_THREADS = 256
@@ -94,6 +107,8 @@ class RunConfig:
     """The base config (`create_base_config` output), for to_dict and wandb."""
     algo_params: Mapping[str, Any] = field(default_factory=dict)
     """The `algo_params` as given (the sections hold their values)."""
+    custom: Mapping[str, Any] = field(default_factory=dict)
+    """Import paths of the run's task (`env`) and algorithm (`algo`) when given by a config."""
 
     @property
     def env_name(self) -> str:
@@ -120,6 +135,7 @@ class RunConfig:
             "algo_params": dict(self.algo_params),
             "threads": self.threads,
             "checkpoint_every": self.checkpoint_every,
+            **({"custom": dict(self.custom)} if self.custom else {}),
         }
 
     @classmethod
@@ -135,12 +151,17 @@ class RunConfig:
         missing = [key for key in (*RUN_KEYS, *REQUIRED_BASE_KEYS) if key not in config]
         if missing:
             raise ConfigError(f"run config lacks the keys {missing}")
-        given = {k: v for k, v in config.items() if k not in RUN_KEYS and k not in METADATA_KEYS}
+        given = {
+            k: v
+            for k, v in config.items()
+            if k not in RUN_KEYS and k not in OPTIONAL_RUN_KEYS and k not in METADATA_KEYS
+        }
         horizons = given.get("final_policy_eval_horizons")
         if isinstance(horizons, list):
             given["final_policy_eval_horizons"] = tuple(horizons)
         base = create_base_config(**given)
 
+        custom = _check_custom(config.get("custom", {}), base["env_name"], config["algo"])
         try:
             spec = get_algorithm(config["algo"])
         except ValueError as error:
@@ -192,7 +213,33 @@ class RunConfig:
             shield=built.get("shield"),
             base=base,
             algo_params=algo_params,
+            custom=custom,
         )
+
+
+def _check_custom(given: Any, env: Any, algo: Any) -> dict[str, Any]:
+    """The run's `custom` entry, which must name what this process has registered for its env
+    and algorithm: a run trained with one task or algorithm is never read as another, and a
+    run config never makes anything be imported (the config the user runs registers them)."""
+    recorded = check_mapping("custom", given)
+    expected = recorded_entries(str(env), str(algo))
+    if recorded != expected:
+        names = ", ".join(
+            f"{kind} {name!r}" for kind, name in (("env", env), ("algo", algo)) if kind in recorded
+        )
+        if not expected:
+            why = (
+                f"{names} given by import path, and none of them is registered in this "
+                "process: register them first (the workflow config's custom_envs/custom_algos "
+                "through check_workflow_config, or src.custom.register_env/register_algorithm)"
+            )
+        else:
+            why = (
+                f"must be {expected}, what this process has registered for env {env!r} and "
+                f"algo {algo!r}"
+            )
+        raise ConfigError(f"custom={recorded!r}: {why}")
+    return recorded
 
 
 def make_run_config(

@@ -2,12 +2,15 @@
 
 The workflow (`workflow/rules/common.smk`) calls `check_workflow_config` once, before any job.
 The schema (`workflow/schemas/config.schema.yaml`) checks the structure (known keys, types and
-ranges of the workflow's own keys) and fills defaults; env and algorithm names are looked up
-in their registries; each `base.*` value is checked by its one rule in `src.config.base`; then
-the run config of every (env, algo) is built (`resolve_run_config`), which checks the
-cross-key rules, the implementation versions and `algo_params`; with `check_components` each
-env is built once with its parameters. Every failure is a `WorkflowConfigError` whose message
-is one line naming the key (as written in the YAML) and the value.
+ranges of the workflow's own keys) and fills defaults; each `base.*` value is checked by its
+one rule in `src.config.base`; the tasks and algorithms given by import path (`custom_envs`,
+`custom_algos`) are registered (`src.custom`) and, with `check_components`, imported and
+checked; env and algorithm names are looked up in their registries; then the run config of
+every (env, algo) is built (`resolve_run_config`), which checks the cross-key rules, the
+implementation versions and `algo_params`; with `check_components` each env is built once with
+its parameters (a task given by import path also runs through an episode, `probe_task`) and
+each algorithm is matched against the env's actions. Every failure is a `WorkflowConfigError`
+whose message is one line naming the key (as written in the YAML) and the value.
 
 Before any of that, the config's size is bounded (`check_config_size`): Snakemake reads the
 YAML with its aliases as shared objects, which costs nothing, but anything that walks the
@@ -30,6 +33,7 @@ import yaml
 from src.checks import ConfigError
 from src.config.base import BASE_CHECKS, SEED_MAX, check_base_value
 from src.config.run import SECTIONS, RunConfig
+from src.custom import ComponentError, EnvEntry, recorded_entries, register_algorithm, register_env
 
 __all__ = [
     "MAX_CONFIG_DEPTH",
@@ -204,17 +208,52 @@ def _validator_with_defaults(schema: dict) -> Any:
     return extended(schema)
 
 
+def _register_components(config: Mapping[str, Any], *, load: bool) -> None:
+    """Register the config's `custom_envs` and `custom_algos` in this process; with `load`,
+    import each factory, cost function and algorithm class and check what it provides."""
+    from src.algos.registry import ALGORITHMS, get_algorithm
+    from src.envs.registry import ENVS
+    from src.envs.task import check_entry
+
+    for key, built_in, kind in (
+        ("custom_envs", ENVS, "env"),
+        ("custom_algos", ALGORITHMS, "algorithm"),
+    ):
+        for name, value in config[key].items():
+            where = f"config key '{key}.{name}' = {_one_line(value)}"
+            if name in built_in:
+                raise WorkflowConfigError(
+                    f"{where}: {name!r} is a built-in {kind}; give yours another name"
+                )
+            try:
+                if kind == "env":
+                    entry = EnvEntry.from_config(value)
+                    register_env(name, entry.factory, entry.cost, entry.vector)
+                    if load:
+                        check_entry(entry)
+                else:
+                    register_algorithm(name, value)
+                    if load:
+                        get_algorithm(name)
+            except ComponentError as error:
+                raise WorkflowConfigError(f"{where}: {error}") from None
+
+
 def _check_names(config: Mapping[str, Any]) -> None:
-    """Env and algorithm names against their registries; every env needs its env_params."""
+    """Env and algorithm names against the built-in ones and the config's own (never against
+    what else this process registered: jobs know only the config); every env needs its
+    env_params."""
     from src.algos.registry import ALGORITHMS
     from src.envs.registry import ENVS
 
-    for key, registry in (("envs", ENVS), ("algos", ALGORITHMS)):
+    envs = sorted({*ENVS, *config["custom_envs"]})
+    algos = sorted({*ALGORITHMS, *config["custom_algos"]})
+    for key, known in (("envs", envs), ("algos", algos)):
         for index, name in enumerate(config[key]):
-            if name not in registry:
-                choices = ", ".join(sorted(registry))
+            if name not in known:
                 raise WorkflowConfigError(
-                    f"config key '{key}[{index}]' = {_one_line(name)}: must be one of {choices}"
+                    f"config key '{key}[{index}]' = {_one_line(name)}: must be one of "
+                    f"{', '.join(known)} (or a name given under custom_{key})"
                 )
     for env in config["envs"]:
         if env not in config["env_params"]:
@@ -223,22 +262,28 @@ def _check_names(config: Mapping[str, Any]) -> None:
                 "parameters (at least n_agents)"
             )
     for env in config["env_params"]:
-        if env not in ENVS:
+        if env not in envs:
             raise WorkflowConfigError(
-                f"config key 'env_params.{env}': unknown env (known: {', '.join(sorted(ENVS))})"
+                f"config key 'env_params.{env}': unknown env (known: {', '.join(envs)})"
             )
     for algo in config["algo_params"]:
-        if algo not in ALGORITHMS:
-            known = ", ".join(sorted(ALGORITHMS))
-            raise WorkflowConfigError(f"config key 'algo_params.{algo}': unknown algo ({known})")
+        if algo not in algos:
+            raise WorkflowConfigError(
+                f"config key 'algo_params.{algo}': unknown algo ({', '.join(algos)})"
+            )
 
 
-def validate_workflow_config(config: dict, schema_path: str | Path = SCHEMA_PATH) -> dict:
+def validate_workflow_config(
+    config: dict, schema_path: str | Path = SCHEMA_PATH, *, load_components: bool = True
+) -> dict:
     """Validate `config` against the workflow schema and fill its defaults in place.
 
-    Returns `config`. Raises `WorkflowConfigError` (one line naming the key and the value)
-    for the first problem found, e.g. ``config key 'base.num_envs' = 0: ...``, for unknown env
-    or algorithm names and for an env in `envs` without an `env_params` entry.
+    Registers the config's `custom_envs` and `custom_algos` (with `load_components`, their
+    code is imported and checked: a factory or class that cannot be imported or lacks what the
+    pipeline needs is refused here). Returns `config`. Raises `WorkflowConfigError` (one line
+    naming the key and the value) for the first problem found, e.g. ``config key
+    'base.num_envs' = 0: ...``, for unknown env or algorithm names and for an env in `envs`
+    without an `env_params` entry.
     """
     from jsonschema.exceptions import best_match
 
@@ -262,6 +307,7 @@ def validate_workflow_config(config: dict, schema_path: str | Path = SCHEMA_PATH
         except ConfigError as problem:
             why = str(problem).split(": ", 1)[-1]
             raise WorkflowConfigError(f"config key '{path}' = {_one_line(value)}: {why}") from None
+    _register_components(config, load=load_components)
     _check_names(config)
     _check_render_seeds(config)
     return config
@@ -330,6 +376,9 @@ def resolve_run_config(
         "threads": workflow_config["threads"],
         "checkpoint_every": workflow_config["checkpoint_every"],
     }
+    custom = recorded_entries(env, algo)
+    if custom:
+        flat["custom"] = custom
     try:
         return RunConfig.from_dict(flat)
     except ConfigError as error:
@@ -345,28 +394,53 @@ def iter_runs(workflow_config: Mapping[str, Any]) -> Iterator[tuple[str, str, in
                 yield env, algo, run_idx
 
 
-def _check_env_params(env: str, params: Mapping[str, Any]) -> tuple[int, int, int]:
-    """Build the env once so its constructor checks its parameters; (obs_dim, n_actions, cap)."""
+def _check_env_params(config: Mapping[str, Any], env: str) -> tuple[int, int, int, str]:
+    """Build the env once so its constructor checks its parameters (a task given by import
+    path also runs through an episode); (obs_dim, n_actions, cap, action kind)."""
     from src.envs.registry import make_env, make_vector_env
+    from src.envs.task import probe_task
 
+    params = config["env_params"][env]
     try:
         make_env(env, **params).close()
         vector = make_vector_env(env, num_envs=1, **params)
+        if env in config["custom_envs"]:
+            probe_task(vector)
+    except ComponentError as error:
+        value = _one_line(config["custom_envs"][env])
+        raise WorkflowConfigError(f"config key 'custom_envs.{env}' = {value}: {error}") from None
     except (TypeError, ValueError) as error:
         message = " ".join(str(error).split())
         raise WorkflowConfigError(f"config key 'env_params.{env}': {message}") from None
-    shape = (int(vector.obs_dim), int(vector.n_actions), int(vector.max_steps))
+    # Built-in spread with continuous_actions has Box actions too.
+    kind = "box" if getattr(vector, "continuous_actions", False) else "discrete"
+    shape = (int(vector.obs_dim), int(vector.n_actions), int(vector.max_steps), kind)
     vector.close()
     return shape
 
 
 def _check_run(
-    config: Mapping[str, Any], run: RunConfig, obs_dim: int, n_actions: int, max_steps: int
+    config: Mapping[str, Any],
+    run: RunConfig,
+    obs_dim: int,
+    n_actions: int,
+    max_steps: int,
+    action_kind: str,
 ) -> None:
-    """Refuse a run the env cannot serve: a shield setting it cannot meet, or a job whose
-    estimated peak memory exceeds the memory it asks for."""
+    """Refuse a run the env cannot serve: actions the algorithm does not take, a shield
+    setting the env cannot meet, or a job whose estimated peak memory exceeds the memory it
+    asks for."""
+    from src.algos.registry import get_algorithm
     from src.resources import eval_memory_mb, train_memory_mb
 
+    spec = get_algorithm(run.algo)
+    if action_kind not in spec.action_kinds:
+        index = list(config["algos"]).index(run.algo)
+        raise WorkflowConfigError(
+            f"config key 'algos[{index}]' = {run.algo!r}: takes {' or '.join(spec.action_kinds)} "
+            f"actions, and env {run.env_name} has {action_kind} actions; leave it out for "
+            "this env or give the env the actions the algorithm takes"
+        )
     if run.shield is not None:
         try:
             run.shield.check_against(
@@ -401,14 +475,14 @@ def check_workflow_config(
     estimated peak memory against its `resources` (`src.resources`). Returns `config`;
     raises `WorkflowConfigError` with one line.
     """
-    validate_workflow_config(config, schema_path)
+    validate_workflow_config(config, schema_path, load_components=check_components)
     runs = {
         (env, algo): resolve_run_config(config, env, algo, 0)
         for env in config["envs"]
         for algo in config["algos"]
     }
     if check_components:
-        shapes = {env: _check_env_params(env, config["env_params"][env]) for env in config["envs"]}
+        shapes = {env: _check_env_params(config, env) for env in config["envs"]}
         for (env, _), run in runs.items():
             _check_run(config, run, *shapes[env])
     return config

@@ -1,5 +1,10 @@
 """Registry of the safety environments: one name, one config dataclass, two constructors.
 
+`ENVS` holds the built-in tasks. A task given by import path (`src.custom.register_env`, or a
+config's `custom_envs`) is looked up by the same functions: its config is a
+`src.envs.task.TaskConfig`, its ParallelEnv the user's env wrapped in a `CostParallelEnv` and
+its vector env a `ParallelVectorEnv` (src/envs/task.py states what such a task must provide).
+
 >>> env = make_vector_env("hazard_grid", num_envs=2, seed=0, n_agents=2)
 >>> env.reset().shape
 (2, 2, 45)
@@ -16,6 +21,7 @@ from typing import Any
 
 from pettingzoo import ParallelEnv
 
+from src.custom import CUSTOM_ENVS, EnvEntry
 from src.envs.base import VectorEnv
 from src.envs.grid_core import GridConfig, GridVectorEnv
 from src.envs.grid_parallel import GridParallelEnv
@@ -23,8 +29,9 @@ from src.envs.hazard_grid import HazardGridConfig, HazardGridVectorEnv
 from src.envs.intersection import IntersectionConfig, IntersectionVectorEnv
 from src.envs.spread_core import NativeSpreadVectorEnv, SpreadConfig
 from src.envs.spread_parallel import NativeSpreadParallelEnv
+from src.envs.task import TaskConfig, make_task_env, make_task_vector_env
 
-__all__ = ["ENVS", "EnvSpec", "make_config", "make_env", "make_vector_env"]
+__all__ = ["ENVS", "EnvSpec", "env_names", "make_config", "make_env", "make_vector_env"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -101,15 +108,45 @@ def _mpe2() -> ModuleType:
     return importlib.import_module("src.envs.spread")
 
 
+def env_names() -> list[str]:
+    """Every env this process knows: the built-in ones and the registered custom tasks."""
+    return sorted({*ENVS, *CUSTOM_ENVS})
+
+
+def _task_spec(name: str, entry: EnvEntry) -> EnvSpec:
+    """The spec of a task given by import path (its factory is imported when it is built)."""
+    return EnvSpec(
+        name=name,
+        config_class=TaskConfig,
+        make_parallel=lambda config, render_mode: make_task_env(
+            name, config, render_mode=render_mode
+        ),
+        make_vector=lambda config, num_envs, seed: make_task_vector_env(
+            name, config, num_envs=num_envs, seed=seed
+        ),
+        description=f"{entry.factory} (given by import path)",
+    )
+
+
 def _spec(name: str) -> EnvSpec:
-    if name not in ENVS:
-        raise ValueError(f"unknown env {name!r}; known envs: {', '.join(sorted(ENVS))}")
-    return ENVS[name]
+    # A built-in name always means the built-in env (the config layer refuses a custom task
+    # registered under it).
+    if name in ENVS:
+        return ENVS[name]
+    if name in CUSTOM_ENVS:
+        return _task_spec(name, CUSTOM_ENVS[name])
+    raise ValueError(f"unknown env {name!r}; known envs: {', '.join(env_names())}")
 
 
 def make_config(name: str, **params: Any) -> Any:
-    """The validated config dataclass of env ``name``; bad or unknown params raise ValueError."""
+    """The validated config dataclass of env ``name``; bad or unknown params raise ValueError.
+
+    A custom task's parameters other than ``n_agents`` and ``max_steps`` are its factory's
+    keyword arguments, checked when the factory is called.
+    """
     spec = _spec(name)
+    if name not in ENVS:
+        return TaskConfig.from_params(CUSTOM_ENVS[name], params)
     known = [field.name for field in dataclasses.fields(spec.config_class)]
     unknown = sorted(set(params) - set(known))
     if unknown:

@@ -25,6 +25,8 @@ import numpy as np
 from pettingzoo.utils.env import ParallelEnv
 from pettingzoo.utils.wrappers.base_parallel import BaseParallelWrapper
 
+from src.config.base import LIMITS
+from src.core.wrappers import infer_episode_cap
 from src.envs.rendering import agent_colours
 
 __all__ = [
@@ -124,14 +126,29 @@ def status_text(*, step: int, violations: int, interventions: int | None) -> lis
 
 
 class StripLayout:
-    """Sizes and positions of the status strip for a frame `width` pixels wide."""
+    """Sizes and positions of the status strip for a frame `width` pixels wide.
 
-    def __init__(self, *, width: int, n_agents: int, items: Sequence[str]) -> None:
+    With `widest` (the items with the largest numbers the episode can reach), scale and line
+    breaks are chosen for those, so the strip keeps its size while the numbers grow (a video
+    needs frames of one size; narrow frames would otherwise gain a line mid-episode).
+    """
+
+    def __init__(
+        self,
+        *,
+        width: int,
+        n_agents: int,
+        items: Sequence[str],
+        widest: Sequence[str] | None = None,
+    ) -> None:
         if width < 1 or n_agents < 1:
             raise ValueError(f"need width >= 1 and n_agents >= 1, got {width} and {n_agents}")
+        sizing = list(items if widest is None else widest)
+        if len(sizing) != len(items):
+            raise ValueError(f"widest has {len(sizing)} items, the status line {len(items)}")
         # Large frames (mpe2 draws 700 pixels) get larger marks; every item must fit a line.
         scale = int(np.clip(width // 160, 1, 4))
-        while scale > 1 and max(text_width(item, scale) for item in items) + 4 * scale > width:
+        while scale > 1 and max(text_width(item, scale) for item in sizing) + 4 * scale > width:
             scale -= 1
         self.scale = scale
         self.pad = 3 * scale
@@ -140,13 +157,14 @@ class StripLayout:
         self.bar = 2 * self.ring
         self.cell = self.box + 2 * self.ring + 2 * scale  # one agent's column, with its gap
         # Items share a line while they fit, separated by two spaces' width.
-        self.lines: list[str] = []
-        for item in items:
-            joined = f"{self.lines[-1]}  {item}" if self.lines else item
-            if self.lines and text_width(joined, scale) + 2 * self.pad <= width:
-                self.lines[-1] = joined
+        groups: list[list[int]] = []
+        for index, item in enumerate(sizing):
+            joined = "  ".join([*(sizing[i] for i in groups[-1]), item]) if groups else item
+            if groups and text_width(joined, scale) + 2 * self.pad <= width:
+                groups[-1].append(index)
             else:
-                self.lines.append(item)
+                groups.append([index])
+        self.lines = ["  ".join(items[i] for i in group) for group in groups]
         self.boxes_top = self.pad
         self.bar_top = self.boxes_top + self.box + 2 * self.ring + scale
         self.text_top = self.bar_top + self.bar + self.pad
@@ -168,13 +186,15 @@ def annotate_frame(
     intervened: np.ndarray | None,
     interventions: int | None = None,
     colours: np.ndarray | None = None,
+    widest: Sequence[str] | None = None,
 ) -> np.ndarray:
     """The frame with a red border if some agent has a cost > 0, over its status strip.
 
     `costs` `[A]` are the agents' costs at this step; `intervened` `[A]` bool the shield's flags
     (None for unshielded policies); `interventions` the shield's running count (None to leave
     it out of the text); `colours` `[A, 3]` uint8 the boxes' colours (default
-    `agent_colours(A)`). Returns a new `[H + strip, W, 3]` uint8 array.
+    `agent_colours(A)`); `widest` the status items to lay the strip out for (`StripLayout`).
+    Returns a new `[H + strip, W, 3]` uint8 array.
     """
     image = np.asarray(frame)
     if image.ndim != 3 or image.shape[2] not in (3, 4):
@@ -190,7 +210,7 @@ def annotate_frame(
     palette = agent_colours(n_agents) if colours is None else np.asarray(colours, np.uint8)
     width = image.shape[1]
     items = status_text(step=step, violations=violations, interventions=interventions)
-    layout = StripLayout(width=width, n_agents=n_agents, items=items)
+    layout = StripLayout(width=width, n_agents=n_agents, items=items, widest=widest)
 
     violated = costs > 0
     if violated.any():
@@ -238,6 +258,11 @@ class SafetyOverlay(BaseParallelWrapper):
         self.shielded = bool(shielded)
         self.n_agents = len(env.possible_agents)
         self.colours = agent_colours(self.n_agents)
+        # The largest counts an episode can reach, so that every frame has the same strip.
+        cap = infer_episode_cap(env) or LIMITS["final_policy_eval_horizon"]
+        self.widest = status_text(
+            step=cap, violations=cap, interventions=cap * self.n_agents if self.shielded else None
+        )
         self._clear()
 
     def _clear(self) -> None:
@@ -290,4 +315,5 @@ class SafetyOverlay(BaseParallelWrapper):
             intervened=self.intervened if self.shielded else None,
             interventions=self.interventions if self.shielded else None,
             colours=self.colours,
+            widest=self.widest,
         )

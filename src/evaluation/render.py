@@ -23,6 +23,7 @@ from src.core.io import atomic_output
 from src.core.wrappers import apply_hidden_episode_cap, infer_episode_cap
 from src.core.wrappers.record_video_parallel import RecordVideo
 from src.envs.registry import make_env
+from src.envs.task import agent_actions, observation_sizes, stack_observations
 from src.evaluation.overlay import SafetyOverlay
 
 __all__ = ["POSTER_NAME", "EvenFrames", "make_poster", "render_run"]
@@ -131,6 +132,8 @@ def render_run(run_dir: str | Path, video_dir: str | Path, *, episodes: int) -> 
     try:
         cap = infer_episode_cap(env)
         agents = list(env.possible_agents)
+        # Agents observing fewer entries are zero-padded, as in the vector envs.
+        obs_dim = max(observation_sizes(env))
         for episode in range(episodes):
             seed = seed_offset + episode
             obs, _ = env.reset(seed=seed)
@@ -139,14 +142,14 @@ def render_run(run_dir: str | Path, video_dir: str | Path, *, episodes: int) -> 
                 poster.add(0, env.render())
             step = 0
             while env.agents:
-                joint = np.stack([obs[agent] for agent in agents])[None]  # [1, A, D]
+                joint = stack_observations(obs, agents, obs_dim)[None]  # [1, A, D]
                 # The actor takes the 1-based index of the step its actions take.
                 actions = actor.act(joint, np.array([step + 1], dtype=np.int64))  # [1, A]
                 if actor.last_intervened is not None:
                     overlay.set_interventions(actor.last_intervened[0])
                 live = list(env.agents)
                 obs, _, terminations, truncations, _ = env.step(
-                    {agent: int(actions[0, agents.index(agent)]) for agent in live}
+                    agent_actions(actions[0], agents, live)
                 )
                 step += 1
                 truncations, _ = apply_hidden_episode_cap(

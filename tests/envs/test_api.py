@@ -1,4 +1,8 @@
-"""Contract tests run over every registered env: PettingZoo API, vector interface, seeding."""
+"""Contract tests run over every registered env: PettingZoo API, vector interface, seeding.
+
+Tasks given by import path run through the same tests: two third-party mpe2 envs (agents of
+different observation sizes, costs from named cost functions) and the README's example task.
+"""
 
 from __future__ import annotations
 
@@ -9,12 +13,27 @@ import numpy as np
 import pytest
 from pettingzoo.test import parallel_api_test, parallel_seed_test
 
+from src.custom import register_env
 from src.envs import ENVS, StepResult, joint_observation, make_env, make_vector_env
 from src.envs.base import VectorEnv
 
-NAMES = sorted(ENVS)
+CUSTOM = {
+    "mpe2_tag": ("mpe2.simple_tag_v3:parallel_env", "mpe2_collisions"),
+    "mpe2_adversary": ("mpe2.simple_adversary_v3:parallel_env", "mpe2_adversary_proximity"),
+    "corridor": ("examples.corridor:Corridor", None),
+}
+NAMES = sorted(ENVS) + sorted(CUSTOM)
 # Small episode caps keep the runs short while still crossing several auto-resets.
 CAP = {"hazard_grid": 12, "intersection": 12, "spread": 6, "spread_mpe2": 6}
+CAP.update(dict.fromkeys(CUSTOM, 6))
+# The example task has neither a global state() nor AEC metadata.
+WITH_STATE = [name for name in NAMES if name != "corridor"]
+
+
+@pytest.fixture(autouse=True)
+def _custom_tasks() -> None:
+    for name, (factory, cost) in CUSTOM.items():
+        register_env(name, factory, cost)
 
 
 def random_actions(rng: np.random.Generator, env: VectorEnv) -> np.ndarray:
@@ -44,7 +63,7 @@ def test_parallel_api_and_seed(name):
         parallel_seed_test(lambda: make_env(name, max_steps=CAP[name]), num_cycles=200)
 
 
-@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("name", WITH_STATE)
 def test_parallel_env_costs_state_render(name):
     env = make_env(name, render_mode="rgb_array", max_steps=CAP[name])
     obs, infos = env.reset(seed=3)
@@ -85,7 +104,8 @@ def test_parallel_view_equals_vector_copy(name):
     vec_obs = vec.reset()
     rng = np.random.default_rng(5)
     for agent_index, agent in enumerate(par.possible_agents):
-        np.testing.assert_array_equal(obs[agent], vec_obs[0, agent_index])
+        # Agents observing fewer entries than the largest are zero-padded in the vector env.
+        np.testing.assert_array_equal(obs[agent], vec_obs[0, agent_index, : obs[agent].size])
     while par.agents:
         joint = random_actions(rng, vec)
         obs, rewards, terminations, truncations, infos = par.step(
@@ -93,7 +113,7 @@ def test_parallel_view_equals_vector_copy(name):
         )
         result = vec.step(joint)
         for i, agent in enumerate(par.possible_agents):
-            np.testing.assert_array_equal(obs[agent], result.final_obs[0, i])
+            np.testing.assert_array_equal(obs[agent], result.final_obs[0, i, : obs[agent].size])
             assert rewards[agent] == pytest.approx(float(result.reward[0, i]), abs=1e-6)
             assert infos[agent]["cost"] == result.cost[0, i]
             assert terminations[agent] == result.terminated[0, i]

@@ -74,13 +74,9 @@ class WorkflowRun:
         return self.results_dir / TEST_CONFIG["experiment_tag"]
 
 
-@pytest.fixture(scope="session")
-def test_config_run(tmp_path_factory: pytest.TempPathFactory) -> WorkflowRun:
-    """One real run of `.test/config.yaml`, shared by the tests that read its outputs.
-
-    Every job records the src files its script imports (tests/workflow/record_imports).
-    """
-    root = tmp_path_factory.mktemp("test_config_run")
+def run_recorded(root: Path, config_file: str) -> WorkflowRun:
+    """Run the workflow on `config_file` with results under `root`, every job recording the
+    files its script imports (tests/workflow/record_imports)."""
     imports = root / "imports"
     imports.mkdir()
     env = {
@@ -89,9 +85,15 @@ def test_config_run(tmp_path_factory: pytest.TempPathFactory) -> WorkflowRun:
             p for p in (str(RECORDER), os.environ.get("PYTHONPATH")) if p
         ),
     }
-    args = ("--configfile", ".test/config.yaml", "--config", f"results_dir={root / 'results'}")
+    args = ("--configfile", config_file, "--config", f"results_dir={root / 'results'}")
     done = snakemake("--cores", "2", *args, timeout=1200, env=env)
     return WorkflowRun(results_dir=root / "results", imports=imports, args=args, done=done)
+
+
+@pytest.fixture(scope="session")
+def test_config_run(tmp_path_factory: pytest.TempPathFactory) -> WorkflowRun:
+    """One real run of `.test/config.yaml`, shared by the tests that read its outputs."""
+    return run_recorded(tmp_path_factory.mktemp("test_config_run"), ".test/config.yaml")
 
 
 @pytest.fixture(scope="session")

@@ -41,6 +41,24 @@ def _test_config(results_dir: Path) -> dict:
             lambda c: c["wandb"].update(projct="x"),
             "invalid config: unknown config key 'wandb.projct'",
         ),
+        (  # a task given by import path whose env has no cost, and no cost function named
+            lambda c: c.update(
+                envs=["tag"],
+                custom_envs={"tag": "mpe2.simple_tag_v3:parallel_env"},
+                env_params={"tag": {"n_agents": 4}},
+            ),
+            "invalid config: config key 'custom_envs.tag' = 'mpe2.simple_tag_v3:parallel_env': "
+            "env tag: infos of ['adversary_0', 'adversary_1', 'adversary_2', 'agent_0'] hold no "
+            "'cost' after step 1, and no cost function is named",
+        ),
+        (  # an algorithm given by import path without the methods the pipeline calls
+            lambda c: c.update(
+                algos=["ippo", "toy"], custom_algos={"toy": "tests.custom.tasks:NoMethods"}
+            ),
+            "invalid config: config key 'custom_algos.toy' = 'tests.custom.tasks:"
+            "NoMethods': class NoMethods lacks the methods ['train', 'state', 'load_state', "
+            "'policy_state', 'load_actor']",
+        ),
     ],
 )
 def test_bad_config_fails_in_one_line_before_any_job(

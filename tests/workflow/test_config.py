@@ -33,7 +33,17 @@ def _shipped(name: str) -> dict:
     return yaml.safe_load((REPO / name).read_text())
 
 
-@pytest.mark.parametrize("name", ["config/config.yaml", "config/paper.yaml", ".test/config.yaml"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "config/config.yaml",
+        "config/paper.yaml",
+        ".test/config.yaml",
+        ".test/custom.yaml",
+        "examples/corridor.yaml",
+        "examples/mpe2.yaml",
+    ],
+)
 def test_shipped_configs_are_valid(name: str):
     config = check_workflow_config(_shipped(name))
     assert len(list(iter_runs(config))) == (

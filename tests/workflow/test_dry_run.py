@@ -27,7 +27,14 @@ def _expected(config_path: Path) -> dict[str, int]:
 
 
 @pytest.mark.parametrize(
-    ("config_file", "runs"), [("config/config.yaml", 18), ("config/paper.yaml", 45)]
+    ("config_file", "runs"),
+    [
+        ("config/config.yaml", 18),
+        ("config/paper.yaml", 45),
+        # The README's example (a task and an algorithm of examples/) and mpe2 from a config.
+        ("examples/corridor.yaml", 8),
+        ("examples/mpe2.yaml", 12),
+    ],
 )
 def test_dry_run_job_counts(config_file: str, runs: int, results_dir: Path):
     done = snakemake("-n", "--configfile", config_file, "--config", f"results_dir={results_dir}")

@@ -23,34 +23,37 @@ pytestmark = pytest.mark.slow
 CONFIG = yaml.safe_load((REPO / ".test" / "config.yaml").read_text())
 
 
-def check_experiment(experiment: Path) -> None:
-    """Assert that a finished run of `.test/config.yaml` left every output, well formed.
+def check_experiment(experiment: Path, config: dict = CONFIG) -> None:
+    """Assert that a finished run of `config` (`.test/config.yaml` by default) left every
+    output, well formed.
 
-    Shared with the SLURM test, which runs the same config through the cluster profile.
+    Shared with the SLURM test, which runs the same config through the cluster profile, and
+    with the run of `.test/custom.yaml` (tasks and an algorithm given by import path).
     """
     runs = [
         experiment / "runs" / env / algo / f"run{idx}"
-        for env in CONFIG["envs"]
-        for algo in CONFIG["algos"]
-        for idx in range(CONFIG["num_runs"])
+        for env in config["envs"]
+        for algo in config["algos"]
+        for idx in range(config["num_runs"])
     ]
     for run in runs:
         history = json.loads((run / "history.json").read_text())
         assert history, f"{run}: no training episode"
-        config = json.loads((run / "config.json").read_text())
-        assert config["algo"] == run.parent.name and config["seed"] == int(run.name[3:])
+        run_config = json.loads((run / "config.json").read_text())
+        assert run_config["algo"] == run.parent.name
+        assert run_config["seed"] == int(run.name[3:])
         history_table = read_parquet(run / "history.parquet", HISTORY_SCHEMA)
         assert history_table.num_rows == len(history)
         assert read_parquet(run / "updates.parquet", UPDATES_SCHEMA).num_rows >= 1
         eval_table = read_parquet(run / "eval.parquet", EVAL_SCHEMA)
-        horizons = CONFIG["base"]["final_policy_eval_horizons"]
+        horizons = config["base"]["final_policy_eval_horizons"]
         modes = 2 if run.parent.name == "shield" else 1
         assert eval_table.num_rows == len(horizons) * modes
         assert set(eval_table.column("n").to_pylist()) == {
-            CONFIG["base"]["final_policy_eval_episodes"]
+            config["base"]["final_policy_eval_episodes"]
         }
         videos = sorted((run / "videos").glob("*.mp4"))
-        assert len(videos) == CONFIG["render"]["episodes"]
+        assert len(videos) == config["render"]["episodes"]
         assert all(video.stat().st_size > 0 for video in videos)
         assert (run / "videos" / "poster.png").stat().st_size > 0
         assert (run / "logs" / "train.log").stat().st_size > 0
@@ -67,7 +70,7 @@ def check_experiment(experiment: Path) -> None:
     assert figures and all(figure.stat().st_size > 0 for figure in figures)
 
     page = (experiment / "video_page" / "index.html").read_text()
-    assert page.count("<video") == len(runs) * CONFIG["render"]["episodes"]
+    assert page.count("<video") == len(runs) * config["render"]["episodes"]
 
     manifest = json.loads((experiment / "wandb" / "manifest.json").read_text())
     assert len(manifest) == len(runs)

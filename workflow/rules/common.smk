@@ -13,7 +13,7 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 from src.analysis.floor import floor_settings
-from src.code_inputs import import_closure
+from src.code_inputs import component_code, import_closure
 from src.containment import ContainmentError, check_results_folder
 from src.config.workflow import (
     WorkflowConfigError,
@@ -136,10 +136,33 @@ wildcard_constraints:
 
 # ---------------------------------------------------------------- input helpers
 def script_code(script):
-    """The code a rule's script runs (workflow/scripts/{script}.py and its import closure),
-    as inputs, so that changing a module reruns exactly the jobs that run it."""
+    """The code a rule's script runs (workflow/scripts/{script}.py and its import closure,
+    plus the modules of the tasks and algorithms given by import path that its code reaches:
+    only the job's own env and algo for a per-run job), as inputs, so that changing a module
+    reruns exactly the jobs that run it."""
     closure = import_closure(REPO / "workflow" / "scripts" / f"{script}.py", root=REPO)
-    return [os.path.relpath(path) for path in closure]
+    files = [os.path.relpath(path) for path in closure]
+
+    def code(wildcards):
+        env, algo = wildcards.get("env"), wildcards.get("algo")
+        user = component_code(
+            closure,
+            envs={
+                name: entry
+                for name, entry in config["custom_envs"].items()
+                if env in (None, name)
+            },
+            algos={
+                name: entry
+                for name, entry in config["custom_algos"].items()
+                if algo in (None, name)
+            },
+            root=REPO,
+        )
+        extra = [os.path.relpath(path) for path in user]
+        return files + [path for path in extra if path not in files]
+
+    return code
 
 
 def run_config(wildcards):

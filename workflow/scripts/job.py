@@ -20,6 +20,7 @@ if str(REPO) not in sys.path:
 from src.containment import ContainmentError, check_paths, set_memory_budget  # noqa: E402
 from src.core.io import PersistenceError  # noqa: E402
 from src.core.logging import configure_logging, log, log_to_file  # noqa: E402 (needs the path)
+from src.custom import register_config  # noqa: E402 (needs the path above)
 from src.lock import LockHeldError, check_job_lock  # noqa: E402 (needs the path above)
 
 # Errors whose message is the whole diagnosis (one line naming the file): the job ends with
@@ -47,7 +48,8 @@ def _refusal_hook(
 
 def start_job(snakemake: Any, *, console: bool = False) -> None:
     """Route this job's logging, stdout and stderr into `snakemake.log[0]` (appending), check
-    the job's paths against its results folder and bound archives by the job's `mem_mb`.
+    the job's paths against its results folder, bound archives by the job's `mem_mb`, and
+    register the config's tasks and algorithms given by import path.
 
     With `console`, log lines also reach the terminal (rules whose outcome the user must see).
     """
@@ -83,3 +85,6 @@ def start_job(snakemake: Any, *, console: bool = False) -> None:
         except ContainmentError as error:
             log(f"refused: {error}", type="refused", console=True)
             raise SystemExit(1) from None
+    # The config's tasks and algorithms given by import path, known to this job's registries
+    # as to the workflow's (imported only when the job's code uses them).
+    register_config(snakemake.config)
