@@ -28,7 +28,8 @@ import numpy as np
 
 from src.analysis.constraint import constraint_horizon
 from src.analysis.files import read_json, write_text
-from src.config.workflow import resolve_run_config
+from src.config.base import create_base_config
+from src.config.evaluation import EvalConfig
 from src.envs.grid_core import GridVectorEnv
 from src.envs.registry import make_vector_env
 from src.envs.witness import careful_actions, greedy_actions, rollout_team
@@ -174,13 +175,25 @@ def floor_settings(workflow_config: dict[str, Any], env_name: str) -> dict[str, 
 
     The layouts are the evaluation layouts of every run (at least one: with no evaluation
     episodes, the first run's first layout), the horizon the constraint horizon of the
-    evaluation, the confidence the evaluation's.
+    evaluation, the confidence the evaluation's. Only the env and evaluation settings are read:
+    the floor depends on no algorithm.
     """
-    run = resolve_run_config(workflow_config, env_name, workflow_config["algos"][0], 0)
-    evaluation = run.evaluation
+    env_params = dict(workflow_config["env_params"][env_name])
+    given = dict(workflow_config["base"])
+    if isinstance(given.get("final_policy_eval_horizons"), list):
+        given["final_policy_eval_horizons"] = tuple(given["final_policy_eval_horizons"])
+    base = create_base_config(
+        **{
+            **given,
+            "env_name": env_name,
+            "n_agents": env_params["n_agents"],
+            "num_runs": workflow_config["num_runs"],
+        }
+    )
+    evaluation = EvalConfig.from_parts(base, {})
     return {
         "env_name": env_name,
-        "env_params": run.env.constructor_params(),
+        "env_params": env_params,
         "first_seed": evaluation.first_seed(0),
         "episodes": max(1, workflow_config["num_runs"] * evaluation.episodes),
         "horizon": constraint_horizon(evaluation.horizons),
