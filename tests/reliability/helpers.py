@@ -72,3 +72,26 @@ def child_env(**extra: str) -> dict[str, str]:
     env["PYTHONPATH"] = os.pathsep.join(part for part in (str(REPO), env.get("PYTHONPATH")) if part)
     env.update(extra)
     return env
+
+
+def checkpoint_after_two_updates(config: dict, run_dir: Path) -> Path:
+    """Train `config` until update 2, leave its checkpoint in `run_dir` and stop (no policy)."""
+    from src.algos.checkpoint import save_checkpoint
+    from src.algos.train import build_trainer, make_vector_env_for
+    from src.config.run import RunConfig
+
+    trainer = build_trainer(config, make_vector_env_for(RunConfig.from_dict(config)))
+
+    class StopAfterTwo:
+        def on_epoch_end(self, trainer: object, epoch: int) -> None:
+            pass
+
+        def on_update_end(self, trainer: object) -> None:
+            if trainer.update == 2:
+                save_checkpoint(trainer, run_dir)
+                raise KeyboardInterrupt
+
+    with contextlib.suppress(KeyboardInterrupt):
+        trainer.train(callbacks=[StopAfterTwo()], progress=False)
+    assert (run_dir / "checkpoint").is_dir()
+    return run_dir

@@ -26,13 +26,13 @@ import pytest
 import torch
 import yaml
 
-from src.algos.checkpoint import latest_checkpoint, save_checkpoint
-from src.algos.train import build_trainer, make_vector_env_for, train_run
-from src.config.run import RunConfig, make_run_config
+from src.algos.checkpoint import latest_checkpoint
+from src.algos.train import train_run
+from src.config.run import make_run_config
 from src.config.workflow import WorkflowConfigError, check_workflow_config
 from src.core.io import CorruptFileError, UnsafeFormatError, load_from_file
 from src.evaluation.evaluate import evaluate_run
-from tests.reliability.helpers import REPO, child_env
+from tests.reliability.helpers import REPO, checkpoint_after_two_updates, child_env
 
 TEST_CONFIG = REPO / ".test" / "config.yaml"
 SNAKEMAKE = Path(sys.executable).with_name("snakemake")
@@ -74,22 +74,7 @@ def _tiny_config() -> dict[str, Any]:
 @pytest.fixture
 def checkpointed(tmp_path: Path) -> Path:
     """A run folder holding a complete checkpoint after update 2 and no policy yet."""
-    config = _tiny_config()
-    run_dir = tmp_path / "run0"
-    trainer = build_trainer(config, make_vector_env_for(RunConfig.from_dict(config)))
-
-    class StopAfterTwo:
-        def on_epoch_end(self, trainer: Any, epoch: int) -> None:
-            pass
-
-        def on_update_end(self, trainer: Any) -> None:
-            if trainer.update == 2:
-                save_checkpoint(trainer, run_dir)
-                raise KeyboardInterrupt
-
-    with pytest.raises(KeyboardInterrupt):
-        trainer.train(callbacks=[StopAfterTwo()], progress=False)
-    return run_dir
+    return checkpoint_after_two_updates(_tiny_config(), tmp_path / "run0")
 
 
 def test_a_planted_pickle_in_a_checkpoint_is_never_read(checkpointed: Path, tmp_path: Path):

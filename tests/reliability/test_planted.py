@@ -17,11 +17,10 @@ from typing import Any
 
 import pytest
 
-from src.algos.checkpoint import save_checkpoint
-from src.algos.train import build_trainer, make_vector_env_for, train_run
-from src.config.run import RunConfig, make_run_config
+from src.algos.train import train_run
+from src.config.run import make_run_config
 from src.containment import ContainmentError
-from tests.reliability.helpers import folder_state
+from tests.reliability.helpers import checkpoint_after_two_updates, folder_state
 
 
 def _one_line_naming(error: BaseException | str, path: Path) -> str:
@@ -67,22 +66,9 @@ def _tiny_config() -> dict[str, Any]:
 @pytest.fixture
 def checkpointed(tmp_path: Path) -> Path:
     """A run folder holding a complete checkpoint after update 2 and no policy yet."""
-    config = _tiny_config()
-    run_dir = tmp_path / "results" / "test" / "runs" / "hazard_grid" / "ippo" / "run0"
-    trainer = build_trainer(config, make_vector_env_for(RunConfig.from_dict(config)))
-
-    class StopAfterTwo:
-        def on_epoch_end(self, trainer: Any, epoch: int) -> None:
-            pass
-
-        def on_update_end(self, trainer: Any) -> None:
-            if trainer.update == 2:
-                save_checkpoint(trainer, run_dir)
-                raise KeyboardInterrupt
-
-    with pytest.raises(KeyboardInterrupt):
-        trainer.train(callbacks=[StopAfterTwo()], progress=False)
-    return run_dir
+    return checkpoint_after_two_updates(
+        _tiny_config(), tmp_path / "results" / "test" / "runs" / "hazard_grid" / "ippo" / "run0"
+    )
 
 
 def test_a_checkpoint_symlinked_outside_is_refused_and_nothing_deleted(
