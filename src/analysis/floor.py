@@ -32,7 +32,7 @@ from src.config.base import create_base_config
 from src.config.evaluation import EvalConfig
 from src.envs.grid_core import GridVectorEnv
 from src.envs.registry import make_vector_env
-from src.envs.witness import careful_actions, greedy_actions, rollout_team
+from src.envs.witness import CarefulTeam, greedy_actions, rollout_team
 from src.stats import clopper_pearson_upper
 
 __all__ = [
@@ -127,7 +127,7 @@ def task_floor(
         )
     probe.close()
     seeds = range(first_seed, first_seed + episodes)
-    careful = rollout_team(make, careful_actions, seeds, horizon=horizon, rng_seed=rng_seed)
+    careful = rollout_team(make, CarefulTeam(), seeds, horizon=horizon, rng_seed=rng_seed)
     greedy = rollout_team(make, greedy_actions, seeds, horizon=horizon, rng_seed=rng_seed)
     k = int(np.count_nonzero(careful.first_violation > 0))
     return Floor(

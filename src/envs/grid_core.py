@@ -240,6 +240,10 @@ class GridVectorEnv(VectorEnv):
         """
         raise NotImplementedError(f"{type(self).__name__} has no continuing dynamics")
 
+    def shared_cells(self) -> np.ndarray:
+        """Cells that several agents' routes must cross (none by default)."""
+        return np.zeros(0, dtype=np.int64)
+
     def _respawn_index(self, agent: int, k: int) -> int:
         """Draw index of the ``k``-th respawn draw of ``agent`` (after the slip draws)."""
         return self.n_agents + agent * self._respawn_draws + k

@@ -150,8 +150,8 @@ class IntersectionVectorEnv(GridVectorEnv):
         self._vel[chosen, agent] = 0.0
         return given
 
-    def junction_cells(self) -> np.ndarray:
-        """The central 2x2 cells that every route crosses."""
+    def shared_cells(self) -> np.ndarray:
+        """The central 2x2 junction: every route crosses it."""
         low = self.config.arm_length
         return np.array(
             [r * self.size + c for r in (low, low + 1) for c in (low, low + 1)], dtype=np.int64

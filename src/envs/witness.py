@@ -3,7 +3,7 @@
 Two teams that act on the true state of a :class:`~src.envs.grid_core.GridVectorEnv` (read with
 ``get_state``; they are diagnostics, never part of a learning method):
 
-* :func:`careful_actions`: the *witness* of a task's risk floor. Agents take turns (priority
+* :class:`CarefulTeam`: the *witness* of a task's risk floor. Agents take turns (priority
   rotates every step) and move along a shortest hazard-free path, never into a hazard, a cell
   another agent stands on, or a cell an agent earlier in the turn order moves into; at most
   ``junction_capacity`` agents may be in the cells that several routes share (``intersection``'s
@@ -30,8 +30,8 @@ import numpy as np
 from src.envs.grid_core import GridVectorEnv
 
 __all__ = [
+    "CarefulTeam",
     "TeamRollout",
-    "careful_actions",
     "distance_tables",
     "greedy_actions",
     "rollout_team",
@@ -95,86 +95,78 @@ def greedy_actions(env: GridVectorEnv, rng: np.random.Generator, step: int) -> n
     return np.argmin(dist + noise, axis=2)
 
 
-@dataclass
-class _Careful:
-    """Per-layout distance tables of the careful team (cached by hazard map)."""
+class CarefulTeam:
+    """The witness team (see the module docstring), called as ``team(env, rng, step)``.
 
-    cache: dict[bytes, np.ndarray]
+    A team keeps the hazard-free distance tables of the layouts it has seen (a layout's hazards
+    stay fixed for its episode), so use one team per rollout.
+    """
 
+    def __init__(self, *, junction_capacity: int = 3) -> None:
+        """At most ``junction_capacity`` agents in the cells that routes share at once."""
+        if junction_capacity < 1:
+            raise ValueError(f"junction_capacity must be >= 1, got {junction_capacity}")
+        self.junction_capacity = junction_capacity
+        self._tables: dict[bytes, np.ndarray] = {}
 
-_CAREFUL = _Careful(cache={})
+    def _safe_distances(self, env: GridVectorEnv, hazard: np.ndarray) -> np.ndarray:
+        """``[E, C, C]`` hazard-free shortest path lengths of every copy's map."""
+        out = np.empty((len(hazard), env.n_cells, env.n_cells), dtype=np.int64)
+        keys = [np.packbits(hazard[e]).tobytes() + bytes([env.size]) for e in range(len(hazard))]
+        missing = [e for e, key in enumerate(keys) if key not in self._tables]
+        if missing:
+            tables = distance_tables(~hazard[missing], env.size)
+            for e, table in zip(missing, tables, strict=True):
+                self._tables[keys[e]] = table
+        for e, key in enumerate(keys):
+            out[e] = self._tables[key]
+        return out
 
-
-def _safe_distances(env: GridVectorEnv, hazard: np.ndarray) -> np.ndarray:
-    """``[E, C, C]`` hazard-free shortest path lengths of every copy's map."""
-    out = np.empty((len(hazard), env.n_cells, env.n_cells), dtype=np.int64)
-    missing = []
-    for e in range(len(hazard)):
-        key = np.packbits(hazard[e]).tobytes() + bytes([env.size])
-        if key in _CAREFUL.cache:
-            out[e] = _CAREFUL.cache[key]
-        else:
-            missing.append((e, key))
-    if missing:
-        rows = [e for e, _ in missing]
-        tables = distance_tables(~hazard[rows], env.size)
-        for (e, key), table in zip(missing, tables, strict=True):
-            _CAREFUL.cache[key] = table
-            out[e] = table
-    return out
-
-
-def shared_cells(env: GridVectorEnv) -> np.ndarray:
-    """Cells where routes cross (``intersection``'s 2x2 junction); empty for other tasks."""
-    junction = getattr(env, "junction_cells", None)
-    return np.asarray(junction() if callable(junction) else [], dtype=np.int64)
-
-
-def careful_actions(
-    env: GridVectorEnv, rng: np.random.Generator, step: int, *, junction_capacity: int = 3
-) -> np.ndarray:
-    """The witness team's joint action ``[E, A]`` (see the module docstring)."""
-    state = env.get_state()
-    cell, goal, hazard, at_goal = state["cell"], state["goal"], state["hazard"], state["at_goal"]
-    n_envs, n_agents = cell.shape
-    dist = _safe_distances(env, hazard)  # [E, C, C]
-    targets = _targets(env, cell)  # [E, A, 5]
-    rows = np.arange(n_envs)
-    junction = shared_cells(env)
-    in_junction = np.isin(cell, junction).sum(axis=1) if junction.size else np.zeros(n_envs)
-    occupied = np.zeros((n_envs, env.n_cells), dtype=bool)
-    occupied[rows[:, None], cell] = True
-    claimed = np.zeros((n_envs, env.n_cells), dtype=bool)
-    actions = np.zeros((n_envs, n_agents), dtype=np.int64)
-    for k in range(n_agents):
-        agent = (step + k) % n_agents
-        target = targets[:, agent]  # [E, 5]
-        own = cell[:, agent]
-        allowed = ~hazard[rows[:, None], target] & ~claimed[rows[:, None], target]
-        allowed &= ~occupied[rows[:, None], target] | (target == own[:, None])
-        if junction.size:
-            entering = np.isin(target, junction) & ~np.isin(own, junction)[:, None]
-            allowed &= ~entering | (in_junction < junction_capacity)[:, None]
-        allowed[:, 0] = True  # staying is always safe: nobody moves into an occupied cell
-        to_goal = dist[rows[:, None], target, goal[:, agent][:, None]]  # [E, 5]
-        here = dist[rows, own, goal[:, agent]]
-        score = np.where(allowed, to_goal, _FAR).astype(np.float64)
-        # Deadlocks (nobody can get closer): sometimes step aside to a free cell.
-        stuck = (score.min(axis=1) >= here) & ~at_goal[:, agent]
-        aside = allowed & (target != own[:, None])
-        score += rng.random(score.shape) * 0.5
-        wiggle = stuck & (rng.random(n_envs) < 0.3) & aside.any(axis=1)
-        score[wiggle] = np.where(aside[wiggle], rng.random((int(wiggle.sum()), 5)), _FAR)
-        choice = np.argmin(score, axis=1)
-        chosen = target[rows, choice]
-        moving = chosen != own
-        claimed[rows[moving], chosen[moving]] = True
-        if junction.size:
-            in_junction = in_junction + (
-                np.isin(chosen, junction) & ~np.isin(own, junction)
-            ).astype(int)
-        actions[:, agent] = choice
-    return actions
+    def __call__(self, env: GridVectorEnv, rng: np.random.Generator, step: int) -> np.ndarray:
+        """The team's joint action ``[E, A]`` in the current state of every copy of ``env``."""
+        junction_capacity = self.junction_capacity
+        state = env.get_state()
+        cell, goal, hazard = state["cell"], state["goal"], state["hazard"]
+        at_goal = state["at_goal"]
+        n_envs, n_agents = cell.shape
+        dist = self._safe_distances(env, hazard)  # [E, C, C]
+        targets = _targets(env, cell)  # [E, A, 5]
+        rows = np.arange(n_envs)
+        junction = env.shared_cells()
+        in_junction = np.isin(cell, junction).sum(axis=1) if junction.size else np.zeros(n_envs)
+        occupied = np.zeros((n_envs, env.n_cells), dtype=bool)
+        occupied[rows[:, None], cell] = True
+        claimed = np.zeros((n_envs, env.n_cells), dtype=bool)
+        actions = np.zeros((n_envs, n_agents), dtype=np.int64)
+        for k in range(n_agents):
+            agent = (step + k) % n_agents
+            target = targets[:, agent]  # [E, 5]
+            own = cell[:, agent]
+            allowed = ~hazard[rows[:, None], target] & ~claimed[rows[:, None], target]
+            allowed &= ~occupied[rows[:, None], target] | (target == own[:, None])
+            if junction.size:
+                entering = np.isin(target, junction) & ~np.isin(own, junction)[:, None]
+                allowed &= ~entering | (in_junction < junction_capacity)[:, None]
+            allowed[:, 0] = True  # staying is always safe: nobody moves into an occupied cell
+            to_goal = dist[rows[:, None], target, goal[:, agent][:, None]]  # [E, 5]
+            here = dist[rows, own, goal[:, agent]]
+            score = np.where(allowed, to_goal, _FAR).astype(np.float64)
+            # Deadlocks (nobody can get closer): sometimes step aside to a free cell.
+            stuck = (score.min(axis=1) >= here) & ~at_goal[:, agent]
+            aside = allowed & (target != own[:, None])
+            score += rng.random(score.shape) * 0.5
+            wiggle = stuck & (rng.random(n_envs) < 0.3) & aside.any(axis=1)
+            score[wiggle] = np.where(aside[wiggle], rng.random((int(wiggle.sum()), 5)), _FAR)
+            choice = np.argmin(score, axis=1)
+            chosen = target[rows, choice]
+            moving = chosen != own
+            claimed[rows[moving], chosen[moving]] = True
+            if junction.size:
+                in_junction = in_junction + (
+                    np.isin(chosen, junction) & ~np.isin(own, junction)
+                ).astype(int)
+            actions[:, agent] = choice
+        return actions
 
 
 @dataclass(frozen=True)

@@ -420,7 +420,7 @@ def test_collisions_are_told_apart_from_hazards():
 
 def test_a_careful_team_never_violates_while_a_greedy_one_does():
     """Unavoidable risk is nil under stay-slips; carelessness violates (docs/design.md)."""
-    from src.envs.witness import careful_actions, greedy_actions, rollout_team
+    from src.envs.witness import CarefulTeam, greedy_actions, rollout_team
 
     def factory(copies: int) -> HazardGridVectorEnv:
         return HazardGridVectorEnv(
@@ -428,7 +428,7 @@ def test_a_careful_team_never_violates_while_a_greedy_one_does():
         )
 
     seeds = range(40)
-    careful = rollout_team(factory, careful_actions, seeds, horizon=60)
+    careful = rollout_team(factory, CarefulTeam(), seeds, horizon=60)
     greedy = rollout_team(factory, greedy_actions, seeds, horizon=60)
     assert careful.p_violation(60) == 0.0
     assert greedy.p_violation(60) > 0.5

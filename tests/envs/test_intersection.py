@@ -196,13 +196,13 @@ def test_a_car_waits_at_its_exit_while_every_free_entry_is_blocked():
 
 
 def test_every_violation_of_careless_traffic_is_a_collision():
-    from src.envs.witness import careful_actions, greedy_actions, rollout_team
+    from src.envs.witness import CarefulTeam, greedy_actions, rollout_team
 
     def factory(copies: int) -> IntersectionVectorEnv:
         return IntersectionVectorEnv(IntersectionConfig(n_agents=4, max_steps=80), num_envs=copies)
 
     seeds = range(40)
-    careful = rollout_team(factory, careful_actions, seeds, horizon=80)
+    careful = rollout_team(factory, CarefulTeam(), seeds, horizon=80)
     greedy = rollout_team(factory, greedy_actions, seeds, horizon=80)
     assert careful.p_violation(80) == 0.0
     assert greedy.p_violation(80) > 0.5
