@@ -27,6 +27,7 @@ import pandas as pd
 import pyarrow as pa
 
 from src.analysis.aggregate import CONFIGS_METADATA_KEY
+from src.config.base import CONSTRAINT_HORIZON
 from src.stats import clopper_pearson_interval
 
 __all__ = [
@@ -43,8 +44,6 @@ __all__ = [
     "run_configs",
 ]
 
-CONSTRAINT_HORIZON = 100
-"""The verdict is taken at this horizon, or at the largest evaluated horizon below it."""
 
 MET, POINT, NOT_MET = "met", "point", "not met"
 

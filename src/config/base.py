@@ -29,6 +29,7 @@ from src.checks import (
 
 __all__ = [
     "BASE_CHECKS",
+    "CONSTRAINT_HORIZON",
     "CREDIBLE_SCHEDULES",
     "LIMITS",
     "OPPONENT_MODES",
@@ -99,6 +100,10 @@ SEED_MAX = 2**32 - 1
 """The largest seed the pipeline derives: NumPy's legacy seeding and the envs' reset seeds take
 32-bit values, so every seed derived from `seed_offset` and `final_policy_eval_seed_offset`
 must fit (`_check_consistency`)."""
+CONSTRAINT_HORIZON = 100
+"""Steps of the constraint P(violation within them) <= max_risk: the verdict of the results is
+taken at this horizon (or the largest evaluated one below it), the shield's certificate over
+episodes of this many steps."""
 
 # Upper limits of the sizes: far above any experiment this pipeline runs on one machine or a
 # cluster, low enough that a typo (an extra zero or three) is refused before anything is

@@ -8,9 +8,10 @@ lookahead, model sizes and training) have defaults and may be set through `algo_
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
+from itertools import pairwise
 from typing import Any, ClassVar
 
 from src.checks import (
@@ -21,6 +22,7 @@ from src.checks import (
     check_probability,
     fail,
 )
+from src.config.base import SEED_MAX
 from src.config.section import Section
 
 __all__ = ["MAX_IMAGINED_ROWS", "MAX_JOINT_ACTIONS", "ShieldConfig"]
@@ -50,6 +52,16 @@ def _screen(name: str, value: Any) -> float:
 
 def _replay_size(name: str, value: Any) -> int:
     return check_int(name, value, low=2, high=10_000_000)
+
+
+def _multiples(name: str, value: Any) -> tuple[float, ...]:
+    requirement = "a non-empty, strictly increasing list of at most 16 numbers > 0"
+    if isinstance(value, str | bytes) or not isinstance(value, Sequence):
+        raise fail(name, value, requirement)
+    items = [check_float(name, item, low=0.0) for item in value]
+    if not 0 < len(items) <= 16 or any(b <= a for a, b in pairwise(items)):
+        raise fail(name, value, requirement)
+    return tuple(items)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -91,6 +103,12 @@ class ShieldConfig(Section):
         "intervention_penalty": partial(check_float, low=0.0, open_low=False),
         "risk_scope": partial(check_choice, choices=RISK_SCOPES),
         "learn_from": partial(check_choice, choices=LEARN_FROM),
+        "calibration_window": partial(check_int, low=1, high=10_000_000),
+        "calibration_bins": partial(check_int, low=1, high=1000),
+        "adapt_rate": partial(check_float, low=0.0, open_low=False),
+        "calibration_episodes": partial(check_int, low=0, high=1_000_000),
+        "calibration_seed_offset": partial(check_int, low=0, high=SEED_MAX),
+        "certify_multiples": _multiples,
     }
 
     max_risk: float
@@ -172,6 +190,30 @@ class ShieldConfig(Section):
     intervention_penalty: float = 0.05
     """v1: reward taken from an agent for every step the shield overrides its action, so that
     states which need an override lose value and the policy learns to avoid them."""
+    calibration_window: int = 8192
+    """v1: most recent executed decisions with a known outcome that the per-decision
+    calibration map g is fitted on (src/algos/shield/calibration.py)."""
+    calibration_bins: int = 8
+    """v1: equal-count bins of the models' risk in the calibration map; the map replaces the
+    held-out factor once 100 labelled decisions per bin are there."""
+    adapt_rate: float = 0.05
+    """v1: step of the log-allowance per finished training episode after arming,
+    log a += adapt_rate * (max_risk - violated); 0 keeps the starting allowance
+    max_risk * horizon / max_steps."""
+    calibration_episodes: int = 200
+    """v1: calibration episodes n per tested allowance of the certificate (run r uses reset
+    seeds calibration_seed_offset + r * n + i); 0: no test, the run has no certificate."""
+    calibration_seed_offset: int = 2_000_000
+    """v1: reset seed of run 0's first calibration episode; the workflow refuses ranges that
+    meet the training or evaluation seeds."""
+    certify_multiples: tuple[float, ...] = (0.25, 0.35, 0.5, 0.71, 1.0, 1.41, 2.0)
+    """v1: the allowances the certificate tests, most cautious first, as multiples of the
+    allowance training ended with."""
+
+    def calibration_seeds(self, run_idx: int) -> range:
+        """Reset seeds of run `run_idx`'s calibration episodes."""
+        first = self.calibration_seed_offset + run_idx * self.calibration_episodes
+        return range(first, first + self.calibration_episodes)
 
     def check_against(self, *, n_agents: int, n_actions: int, max_steps: int) -> None:
         """Refuse settings this env cannot meet, naming the key, the value and what would work.

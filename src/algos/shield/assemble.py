@@ -17,6 +17,7 @@ from torch import nn
 from src.algos.networks import ActorCritic
 from src.algos.seeding import derived_seeds
 from src.algos.shield.budget import BudgetShield
+from src.algos.shield.calibration import CalibrationMap
 from src.algos.shield.critic import RiskCritic
 from src.algos.shield.kernels import Workspace
 from src.algos.shield.opponent_model import OpponentMLP, make_opponent_model
@@ -184,5 +185,11 @@ def load_shield(
         parts.shield.opponent_weight = float(saved["opponent_weight"])
     if parts.critic is not None:
         parts.critic.load_state_dict(saved["critic"])
-        parts.shield.calibration = float(saved["calibration"])
+        calibration = saved["calibration"]
+        if isinstance(calibration, dict):
+            parts.shield.calibration = CalibrationMap.from_dict(calibration)
+        else:
+            parts.shield.calibration = float(calibration)
+        # Runs from before the certificate deployed their allowance max_risk.
+        parts.shield.allowance = float(saved.get("allowance", parts.shield.config.max_risk))
     return parts.shield

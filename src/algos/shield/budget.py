@@ -53,6 +53,7 @@ import numpy as np
 import torch
 
 from src.algos.filters import RiskFilter
+from src.algos.shield.calibration import CalibrationMap
 from src.algos.shield.critic import RiskCritic, joint_actions
 from src.algos.shield.ensemble import every_member
 from src.algos.shield.world_model import TeamWorldModel
@@ -80,6 +81,8 @@ class Decision:
     """The proposal did not fit and nothing but the safest action did."""
     remaining: np.ndarray
     """Steps of the shield's horizon left, this one included."""
+    raw: np.ndarray
+    """The models' own risk max_m Q_m(s, a) of the executed joint action (before calibration)."""
 
 
 @dataclass
@@ -133,7 +136,11 @@ class BudgetShield(RiskFilter):
         self.critic = critic
         self.n_agents, self.obs_dim, self.n_actions = n_agents, obs_dim, n_actions
         self.joint = joint_actions(n_agents, n_actions)  # [J, A]
-        self.calibration = 1.0
+        # A factor of the models' risk until the shield has labelled decisions, then g(q).
+        self.calibration: float | CalibrationMap = 1.0
+        # What the certified risk of an executed action may be (receding), or the episode's
+        # budget (episode): adapted in training, certified for deployment (calibration.py).
+        self.allowance = config.max_risk
         self.budget = np.zeros(0, dtype=np.float64)  # [E] excess budget left
         self.stats = BudgetStats()
         self.last: Decision | None = None
@@ -174,12 +181,23 @@ class BudgetShield(RiskFilter):
             tail = torch.where(left > 0, q.view(m, n, k).amin(dim=2), torch.zeros_like(risk))
         return risk + (1.0 - risk) * (1.0 - done) * tail
 
+    def raw_risk(
+        self, joint_obs: torch.Tensor, actions: torch.Tensor, remaining: torch.Tensor
+    ) -> torch.Tensor:
+        """q(s, a) = max_m Q_m(s, a), the worst member's risk before calibration: [N]."""
+        return self.member_q(joint_obs, actions, remaining).amax(dim=0)
+
+    def calibrate(self, raw: torch.Tensor) -> torch.Tensor:
+        """U = g(q) with the calibration map, or c * q capped at 1 with a factor."""
+        if isinstance(self.calibration, CalibrationMap):
+            return self.calibration(raw)
+        return (raw * self.calibration).clamp(max=1.0)
+
     def certified(
         self, joint_obs: torch.Tensor, actions: torch.Tensor, remaining: torch.Tensor
     ) -> torch.Tensor:
-        """U(s, a) = calibration * max_m Q_m(s, a), capped at 1: [N]."""
-        q = self.member_q(joint_obs, actions, remaining).amax(dim=0)
-        return (q * self.calibration).clamp_(max=1.0)
+        """U(s, a), the calibrated risk of the worst member: [N]."""
+        return self.calibrate(self.raw_risk(joint_obs, actions, remaining))
 
     # ------------------------------------------------------------------ the filter
 
@@ -205,9 +223,10 @@ class BudgetShield(RiskFilter):
         else:
             remaining = torch.full((e,), float(self.config.horizon))
         bound = np.zeros(e)
+        raw = np.zeros(e)
         excess = np.zeros(e)
         safest = np.full(e, math.nan)
-        allowance = np.full(e, self.config.max_risk)
+        allowance = np.full(e, self.allowance)
         fallback = np.zeros(e, dtype=bool)
         executed = proposed.copy()
         with torch.inference_mode():
@@ -217,39 +236,48 @@ class BudgetShield(RiskFilter):
                 # A proposal within the allowance is executed as it is; for the others, the
                 # most likely change of one agent's action within it. Only the copies left
                 # need every joint action judged.
-                bound = self.certified(joint, torch.from_numpy(proposed), remaining)
-                bound = bound.double().numpy()
-                judge = np.flatnonzero(bound > self.config.max_risk)
+                q = self.raw_risk(joint, torch.from_numpy(proposed), remaining)
+                raw = q.double().numpy()
+                bound = self.calibrate(q).double().numpy()
+                judge = np.flatnonzero(bound > self.allowance)
                 if len(judge):
-                    found, actions, risks = self._one_change(
+                    found, actions, risks, raws = self._one_change(
                         joint[judge], proposed[judge], logits[judge], remaining[judge]
                     )
                     executed[judge[found]] = actions[found]
                     bound[judge[found]] = risks[found]
+                    raw[judge[found]] = raws[found]
                     judge = judge[~found]
             if len(judge):
                 rows = torch.from_numpy(judge)
                 k = self.joint.shape[0]
-                risks = self.certified(
+                q = self.raw_risk(
                     joint[rows].repeat_interleave(k, dim=0),
                     self.joint.repeat(len(judge), 1),
                     remaining[rows].repeat_interleave(k),
                 )
-                risks = risks.double().view(len(judge), k)  # U(s, a) of every joint action
+                q = q.double().view(len(judge), k)
+                risks = self.calibrate(q)  # U(s, a) of every joint action
                 low = risks.min(dim=1)
                 over = (risks - low.values[:, None]).clamp_(min=0.0)  # excess over the safest
                 safest[judge] = low.values.numpy()
                 if episode:
                     new = judge[step[judge] == 1]
                     if len(new):
-                        self.budget[new] = self.config.max_risk - safest[new]
+                        self.budget[new] = self.allowance - safest[new]
                         self.stats.infeasible_starts += int((self.budget[new] < 0).sum())
                     room = np.maximum(self.budget[judge], 0.0)
                 else:
-                    room = np.maximum(self.config.max_risk - safest[judge], 0.0)
+                    room = np.maximum(self.allowance - safest[judge], 0.0)
                 allowance[judge] = safest[judge] + room
-                chosen = self._choose(proposed[judge], logits[rows], risks, over, low.indices, room)
-                executed[judge], bound[judge], excess[judge], fallback[judge] = chosen
+                pick, fallback[judge] = self._choose(
+                    proposed[judge], logits[rows], over, low.indices, room
+                )
+                picked = torch.arange(len(judge))
+                executed[judge] = self.joint[pick].numpy()
+                bound[judge] = risks[picked, pick].numpy()
+                raw[judge] = q[picked, pick].numpy()
+                excess[judge] = over[picked, pick].numpy()
         self.last = Decision(
             budget=self.budget.copy() if episode else allowance - np.nan_to_num(safest),
             bound=bound,
@@ -258,6 +286,7 @@ class BudgetShield(RiskFilter):
             allowance=allowance,
             fallback=fallback,
             remaining=remaining.numpy(),
+            raw=raw,
         )
         if episode:
             self.stats.budget_sum += float(np.maximum(self.budget, 0.0).sum())
@@ -270,10 +299,11 @@ class BudgetShield(RiskFilter):
         proposed: np.ndarray,
         logits: torch.Tensor,
         remaining: torch.Tensor,
-    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """Per copy [N]: whether some joint action that changes one agent's proposed action is
-        within `max_risk`, the most likely such action [N, A] (the policy's log-probability of
-        the changed agent's new action over its proposed one) and its certified risk [N]."""
+        within the allowance, the most likely such action [N, A] (the policy's log-probability
+        of the changed agent's new action over its proposed one), its certified risk [N] and
+        its raw risk [N]."""
         n_copies, a = proposed.shape
         n = self.n_actions
         # Every (agent, other action) pair: A * (n - 1) options per copy.
@@ -284,34 +314,34 @@ class BudgetShield(RiskFilter):
         new_action = (proposed[:, agent] + shift) % n  # [N, O]
         options[rows, np.arange(a * (n - 1)), agent] = new_action
         width = options.shape[1]
-        risks = self.certified(
+        q = self.raw_risk(
             joint.repeat_interleave(width, dim=0),
             torch.from_numpy(options.reshape(-1, a)),
             remaining.repeat_interleave(width),
         )
-        risks = risks.double().view(n_copies, width).numpy()
+        raws = q.double().view(n_copies, width).numpy()
+        risks = self.calibrate(q).double().view(n_copies, width).numpy()
         log_p = torch.log_softmax(logits, dim=-1).double().numpy()  # [N, A, n]
         score = log_p[rows, agent, new_action]  # [N, O]
-        score = np.where(risks <= self.config.max_risk, score, -np.inf)
+        score = np.where(risks <= self.allowance, score, -np.inf)
         best = score.argmax(axis=1)
-        found = np.isfinite(score[np.arange(n_copies), best])
-        picked = options[np.arange(n_copies), best]
-        return found, picked, risks[np.arange(n_copies), best]
+        every = np.arange(n_copies)
+        found = np.isfinite(score[every, best])
+        return found, options[every, best], risks[every, best], raws[every, best]
 
     def _choose(
         self,
         proposed: np.ndarray,
         logits: torch.Tensor,
-        risks: torch.Tensor,
         over: torch.Tensor,
         safest: torch.Tensor,
         budget: np.ndarray,
-    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    ) -> tuple[torch.Tensor, np.ndarray]:
         """Per copy: the proposal if its excess fits, else the most likely joint action whose
         excess fits, else the safest (the fallback).
 
-        Returns executed [E, A], the executed actions' certified risks and excesses [E], and
-        [E] whether the copy fell back to the safest action for want of any other.
+        Returns the row in `self.joint` of the executed joint action [E] and [E] whether the
+        copy fell back to the safest action for want of any other.
         """
         e = proposed.shape[0]
         rows = torch.arange(e)
@@ -325,8 +355,7 @@ class BudgetShield(RiskFilter):
         best = torch.where(allowed.any(dim=1), score.argmax(dim=1), safest)
         pick = torch.where(allowed[rows, index], index, best)
         fallback = ((allowed.sum(dim=1) <= 1) & ~allowed[rows, index]).numpy()
-        executed = self.joint[pick].numpy()
-        return executed, risks[rows, pick].numpy(), over[rows, pick].numpy(), fallback
+        return pick, fallback
 
     def _index(self, actions: np.ndarray) -> torch.Tensor:
         """Row of each joint action [E, A] in `self.joint` (agent 0 slowest-varying)."""

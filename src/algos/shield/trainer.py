@@ -32,7 +32,8 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -40,13 +41,23 @@ import torch
 
 from src.algos import metrics as M
 from src.algos.filters import Unfiltered
-from src.algos.ippo import IPPO
+from src.algos.ippo import IPPO, TrainingCallback
 from src.algos.seeding import derived_seeds
 from src.algos.shield.assemble import POLICY_STATE_KEY, actor_policy_logits, build_shield
 from src.algos.shield.bounds import calibration_factor, credible_delta
+from src.algos.shield.calibration import (
+    AdaptiveAllowance,
+    CalibrationMap,
+    Certificate,
+    OutcomeLedger,
+    fit_calibration,
+    fixed_sequence_test,
+)
 from src.algos.shield.opponent_model import opponent_weight
 from src.algos.shield.replay import TransitionReplay
+from src.config.base import CONSTRAINT_HORIZON
 from src.config.run import RunConfig
+from src.core.logging import log
 from src.envs.base import joint_observation
 
 __all__ = ["ShieldedIPPO"]
@@ -87,6 +98,21 @@ class ShieldedIPPO(IPPO):
         )
         # Minibatches of model training draw from this generator only (not the policy's).
         self.fit_generator = torch.Generator().manual_seed(fit_seed)
+        if self.critic is not None:
+            # v1: real outcomes of the executed decisions, the allowance that tracks the
+            # constraint in training, and the certificate of the deployed shield.
+            self.ledger = OutcomeLedger(horizon=cfg.horizon, capacity=cfg.calibration_window)
+            start = cfg.max_risk * min(1.0, cfg.horizon / int(env.max_steps))
+            self.adaptive = AdaptiveAllowance(
+                value=start, target=cfg.max_risk, rate=cfg.adapt_rate, low=1e-4, high=1.0
+            )
+            self.shield.allowance = start
+            self.certificate: Certificate | None = None
+            self.episodes_seen = 0  # finished episodes the allowance has adapted to
+            self.armed_at = 0  # first global env step of the armed shield
+            self.make_calibration_env: Callable[[int, int], Any] = partial(
+                _registry_env, self.config
+            )
         self._set_armed(cfg.shield_patience == 0)
         self._armed_this_update = self.armed
 
@@ -105,7 +131,15 @@ class ShieldedIPPO(IPPO):
         return (reward - penalty * np.asarray(intervened, dtype=np.float32)).astype(np.float32)
 
     def observe(self, obs: np.ndarray, executed: np.ndarray, result: Any) -> None:
-        """Store the real transition (obs -> final_obs, executed actions) in the replay."""
+        """Store the real transition (obs -> final_obs, executed actions) in the replay; v1:
+        open the executed decision in the outcome ledger and close what the step decided."""
+        if self.critic is not None:
+            self.ledger.open(self._decision_risk(obs, executed))
+            self.ledger.close(
+                (np.asarray(result.cost) > 0).any(axis=1),
+                np.asarray(result.terminated).any(axis=1),
+                np.asarray(result.truncated).any(axis=1),
+            )
         self.replay.add(
             obs=torch.as_tensor(joint_observation(obs), dtype=torch.float32),
             action=torch.as_tensor(np.asarray(executed), dtype=torch.int64),
@@ -115,6 +149,106 @@ class ShieldedIPPO(IPPO):
             # termination is a "done" for the world model.
             done=torch.from_numpy(np.asarray(result.terminated).any(axis=1).astype(np.float32)),
         )
+
+    def _decision_risk(self, obs: np.ndarray, executed: np.ndarray) -> np.ndarray:
+        """The models' raw risk q of each copy's executed joint action [E] when the armed shield
+        decided it (its latest decision); NaN while the shield only watches (the calibration
+        is about the decisions the shield takes, not about the unshielded policy's)."""
+        e = np.asarray(obs).shape[0]
+        last = self.shield.last
+        if self.armed and last is not None and last.raw.shape == (e,):
+            return last.raw
+        return np.full(e, math.nan)
+
+    def _recalibrate(self, row: dict[str, float | None]) -> None:
+        """v1: the calibration (the map g on labelled decisions once there are enough, the
+        held-out factor before) and the allowance adapted to the episodes finished since the
+        last update that started with the shield armed."""
+        cfg = self.shield_cfg
+        risk, outcome = self.ledger.labelled()
+        if risk.size >= 100 * cfg.calibration_bins:
+            schedule = cfg.shield_credible_schedule
+            delta = credible_delta(self.fits, delta=cfg.shield_credible_delta, schedule=schedule)
+            mode, bins = cfg.shield_reward_mode, cfg.calibration_bins
+            self.shield.calibration = fit_calibration(
+                risk, outcome, bins=bins, delta=float(delta), mode=mode
+            )
+            with torch.inference_mode():
+                calibrated = self.shield.calibrate(torch.from_numpy(risk))
+            row[M.SHIELD_CALIBRATION] = float(calibrated.mean()) / max(float(risk.mean()), 1e-12)
+            row[M.SHIELD_REALIZED] = float(outcome.mean())
+        else:
+            self.shield.calibration = self._calibration()
+            row[M.SHIELD_CALIBRATION] = self.shield.calibration
+        row[M.SHIELD_LABELLED] = float(self.ledger.total)
+        finished = self.history[self.episodes_seen :]
+        self.episodes_seen = len(self.history)
+        if self.armed:
+            self.adaptive.update([ep.violated for ep in finished if ep.t_start >= self.armed_at])
+        self.shield.allowance = self.adaptive.value
+        row[M.SHIELD_ALLOWANCE] = self.shield.allowance
+
+    def train(self, *, callbacks: Sequence[TrainingCallback] = (), progress: bool = True) -> None:
+        """IPPO's training; then, v1, the certificate of the deployed shield."""
+        super().train(callbacks=callbacks, progress=progress)
+        if self.critic is not None and self.certificate is None:
+            self.certificate = self.certify()
+            self.shield.allowance = self.certificate.allowance
+            log(
+                f"{self.config.env_name} {self.config.algo} run {self.config.run_idx}: "
+                f"{self.certificate.statement}",
+                type="train",
+            )
+
+    def certify(self) -> Certificate:
+        """Test the allowances `certify_multiples` x the final training allowance, most
+        cautious first, on the calibration episodes (`calibration.fixed_sequence_test`)."""
+        cfg = self.shield_cfg
+        seeds = cfg.calibration_seeds(self.config.run_idx)
+        anchor = self.shield.allowance
+        allowances = [anchor * m for m in cfg.certify_multiples]
+        test = partial(
+            fixed_sequence_test,
+            max_risk=cfg.max_risk,
+            delta=cfg.shield_credible_delta,
+            horizon=CONSTRAINT_HORIZON,
+            first_seed=seeds.start,
+        )
+        if not len(seeds):
+            # `calibration_episodes: 0`: nothing tested, no certificate.
+            return Certificate(
+                certified=False,
+                allowance=anchor,
+                max_risk=cfg.max_risk,
+                delta=cfg.shield_credible_delta,
+                horizon=CONSTRAINT_HORIZON,
+                episodes=0,
+                violations=-1,
+                p_value=math.nan,
+                first_seed=seeds.start,
+            )
+        from src.algos.policy import Actor
+        from src.evaluation.episodes import first_violation_steps
+        from src.evaluation.evaluate import collect_episodes
+
+        actor = Actor(net=self.net, config=self.config, action_filter=self.shield)
+
+        def outcomes(allowance: float) -> tuple[int, float]:
+            self.shield.allowance = allowance
+            batch = collect_episodes(
+                make_vec=lambda copies: self.make_calibration_env(copies, CONSTRAINT_HORIZON),
+                actor=actor,
+                seeds=seeds,
+                max_steps=CONSTRAINT_HORIZON,
+                batch_size=min(len(seeds), 100),
+                actor_seed=seeds.start,
+            )
+            first = first_violation_steps(batch.violation, batch.length)
+            return int((first > 0).sum()), float(batch.reward.sum(axis=1).mean())
+
+        certificate = test(allowances, outcomes, episodes=len(seeds))
+        self.net.train()
+        return certificate
 
     def after_update(self, update: int) -> dict[str, float | None]:
         """Fit the models, log the shield's counters, arm after `shield_patience` updates."""
@@ -152,9 +286,8 @@ class ShieldedIPPO(IPPO):
                 batch_size=cfg.critic_batch_size,
                 generator=self.fit_generator,
             )
-            self.shield.calibration = self._calibration()
             row[M.CRITIC_LOSS] = critic["loss"]
-            row[M.SHIELD_CALIBRATION] = self.shield.calibration
+            self._recalibrate(row)
         stats = self.shield.stats
         self.shield.stats = type(stats)()
         row[M.SHIELD_INTERVENTIONS] = float(stats.interventions)
@@ -166,6 +299,8 @@ class ShieldedIPPO(IPPO):
             row[M.SHIELD_INFEASIBLE] = float(stats.infeasible_starts)
         row[M.SHIELD_MODEL_SECONDS] = time.perf_counter() - started
         # `update` is 0-based: after it, update + 1 updates are done.
+        if not self.armed and update + 1 >= cfg.shield_patience:
+            self.armed_at = self.vector_step * self.num_envs
         self._set_armed(update + 1 >= cfg.shield_patience)
         self._armed_this_update = self.armed
         # Undefined values (nothing to validate yet, no decision made) are nulls, as in IPPO.
@@ -221,8 +356,12 @@ class ShieldedIPPO(IPPO):
         if self.critic is not None:
             state["critic"] = self.critic.state_dict()
             state["critic_extra"] = self.critic.extra_state()
-            state["calibration"] = self.shield.calibration
+            state["calibration"] = _calibration_state(self.shield.calibration)
             state["budget"] = self.shield.budget.copy()
+            state["ledger"] = self.ledger.state_dict()
+            state["allowance"] = self.adaptive.value
+            state["episodes_seen"] = self.episodes_seen
+            state["armed_at"] = self.armed_at
         return state
 
     def load_extra_state(self, state: dict[str, Any]) -> None:
@@ -243,8 +382,13 @@ class ShieldedIPPO(IPPO):
         if self.critic is not None:
             self.critic.load_state_dict(state["critic"])
             self.critic.load_extra_state(state["critic_extra"])
-            self.shield.calibration = float(state["calibration"])
+            self.shield.calibration = _calibration_from(state["calibration"])
             self.shield.budget = np.array(state["budget"], dtype=np.float64)
+            self.ledger.load_state_dict(state["ledger"])
+            self.adaptive.value = float(state["allowance"])
+            self.shield.allowance = self.adaptive.value
+            self.episodes_seen = int(state["episodes_seen"])
+            self.armed_at = int(state["armed_at"])
 
     def algo_config(self) -> dict[str, Any]:
         """PPO's tunable hyperparameters (the shield's are in policy.pt's `shield` entry)."""
@@ -264,5 +408,28 @@ class ShieldedIPPO(IPPO):
             saved["opponent_weight"] = float(self.shield.opponent_weight)
         if self.critic is not None:
             saved["critic"] = self.critic.state_dict()
-            saved["calibration"] = float(self.shield.calibration)
+            saved["calibration"] = _calibration_state(self.shield.calibration)
+            saved["allowance"] = float(self.shield.allowance)
+            if self.certificate is not None:
+                saved["certificate"] = self.certificate.to_dict()
         return {POLICY_STATE_KEY: saved}
+
+
+def _registry_env(config: RunConfig, copies: int, max_steps: int) -> Any:
+    """A VectorEnv of the run's env from the registry, `copies` copies, cap `max_steps`."""
+    from src.envs.registry import make_vector_env
+
+    params = config.env.constructor_params(max_steps=max_steps)
+    return make_vector_env(config.env_name, num_envs=copies, seed=None, **params)
+
+
+def _calibration_state(calibration: float | CalibrationMap) -> float | dict[str, list[float]]:
+    """The shield's calibration as plain values: the factor, or the map's knots and bounds."""
+    if isinstance(calibration, CalibrationMap):
+        return calibration.to_dict()
+    return float(calibration)
+
+
+def _calibration_from(state: Any) -> float | CalibrationMap:
+    """The inverse of `_calibration_state`."""
+    return CalibrationMap.from_dict(state) if isinstance(state, dict) else float(state)
