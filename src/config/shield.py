@@ -34,6 +34,9 @@ MAX_IMAGINED_ROWS = 100_000
 
 RISK_SCOPES = ("episode", "receding")
 """What the v1 shield's allowance bounds (ShieldConfig.risk_scope)."""
+SEARCHES = ("coordinate", "exhaustive")
+"""How the v1 shield looks for a joint action when neither the proposal nor any change of one
+agent's action is within the allowance (ShieldConfig.search)."""
 LEARN_FROM = ("executed", "proposals")
 """Which action of a shielded step the v1 base policy learns from (ShieldConfig.learn_from)."""
 
@@ -103,6 +106,8 @@ class ShieldConfig(Section):
         "intervention_penalty": partial(check_float, low=0.0, open_low=False),
         "risk_scope": partial(check_choice, choices=RISK_SCOPES),
         "learn_from": partial(check_choice, choices=LEARN_FROM),
+        "search": partial(check_choice, choices=SEARCHES),
+        "search_sweeps": partial(check_int, low=1, high=100),
         "calibration_window": partial(check_int, low=1, high=10_000_000),
         "calibration_bins": partial(check_int, low=1, high=1000),
         "adapt_rate": partial(check_float, low=0.0, open_low=False),
@@ -190,6 +195,14 @@ class ShieldConfig(Section):
     intervention_penalty: float = 0.05
     """v1: reward taken from an agent for every step the shield overrides its action, so that
     states which need an override lose value and the policy learns to avoid them."""
+    search: str = "coordinate"
+    """v1, `receding`: when neither the proposal nor a change of one agent's action is within
+    the allowance, `coordinate` descends on the risk one agent at a time from the safest of
+    those options (at most `search_sweeps` * n_agents * n_actions joint actions judged) and
+    executes the least risk found; `exhaustive` judges every joint action (n_actions **
+    n_agents) and executes the most likely one within the allowance, else the safest."""
+    search_sweeps: int = 2
+    """v1: sweeps over the agents of the `coordinate` search."""
     calibration_window: int = 8192
     """v1: most recent executed decisions with a known outcome that the per-decision
     calibration map g is fitted on (src/algos/shield/calibration.py)."""

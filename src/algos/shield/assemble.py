@@ -190,6 +190,9 @@ def load_shield(
             parts.shield.calibration = CalibrationMap.from_dict(calibration)
         else:
             parts.shield.calibration = float(calibration)
-        # Runs from before the certificate deployed their allowance max_risk.
-        parts.shield.allowance = float(saved.get("allowance", parts.shield.config.max_risk))
+        if "allowance" in saved:
+            parts.shield.allowance = float(saved["allowance"])
+        else:
+            # Runs from before the allowance allowed c * q <= max_risk.
+            parts.shield.allowance = parts.shield.config.max_risk / max(float(calibration), 1e-12)
     return parts.shield

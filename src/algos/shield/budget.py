@@ -1,47 +1,50 @@
-"""The v1 shield: model-predictive shielding of the joint action, with a risk allowance over a
-receding horizon or an episode risk budget.
+"""The v1 shield: model-predictive shielding of the joint action, with an allowance on the
+models' risk over a receding horizon, or an episode budget of it.
 
 Risks. Per env copy and step, with s the joint observation and a a joint action:
 
-- Q(s, a) = r(s, a) + (1 - r(s, a)) (1 - d(s, a)) V(s'(s, a)) is the probability that some
-  agent's cost is > 0 within the next H steps (H = `horizon`, or what is left of it) if the
-  team takes a now and the safest continuation after it: r, d and s' come from a world-model
-  member (`lookahead` imagined steps, each after the first following that member's own
-  safest action), V is the member's learned least risk-to-go over the steps then left
-  (`critic.RiskCritic`). U(s, a) = c * max_m Q_m(s, a) is the certified risk (the worst member
-  times c, the calibration factor of the world model's risk on held-out real transitions,
-  `src.algos.shield.bounds.calibration_factor`), and V(s) = min_a U(s, a) the safest joint
-  action's (the *backup*).
+- Q_m(s, a) = r + (1 - r)(1 - d) V_m(s'(s, a)) is world-model member m's probability that
+  some agent's cost is > 0 within the next H steps (H = `horizon`, or what is left of it) if
+  the team takes a now and the safest continuation after it: r, d and s' come from the member
+  (`lookahead` imagined steps, each after the first following the member's own safest
+  action), V_m is its learned least risk-to-go (`critic.RiskCritic`). q(s, a) = max_m Q_m is
+  the models' risk (the worst member): the shield decides on it.
+- U(s, a) = g(q(s, a)) is the *certified* risk that each decision reports: g is the
+  calibration of q on the real outcomes of the decisions the shield took
+  (`src.algos.shield.calibration`), or, until there are enough of them, c * q with c the
+  factor of the world model's one-step risk on held-out real transitions
+  (`src.algos.shield.bounds.calibration_factor`). g is increasing, so deciding on q or on U
+  with the corresponding allowance is the same decision.
 - Every joint action is judged with the other agents' actual proposals: the team's proposal
   is one joint action among n_actions ** n_agents.
 
-Decisions (`risk_scope`):
+Decisions (`risk_scope`), with the allowance a (`BudgetShield.allowance`: adapted to the
+realized violation rate in training, chosen by the certificate for deployment):
 
-- `receding` (default): the proposal is executed if U(s, a) <= `max_risk`; otherwise the
-  most likely joint action with U <= `max_risk` that changes one agent's proposed action
-  (the policy's probability of that agent's new action); otherwise the most likely joint
-  action with U <= `max_risk`; if there is none, the backup (the fallback, always
-  available). What holds, by the models: after every executed
-  step the team is in a state where the backup keeps P(violation within the next H steps)
-  at most `max_risk` (or as low as any action can, V(s), when that exceeds `max_risk`). This
-  is Bastani et al.'s model-predictive shielding with the backup chosen by the models. It
-  does not bound the episode: an episode of many steps, each within the allowance, can add up
-  to more.
-- `episode`: the *excess* of a is e(s, a) = U(s, a) - V(s) >= 0. Each episode gets an excess
-  budget B = `max_risk` - V(s_0); the proposal is executed if its excess fits what is left,
-  otherwise the most likely joint action whose excess fits, the backup (excess 0) as the
-  fallback; each executed step's excess is spent. For exact models the risk of any way of
-  acting is V(s_0) plus the expected sum of the excesses of the actions taken (the
+- `receding` (default): the proposal is executed if q(s, a) <= a; otherwise the most likely
+  joint action with q <= a that changes one agent's proposed action (the policy's
+  probability of that agent's new action); otherwise (`search: coordinate`) the least q
+  found by changing one agent's action at a time from the safest of those (executed whether
+  or not it is within a: the fallback), or (`search: exhaustive`) the most likely joint
+  action with q <= a, else the joint action of least q (the backup). This is Bastani et al.'s
+  model-predictive shielding with the backup found by the models; what it promises about the
+  real env is the certificate's statement, not the models'.
+- `episode`: the *excess* of a is e(s, a) = q(s, a) - min_b q(s, b) >= 0. Each episode gets
+  an excess budget B = a - min_b q(s_0, b); the proposal is executed if its excess fits what
+  is left, otherwise the most likely joint action whose excess fits, the backup (excess 0)
+  as the fallback; each executed step's excess is spent. For exact models the risk of any
+  way of acting is V(s_0) plus the expected sum of the excesses of the actions taken (the
   first-passage analogue of the performance-difference identity), so the shield keeps
-  P(violation within the first H steps of the episode) <= `max_risk` (or V(s_0) when the
-  start is infeasible), whatever the policy proposes. With learned models the budget is
-  spent on the models' errors as well, and the shield falls back to the backup for good.
+  P(violation within the first H steps of the episode) <= a (or V(s_0) when the start is
+  infeasible), whatever the policy proposes. With learned models the budget is spent on the
+  models' errors as well, and the shield falls back to the backup for good.
 
 Cost. With `receding` the proposals of all copies are judged first (one batched model call),
-then the A (n_actions - 1) one-agent changes of the proposals that failed, and every joint
-action only for the copies where no one-agent change passed.
-With `episode` every joint action of every copy is judged each step. Nothing is sampled: the
-shield is deterministic given its models.
+then the A (n_actions - 1) one-agent changes of the proposals that failed, then, for the
+copies where none passed, at most `search_sweeps` * A * n_actions joint actions
+(`coordinate`) or all n_actions ** A (`exhaustive`). With `episode` every joint action of
+every copy is judged each step. Nothing is sampled: the shield is deterministic given its
+models.
 """
 
 from __future__ import annotations
@@ -67,22 +70,24 @@ class Decision:
     """What the shield decided at its latest call, per env copy [E] (for diagnostics)."""
 
     budget: np.ndarray
-    """Excess budget left before the decision (negative: an infeasible start)."""
+    """Excess budget of q left before the decision (`episode`; negative: an infeasible
+    start), or the allowance minus the least q found (`receding`)."""
     bound: np.ndarray
-    """Certified risk U(s, a) of the executed joint action."""
+    """Certified risk U(s, a) = g(q(s, a)) of the executed joint action."""
     excess: np.ndarray
-    """Its excess over the safest joint action (the budget it spent)."""
+    """Its q's excess over the least q found (the budget it spent)."""
     safest: np.ndarray
-    """V(s) = min_a U(s, a) (NaN where the receding screen passed the proposal unjudged)."""
+    """The least q(s, b) found over joint actions b (NaN where the proposal or a one-agent
+    change passed without a search)."""
     allowance: np.ndarray
-    """The most certified risk the executed action was allowed: V(s) plus the budget left
-    (`episode`), or `max_risk` (`receding`; V(s) where even the safest exceeds it)."""
+    """The most q the executed action was allowed: the least q plus the budget left
+    (`episode`), or the allowance (`receding`; the least q found where that exceeds it)."""
     fallback: np.ndarray
-    """The proposal did not fit and nothing but the safest action did."""
+    """The proposal did not fit and nothing but the least-risk action found did."""
     remaining: np.ndarray
     """Steps of the shield's horizon left, this one included."""
     raw: np.ndarray
-    """The models' own risk max_m Q_m(s, a) of the executed joint action (before calibration)."""
+    """q(s, a) = max_m Q_m(s, a) of the executed joint action (the models' own risk)."""
 
 
 @dataclass
@@ -222,10 +227,9 @@ class BudgetShield(RiskFilter):
             remaining = torch.from_numpy(self.config.horizon - step + 1).float()
         else:
             remaining = torch.full((e,), float(self.config.horizon))
-        bound = np.zeros(e)
-        raw = np.zeros(e)
+        raw = np.zeros(e)  # q of the executed joint action
         excess = np.zeros(e)
-        safest = np.full(e, math.nan)
+        safest = np.full(e, math.nan)  # least q found (NaN where the proposal passed unjudged)
         allowance = np.full(e, self.allowance)
         fallback = np.zeros(e, dtype=bool)
         executed = proposed.copy()
@@ -235,19 +239,26 @@ class BudgetShield(RiskFilter):
             if not episode:
                 # A proposal within the allowance is executed as it is; for the others, the
                 # most likely change of one agent's action within it. Only the copies left
-                # need every joint action judged.
-                q = self.raw_risk(joint, torch.from_numpy(proposed), remaining)
-                raw = q.double().numpy()
-                bound = self.calibrate(q).double().numpy()
-                judge = np.flatnonzero(bound > self.allowance)
+                # need a search.
+                raw = self.raw_risk(joint, torch.from_numpy(proposed), remaining).double().numpy()
+                judge = np.flatnonzero(raw > self.allowance)
                 if len(judge):
-                    found, actions, risks, raws = self._one_change(
+                    found, actions, raws, start = self._one_change(
                         joint[judge], proposed[judge], logits[judge], remaining[judge]
                     )
                     executed[judge[found]] = actions[found]
-                    bound[judge[found]] = risks[found]
                     raw[judge[found]] = raws[found]
-                    judge = judge[~found]
+                    judge, start = judge[~found], start[~found]
+                if len(judge) and self.config.search == "coordinate":
+                    # The least risk found by changing one agent at a time from the safest
+                    # option so far: within the allowance it is executed, else it is the
+                    # fallback.
+                    actions, q = self._descend(joint[judge], start, remaining[judge])
+                    executed[judge] = actions
+                    raw[judge] = safest[judge] = q.double().numpy()
+                    allowance[judge] = np.maximum(self.allowance, safest[judge])
+                    fallback[judge] = safest[judge] > self.allowance
+                    judge = judge[:0]
             if len(judge):
                 rows = torch.from_numpy(judge)
                 k = self.joint.shape[0]
@@ -256,10 +267,9 @@ class BudgetShield(RiskFilter):
                     self.joint.repeat(len(judge), 1),
                     remaining[rows].repeat_interleave(k),
                 )
-                q = q.double().view(len(judge), k)
-                risks = self.calibrate(q)  # U(s, a) of every joint action
-                low = risks.min(dim=1)
-                over = (risks - low.values[:, None]).clamp_(min=0.0)  # excess over the safest
+                q = q.double().view(len(judge), k)  # q(s, a) of every joint action
+                low = q.min(dim=1)
+                over = (q - low.values[:, None]).clamp_(min=0.0)  # excess over the safest
                 safest[judge] = low.values.numpy()
                 if episode:
                     new = judge[step[judge] == 1]
@@ -275,9 +285,9 @@ class BudgetShield(RiskFilter):
                 )
                 picked = torch.arange(len(judge))
                 executed[judge] = self.joint[pick].numpy()
-                bound[judge] = risks[picked, pick].numpy()
                 raw[judge] = q[picked, pick].numpy()
                 excess[judge] = over[picked, pick].numpy()
+            bound = self.calibrate(torch.from_numpy(raw)).double().numpy()
         self.last = Decision(
             budget=self.budget.copy() if episode else allowance - np.nan_to_num(safest),
             bound=bound,
@@ -300,10 +310,10 @@ class BudgetShield(RiskFilter):
         logits: torch.Tensor,
         remaining: torch.Tensor,
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-        """Per copy [N]: whether some joint action that changes one agent's proposed action is
-        within the allowance, the most likely such action [N, A] (the policy's log-probability
-        of the changed agent's new action over its proposed one), its certified risk [N] and
-        its raw risk [N]."""
+        """Per copy [N]: whether some joint action that changes one agent's proposed action has
+        q within the allowance, the most likely such action [N, A] (the policy's
+        log-probability of the changed agent's new action over its proposed one), its q [N],
+        and the joint action of least q among these options [N, A]."""
         n_copies, a = proposed.shape
         n = self.n_actions
         # Every (agent, other action) pair: A * (n - 1) options per copy.
@@ -314,20 +324,60 @@ class BudgetShield(RiskFilter):
         new_action = (proposed[:, agent] + shift) % n  # [N, O]
         options[rows, np.arange(a * (n - 1)), agent] = new_action
         width = options.shape[1]
-        q = self.raw_risk(
+        raws = self.raw_risk(
             joint.repeat_interleave(width, dim=0),
             torch.from_numpy(options.reshape(-1, a)),
             remaining.repeat_interleave(width),
         )
-        raws = q.double().view(n_copies, width).numpy()
-        risks = self.calibrate(q).double().view(n_copies, width).numpy()
+        raws = raws.double().view(n_copies, width).numpy()
         log_p = torch.log_softmax(logits, dim=-1).double().numpy()  # [N, A, n]
         score = log_p[rows, agent, new_action]  # [N, O]
-        score = np.where(risks <= self.allowance, score, -np.inf)
+        score = np.where(raws <= self.allowance, score, -np.inf)
         best = score.argmax(axis=1)
         every = np.arange(n_copies)
         found = np.isfinite(score[every, best])
-        return found, options[every, best], risks[every, best], raws[every, best]
+        start = options[every, raws.argmin(axis=1)]
+        return found, options[every, best], raws[every, best], start
+
+    def _descend(
+        self, joint: torch.Tensor, start: np.ndarray, remaining: torch.Tensor
+    ) -> tuple[np.ndarray, torch.Tensor]:
+        """Coordinate descent on the raw risk from `start` [N, A]: each agent in turn takes its
+        action of least risk with the others' fixed, for at most `search_sweeps` sweeps or
+        until a sweep changes nothing. Returns the joint actions [N, A] and their raw risks [N].
+
+        Work per copy: at most search_sweeps * A * n_actions joint actions judged (linear in
+        the team, against n_actions ** A for every joint action).
+        """
+        n_copies, a = start.shape
+        n = self.n_actions
+        current = start.copy()
+        every = np.arange(n_copies)
+        choices = torch.arange(n)
+        best = self.raw_risk(joint, torch.from_numpy(current), remaining).double()
+        for _ in range(self.config.search_sweeps):
+            changed = False
+            for agent in range(a):
+                options = np.repeat(current[:, None, :], n, axis=1)  # [N, n, A]
+                options[:, :, agent] = choices.numpy()
+                q = (
+                    self.raw_risk(
+                        joint.repeat_interleave(n, dim=0),
+                        torch.from_numpy(options.reshape(-1, a)),
+                        remaining.repeat_interleave(n),
+                    )
+                    .double()
+                    .view(n_copies, n)
+                )
+                pick = q.argmin(dim=1)
+                lower = (q[torch.from_numpy(every), pick] < best).numpy()
+                if lower.any():
+                    changed = True
+                    current[lower] = options[every[lower], pick.numpy()[lower]]
+                    best = torch.minimum(best, q.amin(dim=1))
+            if not changed:
+                break
+        return current, best
 
     def _choose(
         self,

@@ -234,6 +234,7 @@ class ShieldedIPPO(IPPO):
         actor = Actor(net=self.net, config=self.config, action_filter=self.shield)
 
         def outcomes(allowance: float) -> tuple[int, float]:
+            started = time.perf_counter()
             self.shield.allowance = allowance
             batch = collect_episodes(
                 make_vec=lambda copies: self.make_calibration_env(copies, CONSTRAINT_HORIZON),
@@ -244,7 +245,14 @@ class ShieldedIPPO(IPPO):
                 actor_seed=seeds.start,
             )
             first = first_violation_steps(batch.violation, batch.length)
-            return int((first > 0).sum()), float(batch.reward.sum(axis=1).mean())
+            violations, mean_return = int((first > 0).sum()), float(batch.reward.sum(axis=1).mean())
+            log(
+                f"calibration episodes with allowance {allowance:.4g}: {violations} of "
+                f"{len(seeds)} violated, mean return {mean_return:.1f} "
+                f"({time.perf_counter() - started:.0f} s)",
+                type="train",
+            )
+            return violations, mean_return
 
         certificate = test(allowances, outcomes, episodes=len(seeds))
         self.net.train()

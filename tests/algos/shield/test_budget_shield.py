@@ -187,11 +187,12 @@ def test_the_shielded_team_keeps_the_episode_risk_within_max_risk(max_risk):
     assert 0.0 < share < 1.0  # the shield lets some proposals through and overrides others
 
 
-def test_with_a_receding_allowance_every_executed_action_keeps_the_risk_to_go_allowed():
+@pytest.mark.parametrize("search", ["exhaustive", "coordinate"])
+def test_with_a_receding_allowance_every_executed_action_keeps_the_risk_to_go_allowed(search):
     max_risk = 0.1
     env = _env(400)
     oracle = ExactQ(env)
-    shield = _shield(oracle, max_risk=max_risk, risk_scope="receding")
+    shield = _shield(oracle, max_risk=max_risk, risk_scope="receding", search=search)
     shield.reset(400, 0)
     rng = np.random.default_rng(2)
     state = env.get_state()
@@ -210,8 +211,19 @@ def test_with_a_receding_allowance_every_executed_action_keeps_the_risk_to_go_al
         every = oracle.q_star(
             joint.repeat_interleave(len(options), dim=0), options.repeat(400, 1)
         ).reshape(400, -1)
-        # Q*(s, a_executed) <= max(max_risk, V*(s)): the allowance, or the safest action.
-        assert np.all(taken <= np.maximum(max_risk, every.min(axis=1)) + 1e-9)
+        if search == "exhaustive":
+            # Q*(s, a_executed) <= max(max_risk, V*(s)): the allowance, or the safest action.
+            assert np.all(taken <= np.maximum(max_risk, every.min(axis=1)) + 1e-9)
+        else:
+            # Within the allowance, or no change of one agent's action lowers the risk.
+            over = taken > max_risk + 1e-9
+            index = (executed * N_ACTIONS ** np.arange(N_AGENTS - 1, -1, -1)).sum(axis=1)
+            for agent in range(N_AGENTS):
+                weight = N_ACTIONS ** (N_AGENTS - 1 - agent)
+                base = index - executed[:, agent] * weight
+                neighbours = base[:, None] + np.arange(N_ACTIONS)[None, :] * weight
+                lowest = np.take_along_axis(every, neighbours, axis=1).min(axis=1)
+                assert np.all(taken[over] <= lowest[over] + 1e-9)
         passed = oracle.q_star(joint, torch.from_numpy(proposed)) <= max_risk
         assert np.array_equal(executed[passed], proposed[passed])  # allowed proposals pass
         screened += int(np.isnan(shield.last.safest).sum())

@@ -1,0 +1,180 @@
+"""The shield's promise about the real env: per-decision calibration on real outcomes, the
+allowance that adapts to the realized violation rate, and the fixed-sequence certificate."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from src.algos.shield.calibration import (
+    AdaptiveAllowance,
+    CalibrationMap,
+    Certificate,
+    OutcomeLedger,
+    binomial_p_value,
+    fit_calibration,
+    fixed_sequence_test,
+)
+
+
+def _step(ledger: OutcomeLedger, risk: list[float], *, violated=(), ended=(), cut=()) -> None:
+    e = len(risk)
+    ledger.open(np.asarray(risk))
+    flags = [np.isin(np.arange(e), list(which)) for which in (violated, ended, cut)]
+    ledger.close(*flags)
+
+
+def test_ledger_labels_a_decision_by_a_violation_within_its_horizon():
+    ledger = OutcomeLedger(horizon=3, capacity=100)
+    _step(ledger, [0.1, 0.2])  # t=1
+    _step(ledger, [0.3, math.nan])  # t=2: copy 1 made no decision
+    _step(ledger, [0.4, 0.5], violated=[0])  # t=3: copy 0 violates
+    risk, outcome = ledger.labelled()
+    # Copy 0: its decisions of t=1, 2, 3 all saw the violation within 3 steps.
+    assert sorted(zip(risk.tolist(), outcome.tolist(), strict=True)) == [
+        (0.1, True),
+        (0.2, False),
+        (0.3, True),
+        (0.4, True),
+    ]
+    # Copy 1's decision of t=1 had its 3 steps without a violation (0.2: False above); its
+    # decisions of t=3, 4, 5 see the violation at t=5; copy 0's of t=4, 5 are still open.
+    _step(ledger, [0.6, 0.7])
+    _step(ledger, [0.8, 0.9], violated=[1])
+    risk, outcome = ledger.labelled()
+    labelled = dict(zip(risk.tolist(), outcome.tolist(), strict=True))
+    assert labelled[0.5] is True and labelled[0.7] is True and labelled[0.9] is True
+    assert 0.6 not in labelled and 0.8 not in labelled
+    assert sorted(ledger.risk[~np.isnan(ledger.risk)].tolist()) == [0.6, 0.8]
+
+
+def test_ledger_drops_decisions_cut_by_the_cap_and_counts_terminations_as_safe():
+    ledger = OutcomeLedger(horizon=5, capacity=100)
+    _step(ledger, [0.1, 0.2])
+    _step(ledger, [0.3, 0.4], ended=[0], cut=[1])
+    risk, outcome = ledger.labelled()
+    # Copy 0's episode terminated: nothing can happen any more, both decisions are safe.
+    # Copy 1's was truncated: what its horizon would have shown is unknown, both dropped.
+    assert sorted(risk.tolist()) == [0.1, 0.3] and not outcome.any()
+    assert np.isnan(ledger.risk).all()
+
+
+def test_ledger_keeps_the_most_recent_labelled_decisions_and_restores_its_state():
+    ledger = OutcomeLedger(horizon=1, capacity=4)
+    for t in range(10):
+        _step(ledger, [t / 10], violated=[0] if t % 2 else [])
+    risk, outcome = ledger.labelled()
+    assert risk.tolist() == [0.6, 0.7, 0.8, 0.9] and outcome.tolist() == [0, 1, 0, 1]
+    assert ledger.total == 10
+    copy = OutcomeLedger(horizon=1, capacity=4)
+    copy.load_state_dict(ledger.state_dict())
+    assert np.array_equal(copy.labelled()[0], risk) and copy.total == 10
+
+
+def test_calibration_corrects_a_model_that_under_predicts_threefold():
+    rng = np.random.default_rng(0)
+    true = rng.uniform(0.0, 0.3, size=40_000)
+    raw = true / 3.0  # the model says a third of the real risk
+    outcome = rng.uniform(size=true.size) < true
+    g = fit_calibration(raw, outcome, bins=8, delta=0.05, mode="frequentist")
+    order = np.argsort(raw)
+    for chunk in np.array_split(order, 8):
+        calibrated = g(torch.from_numpy(raw[chunk])).numpy()
+        # Per bin of decisions: the certified risk covers the realized rate ...
+        assert calibrated.mean() >= outcome[chunk].mean()
+        # ... and is close to the true risk, not to the model's third of it.
+        assert abs(calibrated.mean() - true[chunk].mean()) < 0.03
+    assert float(g(torch.tensor(0.05))) > 2.5 * 0.05
+
+
+@pytest.mark.parametrize("mode", ["bayesian", "frequentist"])
+def test_calibration_bounds_hold_at_their_confidence_over_many_samples(mode):
+    # A model whose risk is right on average but noisy: g must cover the realized rate of every
+    # bin in at least 1 - delta of the samples (all bins together).
+    delta, misses, trials = 0.1, 0, 300
+    rng = np.random.default_rng(1)
+    for _ in range(trials):
+        true = rng.uniform(0.0, 0.2, size=2000)
+        raw = np.clip(true + rng.normal(0, 0.02, size=true.size), 0, 1)
+        outcome = rng.uniform(size=true.size) < true
+        g = fit_calibration(raw, outcome, bins=4, delta=delta, mode=mode)
+        order = np.argsort(raw, kind="stable")
+        for chunk in np.array_split(order, 4):
+            if g(torch.from_numpy(raw[chunk])).numpy().mean() < true[chunk].mean():
+                misses += 1
+                break
+    assert misses / trials <= delta
+
+
+def test_calibration_map_is_increasing_and_round_trips():
+    g = CalibrationMap(knots=(0.0, 0.1, 1.0), upper=(0.2, 0.2, 1.0))
+    values = g(torch.tensor([0.0, 0.05, 0.1, 0.5, 1.0], dtype=torch.float64)).numpy()
+    assert np.all(np.diff(values) > 0)  # strictly: the flat stretch keeps the models' order
+    assert values[0] == pytest.approx(0.2) and values[-1] == pytest.approx(1.0)
+    assert CalibrationMap.from_dict(g.to_dict()) == g
+    with pytest.raises(ValueError, match="increase"):
+        CalibrationMap(knots=(0.0, 0.0, 1.0), upper=(0.1, 0.2, 1.0))
+
+
+def test_adaptive_allowance_brings_the_violation_share_to_the_target():
+    # A toy team whose episode violates with probability 4 a (a the allowance, capped at 1).
+    rng = np.random.default_rng(2)
+    adaptive = AdaptiveAllowance(value=0.001, target=0.1, rate=0.1, low=1e-4, high=1.0)
+    flags = []
+    for _ in range(20_000):
+        violated = rng.uniform() < min(1.0, 4 * adaptive.value)
+        flags.append(violated)
+        adaptive.update([violated])
+    assert np.mean(flags[5000:]) == pytest.approx(0.1, abs=0.01)
+    assert adaptive.value == pytest.approx(0.025, rel=0.5)
+
+
+def test_p_value_is_the_binomial_tail():
+    assert binomial_p_value(violations=0, episodes=10, max_risk=0.2) == pytest.approx(0.8**10)
+    with pytest.raises(ValueError, match="violations"):
+        binomial_p_value(violations=11, episodes=10, max_risk=0.2)
+
+
+def _known_risk_test(risks: list[float], seed: int, *, n: int = 200) -> tuple[Certificate, float]:
+    rng = np.random.default_rng(seed)
+    by_allowance = dict(zip(range(len(risks)), risks, strict=True))
+
+    def outcomes(allowance: float) -> tuple[int, float]:
+        return int(rng.binomial(n, by_allowance[int(allowance)])), 0.0
+
+    certificate = fixed_sequence_test(
+        [float(i) for i in range(len(risks))],
+        outcomes,
+        episodes=n,
+        max_risk=0.1,
+        delta=0.05,
+        horizon=100,
+        first_seed=0,
+    )
+    return certificate, by_allowance[int(certificate.allowance)]
+
+
+def test_certificate_covers_the_true_risk_over_many_seeds():
+    # Allowances whose true risks cross max_risk = 0.1; the ones just above it are the hardest
+    # to refuse. A certified allowance must meet max_risk in >= 1 - delta of the seeds.
+    risks = [0.02, 0.05, 0.08, 0.105, 0.12, 0.2]
+    trials = 4000
+    wrong = certified = 0
+    for seed in range(trials):
+        certificate, true_risk = _known_risk_test(risks, seed)
+        certified += certificate.certified
+        wrong += certificate.certified and true_risk > 0.1
+    assert certified / trials > 0.95  # the safe rungs are found
+    assert wrong / trials <= 0.05
+
+
+def test_no_certificate_when_no_allowance_meets_the_constraint():
+    certificate, _ = _known_risk_test([0.3, 0.4, 0.5], seed=0)
+    assert not certificate.certified
+    assert certificate.allowance == 0.0  # the most cautious one is deployed
+    assert len(certificate.tested) == 1  # the sequence stops at the first failure
+    assert certificate.statement.startswith("no certificate")
+    assert Certificate.from_dict(certificate.to_dict()) == certificate
