@@ -72,6 +72,8 @@ MEAN_METRICS: dict[str, str] = {
     "eval_return": "return (eval)",
     "eval_cost": "cost (eval)",
 }
+CERTIFICATE_COLUMN = "certificate"
+"""Summary column stating how many runs of a shielded policy are certified."""
 
 
 def mean_interval(values: np.ndarray, *, confidence: float = 0.95) -> tuple[float, float, float]:
@@ -278,10 +280,6 @@ def summary_frame(
         "eval_episodes",
     ]
     return frame[leading + [c for c in frame.columns if c not in leading]]
-
-
-CERTIFICATE_COLUMN = "certificate"
-"""Summary column stating how many runs of a shielded policy are certified."""
 
 
 def _run_certificates(evaluation: pd.DataFrame) -> pd.DataFrame:
