@@ -14,7 +14,8 @@ files it writes):
   byte followed by the payload;
 - each record is a serialised `wandb.proto.wandb_internal_pb2.Record`. Logged rows are
   `history` records: `record.history.item` holds (`key` or `nested_key`, `value_json`) pairs,
-  and `record.history.step.num` the step.
+  and `record.history.step.num` the step. Summary updates are `summary` records:
+  `record.summary.update` (set) and `record.summary.remove` (deleted) items.
 
 >>> rows = read_history(find_run_files("results/quick/wandb")[0])  # doctest: +SKIP
 >>> rows[0]["_step"], rows[0]["train/team_return"]  # doctest: +SKIP
@@ -31,7 +32,7 @@ from typing import Any
 from google.protobuf.message import DecodeError
 from wandb.proto.wandb_internal_pb2 import Record
 
-__all__ = ["WandbFileError", "find_run_files", "read_history", "read_records"]
+__all__ = ["WandbFileError", "find_run_files", "read_history", "read_records", "read_summary"]
 
 HEADER = struct.Struct("<4sHB")
 HEADER_IDENT = b":W&B"
@@ -168,6 +169,27 @@ def read_history(path: str | Path) -> list[dict]:
                 ) from None
         rows.append(row)
     return rows
+
+
+def read_summary(path: str | Path) -> dict:
+    """Return the run summary of an offline run file: every `summary` record's updates and
+    removals applied in file order, keys (nested ones joined with ".") -> values decoded from
+    JSON. Errors as in `read_records`."""
+    summary: dict = {}
+    for record in read_records(path):
+        if record.WhichOneof("record_type") != "summary":
+            continue
+        for item in record.summary.update:
+            key = _item_key(item)
+            try:
+                summary[key] = json.loads(item.value_json)
+            except json.JSONDecodeError as error:
+                raise WandbFileError(
+                    f"{path}: summary key {key!r} has invalid JSON {item.value_json!r}: {error}"
+                ) from None
+        for item in record.summary.remove:
+            summary.pop(_item_key(item), None)
+    return summary
 
 
 def find_run_files(wandb_dir: str | Path) -> list[Path]:

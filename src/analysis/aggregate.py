@@ -12,12 +12,18 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from src.analysis.export import EVAL_SCHEMA, HISTORY_SCHEMA, UPDATES_SCHEMA, load_run_config
+from src.analysis.export import (
+    CERTIFICATE_COLUMNS,
+    EVAL_SCHEMA,
+    HISTORY_SCHEMA,
+    UPDATES_SCHEMA,
+    load_run_config,
+)
 from src.analysis.files import read_parquet, write_parquet
 from src.core.io import atomic_output
 from src.runfiles import RunFiles
 
-__all__ = ["CONFIGS_METADATA_KEY", "RUN_TABLES", "aggregate", "load_table"]
+__all__ = ["ADDED_COLUMNS", "CONFIGS_METADATA_KEY", "RUN_TABLES", "aggregate", "load_table"]
 
 CONFIGS_METADATA_KEY = b"configs"
 
@@ -28,12 +34,18 @@ RUN_TABLES: dict[str, pa.Schema] = {
     "updates": UPDATES_SCHEMA,
 }
 
+# File name stem -> nullable columns added after files of that table were first written:
+# read as null from older files (`src.analysis.files.read_parquet`).
+ADDED_COLUMNS: dict[str, tuple[str, ...]] = {"eval": tuple(CERTIFICATE_COLUMNS)}
+
 
 def load_table(tables_dir: str | Path, name: str) -> pa.Table:
-    """Read an aggregated table `tables_dir/{name}.parquet`, checking its schema."""
+    """Read an aggregated table `tables_dir/{name}.parquet`, checking its schema (columns
+    added since, `ADDED_COLUMNS`, are null when the file lacks them)."""
     if name not in RUN_TABLES:
         raise ValueError(f"unknown table {name!r}; known: {sorted(RUN_TABLES)}")
-    return read_parquet(Path(tables_dir) / f"{name}.parquet", RUN_TABLES[name])
+    path = Path(tables_dir) / f"{name}.parquet"
+    return read_parquet(path, RUN_TABLES[name], missing_as_null=ADDED_COLUMNS.get(name, ()))
 
 
 def _check_identity(table: pa.Table, path: Path, config: dict) -> None:
@@ -60,7 +72,8 @@ def aggregate(run_dirs: Sequence[str | Path], tables_dir: str | Path) -> None:
     """Concatenate `eval`, `history` and `updates` of all runs into `tables_dir` (Parquet + CSV).
 
     Every run dir must hold `config.json`, `eval.parquet`, `history.parquet` and
-    `updates.parquet` with the schemas of `src.analysis.export`. Runs must be distinct
+    `updates.parquet` with the schemas of `src.analysis.export` (files from before a column of
+    `ADDED_COLUMNS` existed are read with it null). Runs must be distinct
     (env, algo, run) triples. All inputs are read and checked before anything is written.
     """
     if isinstance(run_dirs, str | Path) or len(run_dirs) == 0:
@@ -78,7 +91,7 @@ def aggregate(run_dirs: Sequence[str | Path], tables_dir: str | Path) -> None:
         configs.append(config)
         for name, schema in RUN_TABLES.items():
             path = getattr(RunFiles(run_path), name)
-            table = read_parquet(path, schema)
+            table = read_parquet(path, schema, missing_as_null=ADDED_COLUMNS.get(name, ()))
             _check_identity(table, path, config)
             parts[name].append(table.replace_schema_metadata(None))
     metadata = {CONFIGS_METADATA_KEY: json.dumps(configs, sort_keys=True, default=str)}

@@ -23,10 +23,12 @@ from src.config.base import VERSION_KEYS
 from src.runfiles import RunFiles
 
 __all__ = [
+    "CERTIFICATE_COLUMNS",
     "EVAL_SCHEMA",
     "HISTORY_SCHEMA",
     "UPDATES_SCHEMA",
     "UPDATE_METRIC_KEYS",
+    "certificate_columns",
     "config_from_metadata",
     "export_run",
     "history_table",
@@ -75,6 +77,20 @@ UPDATES_SCHEMA = pa.schema(
     ]
 )
 
+# Eval column -> (key of the certificate dict, dtype): the certificate of a shield run's
+# deployed policy (`src.algos.shield.calibration.Certificate.to_dict`), the same on every row
+# of the run and null for runs without one.
+CERTIFICATE_COLUMNS: dict[str, tuple[str, pa.DataType]] = {
+    "certified": ("certified", pa.bool_()),
+    "cert_allowance": ("allowance", pa.float64()),
+    "cert_episodes": ("episodes", pa.int64()),
+    "cert_violations": ("violations", pa.int64()),
+    "cert_p_value": ("p_value", pa.float64()),
+    "cert_delta": ("delta", pa.float64()),
+    "cert_horizon": ("horizon", pa.int64()),
+    "cert_first_seed": ("first_seed", pa.int64()),
+}
+
 EVAL_SCHEMA = pa.schema(
     [
         pa.field("env", pa.string(), nullable=False),
@@ -93,10 +109,29 @@ EVAL_SCHEMA = pa.schema(
         pa.field("collision_violations", pa.float64(), nullable=True),
         pa.field("mean_goals", pa.float64(), nullable=True),
         *(pa.field(key, pa.string(), nullable=False) for key in VERSION_KEYS),
+        *(pa.field(name, dtype, nullable=True) for name, (_, dtype) in CERTIFICATE_COLUMNS.items()),
     ]
 )
 
 _UPDATE_FIXED = ("update", "global_step", "wall_time")
+
+
+def certificate_columns(certificate: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The eval columns of a certificate dict (`CERTIFICATE_COLUMNS`); all None without one.
+
+    A certificate that tested nothing (`episodes` 0) has no violation count and no p-value:
+    those two are None (its dict holds -1 and NaN).
+    """
+    if certificate is None:
+        return dict.fromkeys(CERTIFICATE_COLUMNS)
+    missing = sorted({key for key, _ in CERTIFICATE_COLUMNS.values()} - set(certificate))
+    if missing:
+        raise ValueError(f"certificate lacks the keys {missing}")
+    row = {name: certificate[key] for name, (key, _) in CERTIFICATE_COLUMNS.items()}
+    row["certified"] = bool(row["certified"])
+    if int(row["cert_episodes"]) == 0:
+        row["cert_violations"] = row["cert_p_value"] = None
+    return row
 
 
 def load_run_config(run_dir: str | Path) -> dict[str, Any]:

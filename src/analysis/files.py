@@ -8,6 +8,7 @@ and are verified on read, so a damaged file is an error naming it, never other n
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from pathlib import Path
 from typing import Any
 
@@ -34,8 +35,13 @@ def write_parquet(table: pa.Table, path: str | Path) -> None:
     save_to_file(table, target.parent, target.name)
 
 
-def read_parquet(path: str | Path, schema: pa.Schema) -> pa.Table:
+def read_parquet(
+    path: str | Path, schema: pa.Schema, *, missing_as_null: Collection[str] = ()
+) -> pa.Table:
     """Read a Parquet file and check that its columns and dtypes equal `schema`.
+
+    `missing_as_null` names nullable columns of `schema` that files written before them lack:
+    such a file is read with those columns all null, in the schema's order.
 
     Raises `FileNotFoundError` naming the path when it is missing and `ValueError` naming the
     path (and the differing columns) when the file is corrupt or was written with another
@@ -43,6 +49,15 @@ def read_parquet(path: str | Path, schema: pa.Schema) -> pa.Table:
     """
     file = Path(path)
     table = load_parquet_table(file.parent, file.name)
+    absent = [
+        field
+        for field in schema
+        if field.name in missing_as_null and field.nullable and field.name not in table.column_names
+    ]
+    for field in absent:
+        table = table.append_column(field, pa.nulls(table.num_rows, type=field.type))
+    if absent and sorted(table.column_names) == sorted(schema.names):
+        table = table.select(schema.names)
     if not table.schema.equals(schema, check_metadata=False):
         expected = {field.name: str(field.type) for field in schema}
         found = {field.name: str(field.type) for field in table.schema}

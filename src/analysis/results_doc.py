@@ -7,8 +7,9 @@ and then
 
 which copies the experiment's figures (PNG) into `docs/results/` and writes `docs/results.md`:
 what was run (read from the run configs stored in the tables, never typed in), the summary
-table (`tables/summary.md`), and every figure with a description of what it shows and how to
-read it. The descriptions are generic, so the page stays right whatever the numbers are.
+table (`tables/summary.md`), the certificate of every shield run that has one (the `cert_*`
+columns of the evaluation table), and every figure with a description of what it shows and
+how to read it. The descriptions are generic, so the page stays right whatever the numbers are.
 """
 
 from __future__ import annotations
@@ -31,7 +32,14 @@ from src.config.lagrange import LagrangeConfig
 from src.containment import copy_file
 from src.core.io import atomic_output
 
-__all__ = ["FIGURE_GUIDE", "RESULTS_FOLDER", "experiment_dir", "main", "write_results_doc"]
+__all__ = [
+    "FIGURE_GUIDE",
+    "RESULTS_FOLDER",
+    "certificate_lines",
+    "experiment_dir",
+    "main",
+    "write_results_doc",
+]
 
 RESULTS_FOLDER = "results"
 """Folder next to `results.md` that holds the copied figures."""
@@ -241,6 +249,53 @@ def _observations(source: Path, configs: list[dict]) -> list[str]:
     return lines
 
 
+def _certificate_line(run: pd.Series, max_risk: float | None) -> str:
+    """One run's certificate in words."""
+    bound = "`max_risk`" if max_risk is None else f"`max_risk` = {max_risk:g}"
+    horizon, delta = int(run["cert_horizon"]), float(run["cert_delta"])
+    allowance = f"{float(run['cert_allowance']):.4g}"
+    if int(run["cert_episodes"]) == 0:
+        return (
+            "no certificate (not tested: the shield ran no calibration episodes); it deploys "
+            f"the allowance {allowance} that training ended with"
+        )
+    tally = (
+        f"{int(run['cert_violations'])} of {int(run['cert_episodes'])} calibration episodes "
+        f"violated within {horizon} steps"
+    )
+    p_value = float(run["cert_p_value"])
+    if bool(run["certified"]):
+        return (
+            f"certified: with the deployed allowance {allowance}, {tally} (p = {p_value:.3g} "
+            f"<= delta = {delta:g}), so P(violation within {horizon} steps) <= {bound} holds "
+            f"with confidence {1 - delta:.0%}"
+        )
+    return (
+        f"no certificate: with the most cautious allowance {allowance}, {tally} (p = "
+        f"{p_value:.3g} > delta = {delta:g}); the shield deploys that allowance without a "
+        f"guarantee of {bound}"
+    )
+
+
+def certificate_lines(evaluation: pd.DataFrame, configs: Sequence[dict]) -> list[str]:
+    """One line per env and shield run with a certificate (the evaluation's `certified` and
+    `cert_*` columns): certified or not, the deployed allowance, the calibration episodes'
+    violations, the p-value and delta, in words. Empty when no run has a certificate."""
+    if "certified" not in evaluation.columns:
+        return []
+    rows = evaluation[evaluation["certified"].notna()]
+    risks = {
+        (c["env_name"], c["algo"], int(c["run_idx"])): float(c["max_risk"])
+        for c in configs
+        if "max_risk" in c
+    }
+    lines = []
+    for (env, algo, run), group in rows.groupby(["env", "algo", "run"], sort=True):
+        text = _certificate_line(group.iloc[0], risks.get((env, algo, int(run))))
+        lines.append(f"- `{env}`, `{algo}` run {run}: {text}.")
+    return lines
+
+
 def write_results_doc(
     experiment: str | Path, docs_dir: str | Path, *, config_file: str = "config/config.yaml"
 ) -> Path:
@@ -304,6 +359,25 @@ def write_results_doc(
         "",
         *_observations(source, configs),
         "",
+    ]
+    certificates = certificate_lines(load_table(source / "tables", "eval").to_pandas(), configs)
+    if certificates:
+        lines += [
+            "## Certificates of the shields",
+            "",
+            "At the end of training the v1 shield tests its allowances, most cautious first, on "
+            "calibration episodes in the real env (reset seeds that training and evaluation "
+            "never use): an allowance passes when its violating episodes are few enough for "
+            "the binomial test at level delta, the test stops at the first that fails, and "
+            "the shield deploys the last that passed (fixed-sequence testing, "
+            "`src/algos/shield/calibration.py`). A certified run's deployed policy keeps "
+            "P(violation within the tested horizon) <= `max_risk` with probability at least "
+            "1 - delta; the evaluation above measures it again on other episodes.",
+            "",
+            *certificates,
+            "",
+        ]
+    lines += [
         "## Figures",
         "",
         "Every figure has one panel per env and one colour per algorithm; legend labels give "

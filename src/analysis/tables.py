@@ -14,6 +14,11 @@ k / n with n = `eval_episodes` summed over the runs, and the Clopper-Pearson int
 at the evaluation's confidence. `constraint` is the verdict at the constraint horizon against
 the runs' `max_risk` (from their configs): "met", "point" or "not met".
 
+The deployed policy of a shielded algorithm whose runs carry a certificate (the v1 shield's
+fixed-sequence test on calibration episodes, the `certified` / `cert_*` columns of the
+evaluation) gets `certified_runs`, the number of its runs whose certificate passed, and
+`certificate`, e.g. "2/3 certified ≤ 0.1 at 95% (run 1: no certificate)".
+
 A `shield` run evaluated with the shield off is its own policy row; its training columns are
 empty (it was trained shielded).
 """
@@ -43,8 +48,10 @@ from src.analysis.style import has_shield, policy_label
 from src.core.io import atomic_output
 
 __all__ = [
+    "CERTIFICATE_COLUMN",
     "FINAL_FRACTION",
     "SUMMARY_FILES",
+    "certificate_text",
     "final_training_metrics",
     "floor_frame",
     "floor_markdown",
@@ -65,6 +72,8 @@ MEAN_METRICS: dict[str, str] = {
     "eval_return": "return (eval)",
     "eval_cost": "cost (eval)",
 }
+CERTIFICATE_COLUMN = "certificate"
+"""Summary column stating how many runs of a shielded policy are certified."""
 
 
 def mean_interval(values: np.ndarray, *, confidence: float = 0.95) -> tuple[float, float, float]:
@@ -238,6 +247,7 @@ def summary_frame(
             "shielded": bool(shielded),
             "policy": policy_label(algo, bool(shielded)),
             "runs": int(group["run"].nunique()),
+            "_run_ids": sorted(int(r) for r in group["run"].unique()),
         }
         for metric in MEAN_METRICS:
             values = group[metric].to_numpy(dtype=np.float64) if metric in group else np.array([])
@@ -249,13 +259,14 @@ def summary_frame(
         rows.append(row)
     frame = pd.DataFrame(rows)
     if evaluation.empty:
-        return frame
+        return frame.drop(columns="_run_ids")
     horizons = sorted(int(h) for h in evaluation["horizon"].unique())
     probabilities = _probability_columns(evaluation, horizons)
     verdicts = _verdicts(probabilities, evaluation, max_risk)
     frame = frame.merge(verdicts, on=_POLICY_KEYS, how="left").merge(
         probabilities, on=_POLICY_KEYS, how="left"
     )
+    frame = _certificates(frame, evaluation).drop(columns="_run_ids")
     leading = [
         *_POLICY_KEYS,
         "policy",
@@ -263,10 +274,83 @@ def summary_frame(
         "max_risk",
         "constraint_horizon",
         "constraint",
+        "certified_runs",
+        CERTIFICATE_COLUMN,
         "confidence",
         "eval_episodes",
     ]
     return frame[leading + [c for c in frame.columns if c not in leading]]
+
+
+def _run_certificates(evaluation: pd.DataFrame) -> pd.DataFrame:
+    """Per run with a certificate: `certified`, `cert_episodes` and `cert_delta` (the same on
+    every row of a run); empty without certificate columns."""
+    columns = [*_RUN_KEYS, "certified", "cert_episodes", "cert_delta"]
+    if not set(columns) <= set(evaluation.columns):
+        return pd.DataFrame(columns=columns)
+    rows = evaluation.loc[evaluation["certified"].notna(), columns]
+    return rows.groupby(_RUN_KEYS, sort=True).first().reset_index()
+
+
+def certificate_text(
+    certified: dict[int, bool | None], *, max_risk: float, delta: float, tested: dict[int, bool]
+) -> str:
+    """The certificate cell of a policy: how many of its runs are certified, and why the others
+    are not.
+
+    `certified`: run -> passed (None: the run has no certificate); `tested`: run -> whether its
+    shield ran calibration episodes; `delta`: the largest delta of the runs (the confidence
+    stated is 1 - delta).
+
+    >>> certificate_text({0: True, 1: False, 2: True}, max_risk=0.1, delta=0.05,
+    ...                  tested={0: True, 1: True, 2: True})
+    '2/3 certified ≤ 0.1 at 95% (run 1: no certificate)'
+    """
+    passed = sum(bool(flag) for flag in certified.values())
+    bound = "max_risk" if math.isnan(max_risk) else f"{max_risk:g}"
+    text = f"{passed}/{len(certified)} certified ≤ {bound} at {1 - delta:.0%}"
+    reasons: dict[str, list[int]] = {}
+    for run, flag in sorted(certified.items()):
+        if not flag:
+            reason = "not tested" if flag is not None and not tested[run] else "no certificate"
+            reasons.setdefault(reason, []).append(run)
+    if reasons:
+        parts = [
+            f"run{'s' if len(runs) > 1 else ''} {', '.join(map(str, runs))}: {reason}"
+            for reason, runs in reasons.items()
+        ]
+        text += f" ({'; '.join(parts)})"
+    return text
+
+
+def _certificates(frame: pd.DataFrame, evaluation: pd.DataFrame) -> pd.DataFrame:
+    """`certified_runs` and `certificate` of every policy row: set for the deployed policy of a
+    shielded algorithm with a certificate in some run, else NaN and ""."""
+    per_run = _run_certificates(evaluation)
+    counts: list[float] = []
+    texts: list[str] = []
+    for i in frame.index:
+        env, algo = frame.loc[i, "env"], frame.loc[i, "algo"]
+        mine = per_run[(per_run["env"] == env) & (per_run["algo"] == algo)]
+        if not (has_shield(algo) and bool(frame.loc[i, "shielded"])) or mine.empty:
+            counts.append(math.nan)
+            texts.append("")
+            continue
+        runs = frame.loc[i, "_run_ids"]
+        certified = dict.fromkeys(runs, None) | {
+            int(r.run): bool(r.certified) for r in mine.itertuples(index=False)
+        }
+        tested = {int(r.run): int(r.cert_episodes) > 0 for r in mine.itertuples(index=False)}
+        counts.append(float(sum(bool(flag) for flag in certified.values())))
+        texts.append(
+            certificate_text(
+                certified,
+                max_risk=float(frame.loc[i, "max_risk"]),
+                delta=float(mine["cert_delta"].max()),
+                tested=tested,
+            )
+        )
+    return frame.assign(certified_runs=counts, **{CERTIFICATE_COLUMN: texts})
 
 
 def _format(value: float) -> str:
@@ -305,6 +389,9 @@ def _header_and_rows(frame: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
     header = ["env", "policy", "runs"]
     if verdict:
         header += ["max_risk", "constraint"]
+    certificates = CERTIFICATE_COLUMN in frame.columns and frame[CERTIFICATE_COLUMN].any()
+    if certificates:
+        header.append(CERTIFICATE_COLUMN)
     header += list(MEAN_METRICS.values())
     header += [f"P(viol. ≤ {h})" for h in horizons]
     split = "collision_share" in frame.columns and frame["collision_share"].notna().any()
@@ -319,6 +406,8 @@ def _header_and_rows(frame: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
                 "–" if pd.isna(bound) else _format(bound),
                 str(frame.loc[i, "constraint"] or "–"),
             ]
+        if certificates:
+            cells.append(str(frame.loc[i, CERTIFICATE_COLUMN] or "–"))
         cells += [_mean_cell(frame, i, metric) for metric in MEAN_METRICS]
         cells += [_probability_cell(frame, i, f"p_violation_h{h}") for h in horizons]
         if split:
@@ -350,6 +439,14 @@ def _notes(frame: pd.DataFrame) -> list[str]:
             "against max_risk: met = the interval's upper end ≤ max_risk; point = only the "
             "estimate ≤ max_risk; not met = the estimate > max_risk.",
         ]
+    if CERTIFICATE_COLUMN in frame.columns and frame[CERTIFICATE_COLUMN].any():
+        notes.append(
+            "certificate: runs of a shielded policy whose deployed shield passed the "
+            "fixed-sequence binomial test that ends its training: P(violation within "
+            f"{CONSTRAINT_HORIZON} steps) ≤ max_risk at confidence 1 - delta, on calibration "
+            "episodes in the real env that nothing else uses; the other runs have no "
+            "certificate (not tested: their shield ran no calibration episodes)."
+        )
     if "collision_share" in frame.columns and frame["collision_share"].notna().any():
         notes.append(
             "collisions: of the episodes that violated within the constraint horizon, the share "
@@ -360,7 +457,7 @@ def _notes(frame: pd.DataFrame) -> list[str]:
     return notes
 
 
-_TEXT_COLUMNS = ("env", "policy", "constraint")
+_TEXT_COLUMNS = ("env", "policy", "constraint", CERTIFICATE_COLUMN)
 
 
 def summary_markdown(frame: pd.DataFrame) -> str:

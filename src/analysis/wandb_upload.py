@@ -2,7 +2,11 @@
 
 Training jobs never touch the network. This step (the workflow's last, a local rule) creates
 one offline run per (env, algo, run) under `results/{tag}/wandb/`, with the training history
-and in the run summary the evaluation table, the experiment's figures and the run's videos.
+and in the run summary the evaluation table, the experiment's figures and the run's videos,
+and for a shield run with a certificate its fields (`certificate/certified`,
+`certificate/allowance`, `certificate/episodes`, `certificate/violations`,
+`certificate/p_value`, `certificate/delta`, `certificate/horizon`, `certificate/first_seed`,
+from the `cert_*` columns of `eval.parquet`; a field without a value is left out).
 The history holds one row per episode (`history.json`, at `step = t_end`) and one row per
 policy update (`updates.json`: losses, lambda, the shield's counters and calibration, ... at
 `step = global_step`), merged in env-step order; an episode that ended on the last env step
@@ -63,9 +67,10 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
+import pyarrow as pa
 
 from src.algos import metrics as M
-from src.analysis.export import updates_table
+from src.analysis.export import CERTIFICATE_COLUMNS, updates_table
 from src.containment import (
     ContainmentError,
     check_results_folder,
@@ -102,6 +107,8 @@ WANDB_CLI_ENV_VAR = "SAFE_MARL_WANDB_CLI"
 # Rerunning the rule, not a manual `wandb sync`, leaves the per-run markers that keep a run
 # from being uploaded twice.
 UPLOAD_LATER = "snakemake --cores 1 --forcerun wandb_upload"
+# Prefix of the certificate's fields in the run summary.
+CERTIFICATE_PREFIX = "certificate/"
 # The x axis (wandb step metric) of the episode rows and of the update rows: both env steps.
 EPISODE_STEP = "t_end"
 UPDATE_STEP = "global_step"
@@ -188,6 +195,32 @@ def _update_rows(updates: Any, config: Mapping[str, Any]) -> list[dict[str, Any]
     return rows
 
 
+def _certificate_summary(evaluation: pd.DataFrame) -> dict[str, Any]:
+    """The run summary's certificate fields from a run's evaluation table: `certificate/<key>`
+    for every certificate key of `CERTIFICATE_COLUMNS` that has a value (the same on every row
+    of the run); empty for runs without a certificate or tables from before the columns."""
+    if "certified" not in evaluation.columns:
+        return {}
+    rows = evaluation[evaluation["certified"].notna()]
+    if rows.empty:
+        return {}
+    first = rows.iloc[0]
+    summary: dict[str, Any] = {}
+    for column, (key, dtype) in CERTIFICATE_COLUMNS.items():
+        value = first.get(column)
+        if value is None or pd.isna(value):
+            continue
+        # Plain Python values: wandb stores them as JSON.
+        if pa.types.is_boolean(dtype):
+            value = bool(value)
+        elif pa.types.is_integer(dtype):
+            value = int(value)
+        else:
+            value = float(value)
+        summary[f"{CERTIFICATE_PREFIX}{key}"] = value
+    return summary
+
+
 def _merge_by_env_step(
     episodes: list[dict[str, Any]], updates: list[dict[str, Any]]
 ) -> list[dict[str, Any]]:
@@ -231,6 +264,8 @@ def _log_run(run_dir: Path, wandb_dir: Path, figures: list[Path], summary: Path)
         updates = _update_rows(load_from_file(files.root, files.updates_json.name), config)
     except ValueError as error:
         raise ValueError(f"{files.updates_json}: {error}") from None
+    evaluation = pd.read_parquet(files.eval)
+    certificate = _certificate_summary(evaluation)
     # Offline whatever the environment says (uploading is the separate `wandb sync` step),
     # unless the config disables wandb.
     mode = "disabled" if config.get("wandb_mode") == "disabled" else "offline"
@@ -242,7 +277,9 @@ def _log_run(run_dir: Path, wandb_dir: Path, figures: list[Path], summary: Path)
         _define_axes(run, episodes, updates)
         log_history(run, _merge_by_env_step(episodes, updates))
         # Media and tables go to the summary, so the history holds only the training rows.
-        run.summary["eval"] = wandb.Table(dataframe=pd.read_parquet(files.eval))
+        run.summary["eval"] = wandb.Table(dataframe=evaluation)
+        for key, value in certificate.items():
+            run.summary[key] = value
         if summary.is_file():
             run.summary["summary"] = wandb.Table(dataframe=pd.read_csv(summary))
         # wandb copies media into the run: only regular files inside the results folder.

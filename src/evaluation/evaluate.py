@@ -5,21 +5,29 @@
 and disjoint between runs (pooled episodes are independent layouts), run in batches of env
 copies of one `VectorEnv`; the hidden training cap is lifted to the largest horizon. Shielded
 algorithms are evaluated twice (their spec's `eval_modes`): with the shield (deployed policy)
-and without it (base policy).
+and without it (base policy). Every row of a run carries the certificate of its deployed
+shield (`src.algos.shield.calibration.Certificate`, read from policy.pt; null columns for runs
+without one).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 import pandas as pd
 
 from src.algos.policy import load_actor
 from src.algos.registry import get_algorithm
-from src.analysis.export import EVAL_SCHEMA, load_run_config, table_with_config
+from src.algos.shield.calibration import load_certificate
+from src.analysis.export import (
+    EVAL_SCHEMA,
+    certificate_columns,
+    load_run_config,
+    table_with_config,
+)
 from src.analysis.files import write_parquet
 from src.config.base import VERSION_KEYS
 from src.config.run import RunConfig
@@ -139,7 +147,13 @@ def collect_episodes(
     )
 
 
-def _rows(config: RunConfig, summary: pd.DataFrame, *, shielded: bool) -> pd.DataFrame:
+def _rows(
+    config: RunConfig,
+    summary: pd.DataFrame,
+    *,
+    shielded: bool,
+    certificate: Mapping[str, Any] | None,
+) -> pd.DataFrame:
     frame = summary.copy()
     frame.insert(0, "env", config.env_name)
     frame.insert(1, "algo", config.algo)
@@ -149,15 +163,19 @@ def _rows(config: RunConfig, summary: pd.DataFrame, *, shielded: bool) -> pd.Dat
     frame.insert(frame.columns.get_loc("ci_high") + 1, "confidence", confidence)
     for key in VERSION_KEYS:
         frame[key] = config.version(key)
+    for name, value in certificate_columns(certificate).items():
+        # One value per row; object dtype keeps None (no certificate) and exact integers.
+        frame[name] = pd.Series([value] * len(frame), index=frame.index, dtype=object)
     return frame
 
 
 def evaluate_run(run_dir: str | Path, out_path: str | Path) -> pd.DataFrame:
     """Evaluate a run's final policy and write `eval.parquet` (one row per horizon and shield mode).
 
-    Reads the run's config.json and policy.pt. With `final_policy_eval_episodes: 0` the file
-    is written with the schema and no rows. Returns the table as a DataFrame with the columns
-    of `src.analysis.export.EVAL_SCHEMA`.
+    Reads the run's config.json and policy.pt (the policy, and once the shield's certificate:
+    `src.algos.shield.calibration.load_certificate`). With `final_policy_eval_episodes: 0`
+    the file is written with the schema and no rows. Returns the table as a DataFrame with
+    the columns of `src.analysis.export.EVAL_SCHEMA`.
     """
     raw = load_run_config(run_dir)
     config = RunConfig.from_dict(raw)
@@ -166,6 +184,8 @@ def evaluate_run(run_dir: str | Path, out_path: str | Path) -> pd.DataFrame:
     if settings.episodes > 0:
         # Lift the hidden training cap to the largest horizon.
         params = config.env.constructor_params(max_steps=settings.max_horizon)
+        certificate = load_certificate(run_dir)
+        certificate_dict = None if certificate is None else certificate.to_dict()
         for shielded in get_algorithm(config.algo).eval_modes:
             actor = load_actor(run_dir, shielded=shielded)
             batch = collect_episodes(
@@ -181,7 +201,7 @@ def evaluate_run(run_dir: str | Path, out_path: str | Path) -> pd.DataFrame:
             summary = horizon_summary(
                 batch, settings.horizons, confidence=settings.final_policy_eval_confidence
             )
-            frames.append(_rows(config, summary, shielded=shielded))
+            frames.append(_rows(config, summary, shielded=shielded, certificate=certificate_dict))
     result = (
         pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=EVAL_SCHEMA.names)
     )

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
 
 from src.algos import metrics
-from src.analysis.export import EVAL_SCHEMA, export_run, table_with_config
+from src.analysis.export import EVAL_SCHEMA, certificate_columns, export_run, table_with_config
 from src.analysis.files import write_parquet
 from src.config.base import VERSION_KEYS
 from src.config.run import make_run_config
@@ -94,8 +96,41 @@ def make_updates(
     return rows
 
 
-def make_eval_frame(config: dict, *, episodes: int = 200, seed: int = 0) -> pd.DataFrame:
-    """Eval rows computed from synthetic episodes by the real horizon summary."""
+def make_certificate(
+    run: int, *, certified: bool, episodes: int = 200, delta: float = 0.05
+) -> dict[str, Any]:
+    """A certificate dict as the v1 shield stores it in policy.pt (`Certificate.to_dict`):
+    certified with 8 violating calibration episodes of 200, else failed with 40; `episodes`
+    0 is a run that tested nothing."""
+    if episodes == 0:
+        violations, p_value, tested = -1, float("nan"), []
+    else:
+        violations = 8 if certified else 40
+        p_value = 0.0001 if certified else 0.97
+        tested = [{"allowance": 0.02, "violations": violations, "p_value": p_value, "return": 1.0}]
+    return {
+        "certified": certified,
+        "allowance": 0.02,
+        "max_risk": 0.1,
+        "delta": delta,
+        "horizon": 100,
+        "episodes": episodes,
+        "violations": violations,
+        "p_value": p_value,
+        "first_seed": 2_000_000 + run * episodes,
+        "tested": tested,
+    }
+
+
+def make_eval_frame(
+    config: dict,
+    *,
+    episodes: int = 200,
+    seed: int = 0,
+    certificate: Mapping[str, Any] | None = None,
+) -> pd.DataFrame:
+    """Eval rows computed from synthetic episodes by the real horizon summary, with the
+    columns of `certificate` (a certificate dict, None: a run without one)."""
     rng = np.random.default_rng(
         [seed, config["run_idx"], len(config["algo"]), len(config["env_name"])]
     )
@@ -120,6 +155,8 @@ def make_eval_frame(config: dict, *, episodes: int = 200, seed: int = 0) -> pd.D
         summary["confidence"] = 0.95
         for key in VERSION_KEYS:
             summary[key] = config[key]
+        for name, value in certificate_columns(certificate).items():
+            summary[name] = pd.Series([value] * len(summary), dtype=object)
         frames.append(summary)
     return pd.concat(frames, ignore_index=True)
 
@@ -132,8 +169,10 @@ def write_run_dir(
     *,
     eval_episodes: int = 200,
     history_episodes: int = 60,
+    certificate: Mapping[str, Any] | None = None,
 ) -> Path:
-    """A complete run folder as the workflow leaves it before aggregation."""
+    """A complete run folder as the workflow leaves it before aggregation (`certificate`:
+    the certificate dict of its eval rows)."""
     run_dir = root / "runs" / env / algo / f"run{run}"
     run_dir.mkdir(parents=True)
     config = make_config(env, algo, run, episodes=eval_episodes)
@@ -143,7 +182,7 @@ def write_run_dir(
     (run_dir / "updates.json").write_text(json.dumps(make_updates(algo, run=run)))
     export_run(run_dir, run_dir / "history.parquet", run_dir / "updates.parquet")
     frame = (
-        make_eval_frame(config, episodes=eval_episodes)
+        make_eval_frame(config, episodes=eval_episodes, certificate=certificate)
         if eval_episodes > 0
         else pd.DataFrame(columns=EVAL_SCHEMA.names)
     )
@@ -158,10 +197,23 @@ def write_experiment(
     algos: tuple[str, ...] = ("ippo", "ippo_lag", "shield"),
     runs: int = 3,
     eval_episodes: int = 200,
+    certified: Mapping[int, bool] | None = None,
 ) -> list[Path]:
-    """Run folders for every (env, algo, run) of a small synthetic experiment."""
+    """Run folders for every (env, algo, run) of a small synthetic experiment; with
+    `certified` (run -> passed), the `shield` runs carry a certificate (`make_certificate`)."""
     return [
-        write_run_dir(root, env, algo, run, eval_episodes=eval_episodes)
+        write_run_dir(
+            root,
+            env,
+            algo,
+            run,
+            eval_episodes=eval_episodes,
+            certificate=(
+                make_certificate(run, certified=certified[run])
+                if certified is not None and algo == "shield"
+                else None
+            ),
+        )
         for env in envs
         for algo in algos
         for run in range(runs)

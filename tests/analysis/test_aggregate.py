@@ -11,7 +11,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from src.analysis.aggregate import CONFIGS_METADATA_KEY, RUN_TABLES, aggregate, load_table
-from tests.analysis.synthetic import write_experiment, write_run_dir
+from src.analysis.export import CERTIFICATE_COLUMNS
+from tests.analysis.synthetic import make_certificate, write_experiment, write_run_dir
 
 
 @pytest.fixture(scope="module")
@@ -86,3 +87,37 @@ def test_table_of_another_run_is_rejected(tmp_path: Path) -> None:
 def test_load_table_rejects_unknown_names(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="unknown table"):
         load_table(tmp_path, "summary")
+
+
+def _without_certificate_columns(path: Path) -> None:
+    """Rewrite an eval.parquet as it was written before the certificate columns existed."""
+    table = pq.read_table(path)
+    pq.write_table(table.drop_columns(list(CERTIFICATE_COLUMNS)), path)
+
+
+def test_eval_files_from_before_the_certificate_read_as_null(tmp_path: Path) -> None:
+    old = write_run_dir(tmp_path, "hazard_grid", "shield", 0, eval_episodes=5)
+    new = write_run_dir(
+        tmp_path,
+        "hazard_grid",
+        "shield",
+        1,
+        eval_episodes=5,
+        certificate=make_certificate(1, certified=True),
+    )
+    _without_certificate_columns(old / "eval.parquet")
+    aggregate([old, new], tmp_path / "tables")
+    frame = load_table(tmp_path / "tables", "eval").to_pandas()
+    certified = frame.groupby("run")["certified"].agg(lambda x: x.tolist())
+    assert certified[0] == [None] * 10 and certified[1] == [True] * 10
+    # An aggregated table from before the columns reads the same way.
+    _without_certificate_columns(tmp_path / "tables" / "eval.parquet")
+    table = load_table(tmp_path / "tables", "eval")
+    assert table.schema.equals(RUN_TABLES["eval"], check_metadata=False)
+    assert table.column("cert_episodes").null_count == table.num_rows
+    assert CONFIGS_METADATA_KEY in table.schema.metadata
+    # Only columns that were added later are filled in; a file lacking others is still wrong.
+    bare = pq.read_table(old / "eval.parquet").drop_columns(["mean_goals"])
+    pq.write_table(bare, old / "eval.parquet")
+    with pytest.raises(ValueError, match="mean_goals"):
+        aggregate([old, new], tmp_path / "again")

@@ -9,22 +9,26 @@ import pytest
 import yaml
 
 from src.analysis.aggregate import aggregate
+from src.analysis.export import certificate_columns
 from src.analysis.figures import FIGURE_NAMES, make_figures
 from src.analysis.results_doc import (
     FIGURE_GUIDE,
     RESULTS_FOLDER,
+    certificate_lines,
     experiment_dir,
     main,
     write_results_doc,
 )
 from src.analysis.tables import make_summary
-from tests.analysis.synthetic import write_experiment
+from tests.analysis.synthetic import make_certificate, write_experiment
 
 
 @pytest.fixture(scope="module")
 def experiment(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("results") / "results" / "demo"
-    run_dirs = write_experiment(root, envs=("hazard_grid",), runs=2, eval_episodes=30)
+    run_dirs = write_experiment(
+        root, envs=("hazard_grid",), runs=2, eval_episodes=30, certified={0: True, 1: False}
+    )
     aggregate(run_dirs, root / "tables")
     make_summary(root / "tables")
     make_figures(root / "tables", root / "figures")
@@ -92,3 +96,49 @@ def test_page_says_what_the_run_shows(experiment: Path, tmp_path: Path) -> None:
     assert positions == sorted(positions)
     assert "Evaluation return relative to ippo's" in section
     assert "where the shield arms" in section
+
+
+def test_page_states_each_shield_runs_certificate(experiment: Path, tmp_path: Path) -> None:
+    text = write_results_doc(experiment, tmp_path / "docs").read_text()
+    section = text.split("## Certificates of the shields", 1)[1].split("## Figures", 1)[0]
+    assert "fixed-sequence testing" in section
+    lines = [line for line in section.splitlines() if line.startswith("- ")]
+    assert lines == [
+        "- `hazard_grid`, `shield` run 0: certified: with the deployed allowance 0.02, 8 of "
+        "200 calibration episodes violated within 100 steps (p = 0.0001 <= delta = 0.05), so "
+        "P(violation within 100 steps) <= `max_risk` = 0.1 holds with confidence 95%.",
+        "- `hazard_grid`, `shield` run 1: no certificate: with the most cautious allowance "
+        "0.02, 40 of 200 calibration episodes violated within 100 steps (p = 0.97 > delta = "
+        "0.05); the shield deploys that allowance without a guarantee of `max_risk` = 0.1.",
+    ]
+    # The section comes after what the run shows and before the figures.
+    assert text.index("## What this run shows") < text.index("## Certificates of the shields")
+
+
+def _eval_rows(run: int, certificate: dict | None) -> list[dict]:
+    base = {"env": "spread", "algo": "shield", "run": run, "horizon": 100}
+    return [{**base, "shielded": mode, **certificate_columns(certificate)} for mode in (1, 0)]
+
+
+def test_certificate_lines_of_untested_and_uncertified_runs() -> None:
+    evaluation = pd.DataFrame(
+        _eval_rows(0, make_certificate(0, certified=False, episodes=0))
+        + _eval_rows(1, None)  # shield v0: no certificate, no line
+    )
+    assert certificate_lines(evaluation, []) == [
+        "- `spread`, `shield` run 0: no certificate (not tested: the shield ran no calibration "
+        "episodes); it deploys the allowance 0.02 that training ended with."
+    ]
+    assert certificate_lines(pd.DataFrame(_eval_rows(1, None)), []) == []
+    # Tables from before the certificate columns: nothing to state.
+    assert certificate_lines(pd.DataFrame([{"env": "spread", "run": 0}]), []) == []
+
+
+def test_page_without_certificates_has_no_certificate_section(tmp_path: Path) -> None:
+    root = tmp_path / "results" / "plain"
+    run_dirs = write_experiment(root, envs=("hazard_grid",), algos=("ippo",), runs=1)
+    aggregate(run_dirs, root / "tables")
+    make_summary(root / "tables")
+    make_figures(root / "tables", root / "figures")
+    text = write_results_doc(root, tmp_path / "docs").read_text()
+    assert "## Certificates" not in text and "## Figures" in text

@@ -10,14 +10,16 @@ import pandas as pd
 import pytest
 
 from src.analysis.aggregate import aggregate
+from src.analysis.export import certificate_columns
 from src.analysis.tables import (
     final_training_metrics,
     make_summary,
     mean_interval,
     summary_frame,
+    summary_markdown,
 )
 from src.stats import clopper_pearson_interval
-from tests.analysis.synthetic import HORIZONS, write_experiment
+from tests.analysis.synthetic import HORIZONS, make_certificate, write_experiment
 
 
 def test_mean_interval_known_values() -> None:
@@ -184,3 +186,95 @@ def test_make_summary_writes_csv_markdown_and_latex(tmp_path: Path) -> None:
 def test_make_summary_without_tables_is_a_clear_error(tmp_path: Path) -> None:
     with pytest.raises(FileNotFoundError, match=r"history\.parquet"):
         make_summary(tmp_path)
+
+
+def certificate_rows(rows: list[dict], certificate: dict | None) -> list[dict]:
+    """`rows` with the eval columns of a certificate dict (None: a run without one)."""
+    return [{**row, **certificate_columns(certificate)} for row in rows]
+
+
+def test_certificate_column_counts_the_certified_runs() -> None:
+    history = pd.DataFrame(
+        history_rows(0, [1.0] * 10)
+        + history_rows(0, [5.0] * 10, algo="shield")
+        + history_rows(1, [5.0] * 10, algo="shield")
+    )
+    evaluation = pd.DataFrame(
+        certificate_rows(eval_rows(0, "ippo", False, {1: 1, 100: 5}), None)
+        + certificate_rows(
+            eval_rows(0, "shield", True, {1: 0, 100: 2})
+            + eval_rows(0, "shield", False, {1: 2, 100: 9}),
+            make_certificate(0, certified=True),
+        )
+        + certificate_rows(
+            eval_rows(1, "shield", True, {1: 0, 100: 3})
+            + eval_rows(1, "shield", False, {1: 2, 100: 9}),
+            make_certificate(1, certified=False),
+        )
+    )
+    max_risk = pd.DataFrame(
+        {"env": "e", "algo": ["ippo", "shield", "shield"], "run": [0, 0, 1], "max_risk": 0.1}
+    )
+    frame = summary_frame(history, evaluation, max_risk=max_risk).set_index("policy")
+    assert (
+        frame.loc["shield", "certificate"] == "1/2 certified ≤ 0.1 at 95% (run 1: no certificate)"
+    )
+    assert frame.loc["shield", "certified_runs"] == 1 and frame.loc["shield", "runs"] == 2
+    # Only the deployed policy of a shielded algorithm is certified, never ippo or the base.
+    for policy in ("ippo", "shield (shield off)"):
+        assert frame.loc[policy, "certificate"] == ""
+        assert math.isnan(frame.loc[policy, "certified_runs"])
+    markdown = summary_markdown(frame.reset_index())
+    header = markdown.splitlines()[0]
+    assert "| constraint | certificate |" in header
+    assert "| 1/2 certified ≤ 0.1 at 95% (run 1: no certificate) |" in markdown
+    assert "certificate: runs of a shielded policy whose deployed shield passed" in markdown
+
+
+def test_certificate_column_names_untested_and_missing_runs() -> None:
+    history = pd.DataFrame(
+        history_rows(0, [5.0] * 10, algo="shield")
+        + history_rows(1, [5.0] * 10, algo="shield")
+        + history_rows(2, [5.0] * 10, algo="shield")
+    )
+    evaluation = pd.DataFrame(
+        certificate_rows(
+            eval_rows(0, "shield", True, {100: 0}), make_certificate(0, certified=True)
+        )
+        + certificate_rows(
+            eval_rows(1, "shield", True, {100: 0}),
+            make_certificate(1, certified=False, episodes=0, delta=0.1),
+        )
+        # A run from before the certificate (eval table without the columns): null.
+        + certificate_rows(eval_rows(2, "shield", True, {100: 0}), None)
+    )
+    frame = summary_frame(history, evaluation)
+    # Without max_risk the bound is named; the confidence is the weakest of the runs (90%).
+    assert frame.loc[0, "certificate"] == (
+        "1/3 certified ≤ max_risk at 90% (run 1: not tested; run 2: no certificate)"
+    )
+    assert frame.loc[0, "certified_runs"] == 1
+
+
+def test_summary_without_certificates_has_no_certificate_cells() -> None:
+    history = pd.DataFrame(history_rows(0, [1.0] * 10, algo="shield"))
+    evaluation = pd.DataFrame(eval_rows(0, "shield", True, {100: 1}))  # no cert_* columns
+    frame = summary_frame(history, evaluation)
+    assert frame["certificate"].tolist() == [""]
+    assert "certificate" not in summary_markdown(frame).splitlines()[0]
+
+
+def test_make_summary_states_the_certificates(tmp_path: Path) -> None:
+    run_dirs = write_experiment(
+        tmp_path, envs=("hazard_grid",), runs=2, eval_episodes=20, certified={0: True, 1: True}
+    )
+    aggregate(run_dirs, tmp_path / "tables")
+    make_summary(tmp_path / "tables")
+    csv = pd.read_csv(tmp_path / "tables" / "summary.csv").set_index("policy")
+    assert csv.loc["shield", "certified_runs"] == 2 and csv.loc["shield", "runs"] == 2
+    assert csv.loc["shield", "certificate"] == "2/2 certified ≤ 0.1 at 95%"
+    assert csv[["certified_runs", "certificate"]].drop(index="shield").isna().all().all()
+    markdown = (tmp_path / "tables" / "summary.md").read_text()
+    assert "| 2/2 certified ≤ 0.1 at 95% |" in markdown
+    latex = (tmp_path / "tables" / "summary.tex").read_text()
+    assert "2/2 certified $\\leq$ 0.1 at 95\\%" in latex

@@ -13,11 +13,13 @@ import pandas as pd
 import pytest
 
 from src.analysis import wandb_upload
+from src.analysis.export import certificate_columns
 from src.analysis.wandb_upload import credentials_available, upload_experiment, wandb_command
 from src.config.workflow import resolve_run_config, validate_workflow_config
 from src.core.io import save_to_file
 from src.records import EpisodeLog
-from tests.wandb_file import find_run_files, read_history, read_records
+from tests.analysis.synthetic import make_certificate
+from tests.wandb_file import find_run_files, read_history, read_records, read_summary
 
 REPO = Path(__file__).resolve().parents[2]
 RUNS = (("hazard_grid", "ippo_lag", 0), ("hazard_grid", "shield", 0))
@@ -539,3 +541,46 @@ def test_missing_run_input_is_named(name: str, results: Path, no_credentials: No
     (_run_dir(results, env, algo, run) / name).unlink()
     with pytest.raises(FileNotFoundError, match=f"{re.escape(name)} is missing"):
         upload_experiment(results, sync=False)
+
+
+def _with_certificate(results: Path, certificate: dict) -> None:
+    """Give the shield run's eval.parquet the columns of `certificate` on every row."""
+    env, algo, run = RUNS[1]
+    run_dir = _run_dir(results, env, algo, run)
+    frame = pd.read_parquet(run_dir / "eval.parquet")
+    for name, value in certificate_columns(certificate).items():
+        frame[name] = pd.Series([value] * len(frame), dtype=object)
+    save_to_file(frame, run_dir, "eval.parquet")
+
+
+def test_shield_run_summary_carries_its_certificate(results: Path, no_credentials: None):
+    _with_certificate(results, make_certificate(0, certified=True, delta=0.1))
+    upload_experiment(results, sync=False)
+
+    summary = read_summary(_run_file(results, *RUNS[1]))
+    certificate = {k: v for k, v in summary.items() if k.startswith("certificate/")}
+    assert certificate == {
+        "certificate/certified": True,
+        "certificate/allowance": 0.02,
+        "certificate/episodes": 200,
+        "certificate/violations": 8,
+        "certificate/p_value": 0.0001,
+        "certificate/delta": 0.1,
+        "certificate/horizon": 100,
+        "certificate/first_seed": 2_000_000,
+    }
+    assert "eval" in summary  # the evaluation table is still there
+    # A run without a certificate has no certificate fields.
+    other = read_summary(_run_file(results, *RUNS[0]))
+    assert "eval" in other and not any(k.startswith("certificate/") for k in other)
+
+
+def test_untested_certificate_leaves_out_what_was_not_measured(results: Path, no_credentials: None):
+    _with_certificate(results, make_certificate(0, certified=False, episodes=0))
+    upload_experiment(results, sync=False)
+
+    summary = read_summary(_run_file(results, *RUNS[1]))
+    assert summary["certificate/certified"] is False
+    assert summary["certificate/episodes"] == 0
+    # No violation count and no p-value: never logged as -1 or NaN.
+    assert "certificate/violations" not in summary and "certificate/p_value" not in summary

@@ -11,11 +11,12 @@ import pyarrow.parquet as pq
 import pytest
 
 import src.evaluation.evaluate as evaluate_module
-from src.analysis.export import EVAL_SCHEMA, config_from_metadata
+from src.algos.shield.calibration import Certificate
+from src.analysis.export import CERTIFICATE_COLUMNS, EVAL_SCHEMA, config_from_metadata
 from src.config.run import RunConfig
 from src.envs.base import StepResult
 from src.evaluation.evaluate import collect_episodes, evaluate_run
-from tests.analysis.synthetic import make_config
+from tests.analysis.synthetic import make_certificate, make_config
 
 N_AGENTS = 2
 OBS_DIM = 3
@@ -165,8 +166,9 @@ def write_config(tmp_path: Path, **overrides: object) -> Path:
 
 @pytest.fixture
 def scripted(monkeypatch: pytest.MonkeyPatch) -> dict:
-    """Route evaluate_run's env and actor construction to the scripted fakes."""
-    calls: dict = {"vec": [], "actor": []}
+    """Route evaluate_run's env and actor construction to the scripted fakes; the run's
+    certificate is `calls["certificate"]` (a dict, None: none), its reads are counted."""
+    calls: dict = {"vec": [], "actor": [], "certificate": None, "certificate_reads": 0}
 
     def fake_make_vector_env(name: str, *, num_envs: int, seed: object, **params: object):
         calls["vec"].append((name, num_envs, seed, params))
@@ -176,8 +178,14 @@ def scripted(monkeypatch: pytest.MonkeyPatch) -> dict:
         calls["actor"].append(shielded)
         return FakeActor()
 
+    def fake_load_certificate(run_dir: Path) -> Certificate | None:
+        calls["certificate_reads"] += 1
+        certificate = calls["certificate"]
+        return None if certificate is None else Certificate.from_dict(certificate)
+
     monkeypatch.setattr(evaluate_module, "make_vector_env", fake_make_vector_env)
     monkeypatch.setattr(evaluate_module, "load_actor", fake_load_actor)
+    monkeypatch.setattr(evaluate_module, "load_certificate", fake_load_certificate)
     return calls
 
 
@@ -223,11 +231,64 @@ def test_shield_runs_are_evaluated_with_and_without_the_shield(
     ]
 
 
+@pytest.mark.parametrize("certified", [True, False])
+def test_every_row_of_a_shield_run_carries_its_certificate(
+    tmp_path: Path, scripted: dict, certified: bool
+) -> None:
+    scripted["certificate"] = make_certificate(3, certified=certified, delta=0.1)
+    run_dir = write_config(
+        tmp_path, algo="shield", final_policy_eval_episodes=4, final_policy_eval_horizons=[2, 4]
+    )
+    frame = evaluate_run(run_dir, tmp_path / "eval.parquet")
+    table = pq.read_table(tmp_path / "eval.parquet")
+    assert table.schema.equals(EVAL_SCHEMA, check_metadata=False)
+    assert scripted["certificate_reads"] == 1  # once for both shield modes
+    expected = {
+        "certified": certified,
+        "cert_allowance": 0.02,
+        "cert_episodes": 200,
+        "cert_violations": 8 if certified else 40,
+        "cert_p_value": 0.0001 if certified else 0.97,
+        "cert_delta": 0.1,
+        "cert_horizon": 100,
+        "cert_first_seed": 2_000_600,
+    }
+    assert set(expected) == set(CERTIFICATE_COLUMNS)
+    assert len(table) == 4
+    for name, value in expected.items():
+        assert table.column(name).to_pylist() == [value] * 4, name
+    assert frame["certified"].tolist() == [certified] * 4
+
+
+def test_a_run_without_a_certificate_has_null_certificate_columns(
+    tmp_path: Path, scripted: dict
+) -> None:
+    run_dir = write_config(tmp_path, final_policy_eval_episodes=4, final_policy_eval_horizons=[2])
+    evaluate_run(run_dir, tmp_path / "eval.parquet")
+    table = pq.read_table(tmp_path / "eval.parquet")
+    assert len(table) == 1
+    for name in CERTIFICATE_COLUMNS:
+        assert table.column(name).to_pylist() == [None], name
+
+
+def test_a_shield_that_tested_nothing_is_not_certified(tmp_path: Path, scripted: dict) -> None:
+    scripted["certificate"] = make_certificate(0, certified=False, episodes=0)
+    run_dir = write_config(
+        tmp_path, algo="shield", final_policy_eval_episodes=4, final_policy_eval_horizons=[2]
+    )
+    evaluate_run(run_dir, tmp_path / "eval.parquet")
+    row = pq.read_table(tmp_path / "eval.parquet").to_pylist()[0]
+    assert (row["certified"], row["cert_episodes"]) == (False, 0)
+    # Nothing tested: no violation count (the dict's -1) and no p-value (its NaN).
+    assert row["cert_violations"] is None and row["cert_p_value"] is None
+    assert (row["cert_allowance"], row["cert_horizon"]) == (0.02, 100)
+
+
 def test_zero_episodes_skips_evaluation_cleanly(tmp_path: Path, scripted: dict) -> None:
     run_dir = write_config(tmp_path, final_policy_eval_episodes=0)
     frame = evaluate_run(run_dir, run_dir / "eval.parquet")
     assert frame.empty
-    assert scripted == {"vec": [], "actor": []}
+    assert (scripted["vec"], scripted["actor"]) == ([], [])
     table = pq.read_table(run_dir / "eval.parquet")
     assert table.num_rows == 0
     assert table.schema.equals(EVAL_SCHEMA, check_metadata=False)

@@ -30,8 +30,9 @@ Three parts, each fed by real outcomes only:
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -39,15 +40,20 @@ import torch
 from scipy.stats import binom
 
 from src.algos.shield.bounds import risk_bound
+from src.core.io import load_from_file
+from src.runfiles import RunFiles
 
 __all__ = [
+    "CERTIFICATE_KEY",
     "AdaptiveAllowance",
     "CalibrationMap",
     "Certificate",
     "OutcomeLedger",
     "binomial_p_value",
+    "certificate_of",
     "fit_calibration",
     "fixed_sequence_test",
+    "load_certificate",
 ]
 
 
@@ -361,3 +367,37 @@ def fixed_sequence_test(
         first_seed=first_seed,
         tested=tested,
     )
+
+
+CERTIFICATE_KEY = "certificate"
+"""Key of the certificate in the shield's entry of policy.pt (`POLICY_STATE_KEY`)."""
+
+
+def certificate_of(policy_state: Any, *, where: str = "policy.pt") -> Certificate | None:
+    """The certificate in a policy.pt content: `state["shield"]["certificate"]`, as the v1
+    shield's trainer stores it; None when there is none (other algorithms, shield v0, runs
+    from before the certificate).
+
+    Raises `ValueError` naming `where` when the entry is there but is not a certificate.
+    """
+    from src.algos.shield.assemble import POLICY_STATE_KEY
+
+    saved = policy_state.get(POLICY_STATE_KEY) if isinstance(policy_state, Mapping) else None
+    entry = saved.get(CERTIFICATE_KEY) if isinstance(saved, Mapping) else None
+    if entry is None:
+        return None
+    names = {f.name for f in fields(Certificate)}
+    if not isinstance(entry, Mapping) or not names - {"tested"} <= set(entry) <= names:
+        found = sorted(entry) if isinstance(entry, Mapping) else type(entry).__name__
+        raise ValueError(
+            f"{where}: the entry {POLICY_STATE_KEY!r}/{CERTIFICATE_KEY!r} is not a certificate "
+            f"(expected the keys {sorted(names)}, found {found})"
+        )
+    return Certificate.from_dict(dict(entry))
+
+
+def load_certificate(run_dir: str | Path) -> Certificate | None:
+    """The certificate of a run's deployed shield, read from its policy.pt without building
+    the policy (`certificate_of`); None for runs without one."""
+    path = RunFiles(run_dir).policy
+    return certificate_of(load_from_file(path.parent, path.name), where=str(path))
