@@ -209,7 +209,7 @@ class ShieldConfig(Section):
     calibration_bins: int = 8
     """v1: equal-count bins of the models' risk in the calibration map; the map replaces the
     held-out factor once 100 labelled decisions per bin are there."""
-    adapt_rate: float = 0.05
+    adapt_rate: float = 0.2
     """v1: step of the log-allowance per finished training episode after arming,
     log a += adapt_rate * (max_risk - violated); 0 keeps the starting allowance
     max_risk * horizon / max_steps."""
@@ -219,9 +219,10 @@ class ShieldConfig(Section):
     calibration_seed_offset: int = 2_000_000
     """v1: reset seed of run 0's first calibration episode; the workflow refuses ranges that
     meet the training or evaluation seeds."""
-    certify_multiples: tuple[float, ...] = (0.25, 0.35, 0.5, 0.71, 1.0, 1.41, 2.0)
+    certify_multiples: tuple[float, ...] = (0.35, 0.5, 0.71, 1.0, 1.41, 2.0)
     """v1: the allowances the certificate tests, most cautious first, as multiples of the
-    allowance training ended with."""
+    allowance training settled at (its geometric mean over the second half of the armed
+    updates)."""
 
     def calibration_seeds(self, run_idx: int) -> range:
         """Reset seeds of run `run_idx`'s calibration episodes."""

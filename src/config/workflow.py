@@ -449,6 +449,7 @@ def _check_run(
         except ConfigError as error:
             message = _workflow_message(str(error), config, run.env_name, run.algo)
             raise WorkflowConfigError(message) from None
+        _check_calibration_seeds(config, run)
     for stage, parts in (
         ("train", train_memory_mb(run, obs_dim=obs_dim, n_actions=n_actions)),
         ("evaluate", eval_memory_mb(run, obs_dim=obs_dim)),
@@ -460,6 +461,36 @@ def _check_run(
                 f"config key 'resources.{stage}.mem_mb' = {granted}: the {stage} job of "
                 f"{run.algo} on {run.env_name} needs about {parts['total']:.0f} MB (largest "
                 f"part: {biggest}, {parts[biggest]:.0f} MB); raise mem_mb or shrink the config"
+            )
+
+
+def _check_calibration_seeds(config: Mapping[str, Any], run: RunConfig) -> None:
+    """The shield's calibration episodes (every run's) must use reset seeds that no training
+    copy and no evaluation or video episode uses, and that fit every RNG."""
+    shield, runs = run.shield, config["num_runs"]
+    if shield is None or shield.calibration_episodes == 0:
+        return
+    first = shield.calibration_seed_offset
+    last = first + runs * shield.calibration_episodes - 1
+    where = f"config key 'algo_params.{run.algo}.calibration_seed_offset' = {first}"
+    if last > SEED_MAX:
+        raise WorkflowConfigError(
+            f"{where}: its largest seed, calibration_seed_offset + num_runs * "
+            f"calibration_episodes - 1 = {last}, must be at most {SEED_MAX} (2**32 - 1)"
+        )
+    base = config["base"]
+    train_first = base.get("seed_offset", 0)
+    train_last = train_first + runs - 1 + run.ppo.num_envs - 1
+    eval_first = run.evaluation.final_policy_eval_seed_offset
+    eval_last = eval_first + runs * max(run.evaluation.episodes, config["render"]["episodes"]) - 1
+    for name, low, high in (
+        ("training", train_first, train_last),
+        ("evaluation", eval_first, eval_last),
+    ):
+        if first <= high and low <= last:
+            raise WorkflowConfigError(
+                f"{where}: the calibration seeds {first}..{last} meet the {name} seeds "
+                f"{low}..{high}; choose an offset outside them"
             )
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import re
 from pathlib import Path
 
 import pytest
@@ -194,3 +195,26 @@ def test_schema_file_is_the_shipped_one():
 
     assert SCHEMA_PATH == REPO / "workflow" / "schemas" / "config.schema.yaml"
     assert Path(SCHEMA_PATH).is_file()
+
+
+@pytest.mark.parametrize(
+    ("offset", "expected"),
+    [
+        (1_000_100, "meet the evaluation seeds 1000000..1000399"),
+        (0, "meet the training seeds 0.."),
+        (2**32 - 300, "must be at most 4294967295"),
+    ],
+)
+def test_calibration_seeds_must_miss_training_and_evaluation_seeds(offset: int, expected: str):
+    config = _minimal()
+    config["algos"] = ["shield"]
+    config["base"] = {"final_policy_eval_episodes": 200, "shield_patience": 1}
+    config["algo_params"] = {
+        "shield": {"calibration_seed_offset": offset, "calibration_episodes": 200}
+    }
+    with pytest.raises(WorkflowConfigError, match=r"algo_params\.shield\.calibration_seed_offset"):
+        check_workflow_config(config)
+    with pytest.raises(WorkflowConfigError, match=re.escape(expected)):
+        check_workflow_config(_minimal() | {k: config[k] for k in ("algos", "base", "algo_params")})
+    config["algo_params"]["shield"]["calibration_episodes"] = 0  # nothing tested: no seeds
+    check_workflow_config(config)

@@ -201,11 +201,12 @@ class ShieldedIPPO(IPPO):
             )
 
     def certify(self) -> Certificate:
-        """Test the allowances `certify_multiples` x the final training allowance, most
-        cautious first, on the calibration episodes (`calibration.fixed_sequence_test`)."""
+        """Test the allowances `certify_multiples` x the allowance training settled at, most
+        cautious first, on the calibration episodes (`calibration.fixed_sequence_test`), all
+        of them in one batch of env copies."""
         cfg = self.shield_cfg
         seeds = cfg.calibration_seeds(self.config.run_idx)
-        anchor = self.shield.allowance
+        anchor = self._settled_allowance()
         allowances = [anchor * m for m in cfg.certify_multiples]
         test = partial(
             fixed_sequence_test,
@@ -241,7 +242,7 @@ class ShieldedIPPO(IPPO):
                 actor=actor,
                 seeds=seeds,
                 max_steps=CONSTRAINT_HORIZON,
-                batch_size=min(len(seeds), 100),
+                batch_size=min(len(seeds), 1000),
                 actor_seed=seeds.start,
             )
             first = first_violation_steps(batch.violation, batch.length)
@@ -257,6 +258,17 @@ class ShieldedIPPO(IPPO):
         certificate = test(allowances, outcomes, episodes=len(seeds))
         self.net.train()
         return certificate
+
+    def _settled_allowance(self) -> float:
+        """The geometric mean of the allowance over the second half of the armed updates (the
+        allowance oscillates around the level where training episodes violate at max_risk);
+        the current allowance when no update was armed."""
+        armed = [row for row in self.updates if row.get(M.SHIELD_ARMED)]
+        values = [row[M.SHIELD_ALLOWANCE] for row in armed[len(armed) // 2 :]]
+        values = [v for v in values if v is not None and v > 0]
+        if not values:
+            return self.shield.allowance
+        return math.exp(sum(math.log(v) for v in values) / len(values))
 
     def after_update(self, update: int) -> dict[str, float | None]:
         """Fit the models, log the shield's counters, arm after `shield_patience` updates."""
