@@ -18,6 +18,7 @@ from src.algos.shield.assemble import load_shield
 from src.algos.shield.trainer import ShieldedIPPO
 from src.algos.train import train_run
 from src.config.run import RunConfig, make_run_config
+from src.config.shield import ShieldConfig
 from tests.algos.shield.shield_toys import GridVectorEnv
 
 SMALL = {
@@ -211,3 +212,79 @@ def test_every_mode_trains_and_filters(knobs):
     expected_weight = {"model": 0.0, "uniform": 1.0}.get(trainer.shield_cfg.shield_opponent_mode)
     if expected_weight is not None:
         assert row[M.SHIELD_OPPONENT_WEIGHT] == expected_weight
+
+
+def _v1_trainer(config: dict) -> ShieldedIPPO:
+    trainer = ShieldedIPPO(config, GridVectorEnv(num_envs=2, slip=0.1))
+    # The calibration episodes run on the same toy task, with the cap the certificate asks.
+    trainer.make_calibration_env = lambda copies, steps: GridVectorEnv(
+        num_envs=copies, max_steps=steps, slip=0.1
+    )
+    return trainer
+
+
+def _v1_config(*, max_risk: float = 0.1, calibration_episodes: int = 6) -> dict:
+    config = run_config(patience=1, updates=4, seed=3, shield_version="v1", wm_version="v1")
+    config["max_risk"] = max_risk
+    config["algo_params"].update(
+        critic_steps=2, horizon=5, calibration_episodes=calibration_episodes, calibration_bins=2
+    )
+    config["algo_params"].pop("lookahead")
+    return config
+
+
+def test_v1_resume_is_bit_for_bit_with_the_ledger_the_allowance_and_the_certificate(tmp_path):
+    config = _v1_config()
+    full = _v1_trainer(config)
+    full.train(progress=False)
+    first = _v1_trainer(config)
+
+    class StopAfterTwo:
+        def on_epoch_end(self, trainer, epoch):
+            pass
+
+        def on_update_end(self, trainer):
+            if trainer.update == 2:
+                save_checkpoint(trainer, tmp_path)
+                raise Stop
+
+    with pytest.raises(Stop):
+        first.train(callbacks=[StopAfterTwo()], progress=False)
+    resumed = _v1_trainer(config)
+    load_checkpoint(resumed, latest_checkpoint(tmp_path))
+    resumed.train(progress=False)
+    for a, b in zip(full.net.parameters(), resumed.net.parameters(), strict=True):
+        assert torch.equal(a, b)
+    assert full.ledger.total == resumed.ledger.total > 0
+    assert np.array_equal(full.ledger.labelled()[0], resumed.ledger.labelled()[0])
+    assert [row[M.SHIELD_ALLOWANCE] for row in full.updates] == [
+        row[M.SHIELD_ALLOWANCE] for row in resumed.updates
+    ]
+    assert full.certificate == resumed.certificate
+    assert full.shield.allowance == resumed.shield.allowance == full.certificate.allowance
+
+
+def test_v1_certificate_tests_the_ladder_and_deploys_its_allowance():
+    # max_risk = 0.001: six episodes can never show it (P(Bin(6, 0.001) <= 0) > delta).
+    config = _v1_config(max_risk=0.001)
+    trainer = _v1_trainer(config)
+    trainer.train(progress=False)
+    certificate = trainer.certificate
+    assert not certificate.certified and certificate.statement.startswith("no certificate")
+    assert len(certificate.tested) == 1  # the sequence stops at its first failure
+    anchor = trainer._settled_allowance()
+    first = ShieldConfig.from_parts(trainer.config.base, config["algo_params"]).certify_multiples[0]
+    assert certificate.allowance == pytest.approx(first * anchor)
+    assert trainer.shield.allowance == certificate.allowance
+    # policy.pt carries the deployed allowance and the certificate; the loaded shield uses it.
+    state = {"config": trainer.config.to_dict(), **trainer.policy_state()}
+    shield = load_shield(state, trainer.config, net=trainer.net)
+    assert shield.allowance == certificate.allowance
+    assert state["shield"]["certificate"]["certified"] is False
+
+
+def test_v1_without_calibration_episodes_states_no_certificate():
+    trainer = _v1_trainer(_v1_config(calibration_episodes=0))
+    trainer.train(progress=False)
+    assert trainer.certificate.episodes == 0 and not trainer.certificate.tested
+    assert "no calibration episodes" in trainer.certificate.statement

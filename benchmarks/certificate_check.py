@@ -1,0 +1,158 @@
+"""Do the shields' certificates hold on reset seeds the project never uses?
+
+For every v1 shield run of a results folder, the deployed policy (policy and shield with the
+certified allowance, as evaluated) plays `--episodes` episodes of `CONSTRAINT_HORIZON` steps
+from reset seeds `--seed-offset + 100_000 * k + i` (k counts the runs), a range no training,
+calibration or evaluation uses by default (training: `seed_offset` + small numbers;
+evaluation: 1,000,000 + ...; calibration: 2,000,000 + ...). It reports per run the
+certificate (allowance, calibration violations, p-value) and the fresh episodes' violations
+with a one-sided 95% Clopper-Pearson upper bound, and per env the pooled rate of the certified
+runs: a certificate that holds has a fresh rate at most `max_risk` (up to the fresh sample's
+own error); with probability delta a certificate may be wrong.
+
+Run: `python -m benchmarks.certificate_check --results results/default [--write]`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from benchmarks.common import machine_info, write_section
+from src.algos.policy import load_actor
+from src.algos.shield.budget import BudgetShield
+from src.algos.shield.calibration import load_certificate
+from src.config.base import CONSTRAINT_HORIZON
+from src.containment import inside
+from src.envs.registry import make_vector_env
+from src.evaluation.episodes import first_violation_steps
+from src.evaluation.evaluate import collect_episodes
+from src.stats import clopper_pearson_upper
+
+ROOT = Path(__file__).resolve().parents[1]
+OUT = ROOT / "benchmarks" / "out"
+
+
+def check_run(run_dir: Path, *, episodes: int, first_seed: int) -> dict[str, Any]:
+    """The certificate of one shield run and the deployed policy's fresh episodes."""
+    torch.set_num_threads(1)
+    actor = load_actor(run_dir, shielded=True)
+    if not isinstance(actor.action_filter, BudgetShield):
+        raise ValueError(f"{run_dir} is not a run of the v1 shield")
+    certificate = load_certificate(run_dir)
+    if certificate is None:
+        raise ValueError(f"{run_dir}/policy.pt holds no certificate")
+    config = actor.config
+    params = config.env.constructor_params(max_steps=CONSTRAINT_HORIZON)
+    seeds = list(range(first_seed, first_seed + episodes))
+    batch = collect_episodes(
+        make_vec=lambda copies: make_vector_env(
+            config.env_name, num_envs=copies, seed=None, **params
+        ),
+        actor=actor,
+        seeds=seeds,
+        max_steps=CONSTRAINT_HORIZON,
+        batch_size=min(episodes, 500),
+        actor_seed=first_seed,
+    )
+    violations = int((first_violation_steps(batch.violation, batch.length) > 0).sum())
+    upper = float(clopper_pearson_upper(k=violations, n=episodes, delta=0.05))
+    return {
+        "run": str(run_dir),
+        "env": config.env_name,
+        "max_risk": certificate.max_risk,
+        "certified": certificate.certified,
+        "allowance": certificate.allowance,
+        "calibration": f"{certificate.violations}/{certificate.episodes}",
+        "p_value": certificate.p_value,
+        "fresh_first_seed": first_seed,
+        "fresh_episodes": episodes,
+        "fresh_violations": violations,
+        "fresh_rate": violations / episodes,
+        "fresh_upper": upper,
+        "fresh_return": float(batch.reward.sum(axis=1).mean()),
+    }
+
+
+def shield_runs(results: Path) -> list[Path]:
+    """The v1 shield run folders of a results folder (`runs/{env}/shield/run{i}`), resolved
+    inside it."""
+    runs = sorted((results / "runs").glob("*/shield/run*"))
+    return [
+        inside(results, run.relative_to(results)) for run in runs if (run / "policy.pt").is_file()
+    ]
+
+
+def markdown(records: Sequence[dict[str, Any]], command: str, machine: dict[str, Any]) -> str:
+    """The section of BENCHMARKS.md."""
+    lines = [
+        "## Certificates on fresh seeds",
+        "",
+        f"`{command}` ({machine['date']}, {machine['processor']}, {machine['cpus']} CPUs). "
+        f"Every shield run's deployed policy plays episodes of {CONSTRAINT_HORIZON} steps from "
+        "reset seeds that no training, calibration or evaluation uses; a certificate says "
+        "P(violation within 100 steps) <= max_risk at 1 - delta = 95%.",
+        "",
+        "| run | certificate | allowance | calibration violations | p-value | fresh "
+        "violations | fresh rate [95% upper] | fresh return |",
+        "|---|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    for r in records:
+        verdict = "certified" if r["certified"] else "no certificate"
+        lines.append(
+            f"| {r['run']} | {verdict} | {r['allowance']:.4g} | {r['calibration']} | "
+            f"{r['p_value']:.3g} | {r['fresh_violations']}/{r['fresh_episodes']} | "
+            f"{r['fresh_rate']:.3f} [{r['fresh_upper']:.3f}] | {r['fresh_return']:.1f} |"
+        )
+    lines += ["", "| env | certified runs | pooled fresh rate of certified runs | max_risk |"]
+    lines += ["|---|---:|---:|---:|"]
+    for env in sorted({r["env"] for r in records}):
+        mine = [r for r in records if r["env"] == env]
+        certified = [r for r in mine if r["certified"]]
+        k = sum(r["fresh_violations"] for r in certified)
+        n = sum(r["fresh_episodes"] for r in certified)
+        rate = f"{k}/{n} = {k / n:.3f}" if n else "–"
+        lines.append(f"| {env} | {len(certified)}/{len(mine)} | {rate} | {mine[0]['max_risk']} |")
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Command line: check every shield run of `--results`, print Markdown, save JSON."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--results", type=Path, required=True, help="a results folder")
+    parser.add_argument("--episodes", type=int, default=1000, help="fresh episodes per run")
+    parser.add_argument("--seed-offset", type=int, default=9_000_000)
+    parser.add_argument("--write", action="store_true", help="write its BENCHMARKS.md section")
+    args = parser.parse_args(argv)
+    load = list(os.getloadavg())
+    runs = shield_runs(args.results)
+    if not runs:
+        parser.error(f"{args.results} holds no shield run with a policy.pt")
+    records = [
+        check_run(run, episodes=args.episodes, first_seed=args.seed_offset + 100_000 * k)
+        for k, run in enumerate(runs)
+    ]
+    command = (
+        f"python -m benchmarks.certificate_check --results {args.results} "
+        f"--episodes {args.episodes} --seed-offset {args.seed_offset}"
+    )
+    text = markdown(records, command, machine_info(load))
+    print(text)
+    OUT.mkdir(parents=True, exist_ok=True)
+    tmp = OUT / ".certificate_check.json.tmp"
+    tmp.write_text(json.dumps({"records": records}, indent=2) + "\n")
+    os.replace(tmp, OUT / "certificate_check.json")
+    if args.write:
+        write_section("certificate_check", text)
+    return 0 if np.isfinite([r["fresh_rate"] for r in records]).all() else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
