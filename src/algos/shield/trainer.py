@@ -5,11 +5,19 @@ Only the trainer's extension points are used:
 - `action_filter`: the identity for the first `shield_patience` policy updates (the shield
   only watches and its models learn), then the shield;
 - `observe`: every real transition goes into the models' replay (also while watching);
+- `observe`, v1: every executed decision of the armed shield opens an entry of the outcome
+  ledger, closed by what the real env does within the shield's horizon;
 - `after_update`: fits the models on the replay (world model; v0's opponent model and its
-  mixing weight; v1's safety critic and the world model's calibration factor), logs the
-  shield's counters, arms the shield once patience has passed;
-- `extra_state` / `load_extra_state`: models, optimisers, replay, generators, counters;
-- `extra_policy_state`: the trained models and the shield config, for `load_shield`.
+  mixing weight; v1's safety critic), v1: refits the calibration map g on the labelled
+  decisions and moves the allowance by the violating share of the finished training episodes
+  (`src.algos.shield.calibration`), logs the shield's counters, arms the shield once patience
+  has passed;
+- `train`, v1: after the last update, the certificate of the deployed allowance
+  (`certify`);
+- `extra_state` / `load_extra_state`: models, optimisers, replay, ledger, allowance,
+  generators, counters;
+- `extra_policy_state`: the trained models, the shield config, the calibration, the deployed
+  allowance and the certificate, for `load_shield`.
 
 What the policy learns from depends on the shield version.
 
@@ -416,7 +424,7 @@ class ShieldedIPPO(IPPO):
 
     def extra_policy_state(self) -> dict[str, Any]:
         """The trained shield for policy.pt: config, model weights, cap and the version's own
-        values (v0's opponent weight, v1's calibration factor)."""
+        values (v0's opponent weight; v1's calibration, deployed allowance and certificate)."""
         saved: dict[str, Any] = {
             "config": self.shield_cfg.to_dict(),
             "world_model": self.world_model.state_dict(),
