@@ -14,7 +14,13 @@ Two measurements, both against ground truth:
   the shield's imagination estimates it (k / K). This covers every candidate, including the
   counterfactual ones the replay rarely holds.
 
-The real-dynamics estimate needs a native grid task (`hazard_grid`, `intersection`), whose state
+For the v1 shield (`src.algos.shield.budget`), `certified_plan_risk` is its certified risk U of
+a joint action, and two true risks of the same action in the real env go with it:
+`true_deployed_risk` (the team then keeps acting with a given policy, e.g. the deployed
+shielded one: what the shield's calibration is fitted to) and `true_plan_risk` (the team then
+follows the models' safest joint action, the backup the models' own risk q assumes).
+
+The real-dynamics estimates need a native grid task (`hazard_grid`, `intersection`), whose state
 carries one random stream key per copy.
 """
 
@@ -32,14 +38,21 @@ from src.algos.shield.shield import Shield
 from src.algos.shield.world_model import EnsembleWorldModel
 
 __all__ = [
+    "backup_actions",
+    "certified_plan_risk",
+    "clone_env",
     "cost_calibration",
     "model_lookahead_risk",
     "risk_summary",
     "sample_actor_actions",
+    "true_deployed_risk",
     "true_lookahead_risk",
+    "true_plan_risk",
 ]
 
 DEFAULT_BINS = (0.0, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0)
+BACKUP_BLOCK_ROWS = 2048
+"""(state, joint action) rows `backup_actions` judges per call of the shield's models."""
 
 
 def cost_calibration(
@@ -255,16 +268,39 @@ def clone_env(env: Any, index: np.ndarray, *, seed: int) -> Any:
 
 def backup_actions(shield: Any, obs: np.ndarray, remaining: np.ndarray) -> np.ndarray:
     """The v1 shield's safest joint action [N, A] for observations [N, A, D] with `remaining`
-    [N] steps of its horizon left (the backup it certifies against)."""
+    [N] steps of its horizon left (the backup it certifies against).
+
+    Every joint action is judged once per distinct (observation, remaining) row: clones of one
+    state that have not drifted apart share their models' call.
+    """
     n, a, d = obs.shape
+    if n == 0:
+        return np.zeros((0, a), dtype=np.int64)
+    rows = np.concatenate(
+        [
+            np.asarray(obs, dtype=np.float32).reshape(n, a * d),
+            np.asarray(remaining, dtype=np.float32).reshape(n, 1),
+        ],
+        axis=1,
+    )
+    distinct, inverse = np.unique(rows, axis=0, return_inverse=True)
     k = shield.joint.shape[0]
+    # Blocks of about BACKUP_BLOCK_ROWS judged rows: small batches run faster than one huge one.
+    block = max(1, BACKUP_BLOCK_ROWS // k)
+    picks = []
     with torch.inference_mode():
-        joint = torch.from_numpy(np.asarray(obs, dtype=np.float32).reshape(n, a * d))
-        left = torch.from_numpy(np.asarray(remaining, dtype=np.float32))
-        risks = shield.certified(
-            joint.repeat_interleave(k, dim=0), shield.joint.repeat(n, 1), left.repeat_interleave(k)
-        ).view(n, k)
-    return shield.joint[risks.argmin(dim=1)].numpy()
+        for start in range(0, len(distinct), block):
+            part = distinct[start : start + block]
+            u = len(part)
+            joint = torch.from_numpy(np.ascontiguousarray(part[:, :-1]))
+            left = torch.from_numpy(np.ascontiguousarray(part[:, -1]))
+            risks = shield.certified(
+                joint.repeat_interleave(k, dim=0),
+                shield.joint.repeat(u, 1),
+                left.repeat_interleave(k),
+            ).view(u, k)
+            picks.append(risks.argmin(dim=1))
+    return shield.joint[torch.cat(picks)].numpy()[inverse.reshape(-1)]
 
 
 def true_plan_risk(
@@ -272,39 +308,104 @@ def true_plan_risk(
     shield: Any,
     first: np.ndarray,
     *,
-    horizon: int,
+    horizon: int | np.ndarray,
     rollouts: int,
     seed: int,
 ) -> np.ndarray:
-    """True P(violation within `horizon` steps) [E] of copy e of `env` taking joint action
+    """True P(violation within horizon[e] steps) [E] of copy e of `env` taking joint action
     first[e] [E, A] now and the v1 shield's backup after it, by Monte Carlo of the real env
-    (`rollouts` clones per copy). `env` is not changed."""
+    (`rollouts` clones per copy). `horizon`: one number of steps for every copy, or one per
+    copy [E]. `env` is not changed."""
     e = env.num_envs
+    window = np.repeat(_per_copy("horizon", horizon, e), rollouts)
     index = np.repeat(np.arange(e), rollouts)
     sim = clone_env(env, index, seed=seed)
     actions = np.repeat(np.asarray(first, dtype=np.int64), rollouts, axis=0)
-    alive = np.ones(len(index), dtype=bool)
+    alive = window > 0
     violated = np.zeros(len(index), dtype=bool)
-    for depth in range(horizon):
+    for depth in range(int(window.max(initial=0))):
         result = sim.step(actions)
         violated |= alive & (np.asarray(result.cost) > 0).any(axis=1)
         ended = np.asarray(result.terminated).any(axis=1) | np.asarray(result.truncated).any(axis=1)
-        alive &= ~ended & ~violated
-        if not alive.any() or depth + 1 == horizon:
+        alive &= ~ended & ~violated & (depth + 1 < window)
+        if not alive.any():
             break
-        # Finished clones keep stepping (auto-reset) but no longer count.
-        actions = backup_actions(shield, result.final_obs, np.full(len(index), horizon - depth - 1))
+        # Clones that no longer count keep stepping (auto-reset) and stay put.
+        live = np.flatnonzero(alive)
+        actions = np.zeros_like(actions)
+        actions[live] = backup_actions(shield, result.final_obs[live], window[live] - depth - 1)
+    sim.close()
+    return violated.reshape(e, rollouts).mean(axis=1)
+
+
+def true_deployed_risk(
+    env: Any,
+    follower: Any,
+    first: np.ndarray,
+    *,
+    horizon: int | np.ndarray,
+    episode_step: np.ndarray,
+    rollouts: int,
+    seed: int,
+    follower_seed: int,
+    budget: np.ndarray | None = None,
+) -> np.ndarray:
+    """True P(violation within horizon[e] steps) [E] of copy e of `env` taking joint action
+    first[e] [E, A] now and then acting with `follower` (e.g. the deployed shielded policy,
+    `src.algos.policy.Actor`), by Monte Carlo of the real env: `rollouts` clones per copy, all
+    driven by `follower`, reset for them with `follower_seed`.
+
+    `horizon`: steps counted, this one included (one number, or one per copy [E]); a violation
+    in any of them counts, an episode that ends first does not. `episode_step` [E]: the
+    1-based step of `first` in its episode (the follower acts from the next one). `budget` [E]:
+    with the `episode` scope, the excess budget each copy's shield has left after `first`
+    (given to the follower's shield, `follower.action_filter`). `env` is not changed.
+    """
+    e = env.num_envs
+    window = np.repeat(_per_copy("horizon", horizon, e), rollouts)
+    step = np.repeat(np.asarray(episode_step, dtype=np.int64).reshape(e), rollouts)
+    sim = clone_env(env, np.repeat(np.arange(e), rollouts), seed=seed)
+    follower.reset(len(window), follower_seed)
+    if budget is not None:
+        shield = follower.action_filter
+        shield.budget = np.repeat(np.asarray(budget, dtype=np.float64).reshape(e), rollouts)
+    actions = np.repeat(np.asarray(first, dtype=np.int64), rollouts, axis=0)
+    alive = window > 0
+    violated = np.zeros(len(window), dtype=bool)
+    for depth in range(int(window.max(initial=0))):
+        result = sim.step(actions)
+        violated |= alive & (np.asarray(result.cost) > 0).any(axis=1)
+        ended = np.asarray(result.terminated).any(axis=1) | np.asarray(result.truncated).any(axis=1)
+        alive &= ~ended & ~violated & (depth + 1 < window)
+        if not alive.any():
+            break
+        # Every clone keeps acting (the follower's batch is fixed); only the live ones count.
+        step = np.where(ended, 1, step + 1)
+        actions = np.asarray(follower.act(result.obs, step), dtype=np.int64)
+    sim.close()
     return violated.reshape(e, rollouts).mean(axis=1)
 
 
 def certified_plan_risk(
-    shield: Any, obs: np.ndarray, first: np.ndarray, *, horizon: int
+    shield: Any, obs: np.ndarray, first: np.ndarray, *, horizon: int | np.ndarray
 ) -> np.ndarray:
-    """The v1 shield's certified risk [N] of `first` [N, A] at obs [N, A, D] then its backup,
-    within `horizon` steps (the quantity `true_plan_risk` measures)."""
+    """The v1 shield's certified risk U [N] of `first` [N, A] at obs [N, A, D] over `horizon`
+    steps (one number, or one per row [N]): g(q) of the action then the models' safest
+    continuation, as the shield reports it for an executed action (`Decision.bound`)."""
     n, a, d = obs.shape
+    left = _per_copy("horizon", horizon, n).astype(np.float32)
     with torch.inference_mode():
         joint = torch.from_numpy(np.asarray(obs, dtype=np.float32).reshape(n, a * d))
         return shield.certified(
-            joint, torch.from_numpy(np.asarray(first, dtype=np.int64)), torch.full((n,), horizon)
+            joint, torch.from_numpy(np.asarray(first, dtype=np.int64)), torch.from_numpy(left)
         ).numpy()
+
+
+def _per_copy(name: str, value: int | np.ndarray, n: int) -> np.ndarray:
+    """`value` as one int64 per copy [n] (a number is repeated)."""
+    array = np.asarray(value, dtype=np.int64)
+    if array.ndim == 0:
+        return np.full(n, int(array), dtype=np.int64)
+    if array.shape != (n,):
+        raise ValueError(f"{name} must be a number or have shape ({n},), got {array.shape}")
+    return array
