@@ -219,7 +219,7 @@ class ShieldConfig(Section):
     calibration_seed_offset: int = 2_000_000
     """v1: reset seed of run 0's first calibration episode; the workflow refuses ranges that
     meet the training or evaluation seeds."""
-    certify_multiples: tuple[float, ...] = (0.125, 0.35, 0.71, 1.0, 1.19, 1.41)
+    certify_multiples: tuple[float, ...] = (0.125, 0.35, 0.71, 1.0, 1.19, 1.41, 1.68, 2.0)
     """v1: the allowances the certificate tests, most cautious first, as multiples of the
     allowance training settled at (its geometric mean over the second half of the armed
     updates)."""
