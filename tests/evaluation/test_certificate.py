@@ -11,9 +11,9 @@ from src.algos.shield.calibration import certificate_of, load_certificate
 from src.algos.train import train_run
 from src.analysis.export import CERTIFICATE_COLUMNS, EVAL_SCHEMA
 from src.analysis.files import read_parquet
-from src.config.run import make_run_config
 from src.core.io import load_from_file, save_to_file
 from src.evaluation.evaluate import evaluate_run
+from tests.tiny_runs import tiny_run_config
 
 pytestmark = pytest.mark.slow
 
@@ -32,21 +32,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     run_dirs = {}
     for name, (algo, overrides) in RUNS.items():
         algo_params = {"calibration_episodes": 4, "critic_steps": 2} if name == "shield_v1" else {}
-        config = make_run_config(
-            env_name="hazard_grid",
-            algo=algo,
-            num_envs=4,
-            timesteps=4 * 16 * 2,
-            rollouts=16,
-            learning_epochs=1,
-            mini_batches=2,
-            env_params={"max_steps": 10},
-            final_policy_eval_episodes=4,
-            final_policy_eval_horizons=(1, 5),
-            checkpoint_every=100,
-            algo_params=algo_params,
-            **overrides,
-        )
+        config = tiny_run_config(algo, algo_params=algo_params, **overrides)
         run_dirs[name] = root / name / "run0"
         train_run(config, run_dirs[name], progress=False)
     return run_dirs

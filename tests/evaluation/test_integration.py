@@ -13,9 +13,9 @@ from src.analysis.export import EVAL_SCHEMA, HISTORY_SCHEMA, config_from_metadat
 from src.analysis.figures import FIGURE_NAMES, make_figures
 from src.analysis.files import read_parquet
 from src.analysis.tables import make_summary
-from src.config.run import make_run_config
 from src.evaluation.evaluate import evaluate_run
 from src.evaluation.render import POSTER_NAME, render_run
+from tests.tiny_runs import tiny_run_config
 
 pytestmark = pytest.mark.slow
 
@@ -28,18 +28,8 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
     root = tmp_path_factory.mktemp("integration")
     run_dirs = []
     for algo in ("ippo", "shield"):
-        config = make_run_config(
-            env_name="hazard_grid",
-            algo=algo,
-            num_envs=4,
-            timesteps=4 * 16 * 2,
-            rollouts=16,
-            learning_epochs=1,
-            mini_batches=2,
-            env_params={"max_steps": 10},
-            final_policy_eval_episodes=6,
-            final_policy_eval_horizons=HORIZONS,
-            checkpoint_every=100,
+        config = tiny_run_config(
+            algo, final_policy_eval_episodes=6, final_policy_eval_horizons=HORIZONS
         )
         run_dir = root / "runs" / "hazard_grid" / algo / "run0"
         train_run(config, run_dir, progress=False)

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -318,11 +319,32 @@ def true_plan_risk(
     copy [E]. `env` is not changed."""
     e = env.num_envs
     window = np.repeat(_per_copy("horizon", horizon, e), rollouts)
-    index = np.repeat(np.arange(e), rollouts)
-    sim = clone_env(env, index, seed=seed)
-    actions = np.repeat(np.asarray(first, dtype=np.int64), rollouts, axis=0)
+    sim = clone_env(env, np.repeat(np.arange(e), rollouts), seed=seed)
+
+    def backup(result: Any, alive: np.ndarray, ended: np.ndarray, depth: int) -> np.ndarray:
+        # Clones that no longer count keep stepping (auto-reset) and stay put.
+        live = np.flatnonzero(alive)
+        actions = np.zeros((len(window), shield.n_agents), dtype=np.int64)
+        actions[live] = backup_actions(shield, result.final_obs[live], window[live] - depth - 1)
+        return actions
+
+    return _violated_within(sim, first, window, backup).reshape(e, rollouts).mean(axis=1)
+
+
+def _violated_within(
+    sim: Any,
+    first: np.ndarray,
+    window: np.ndarray,
+    next_actions: Callable[[Any, np.ndarray, np.ndarray, int], np.ndarray],
+) -> np.ndarray:
+    """Step the clones `sim` with `first` [E, A] (already repeated per clone), then with
+    `next_actions(result, alive, ended, depth)`, until every clone's `window` [E] of steps has
+    passed, its episode ended or it violated; whether each clone violated in its window. The
+    clones are closed."""
+    rows = len(window)
+    actions = np.repeat(np.asarray(first, dtype=np.int64), rows // len(first), axis=0)
     alive = window > 0
-    violated = np.zeros(len(index), dtype=bool)
+    violated = np.zeros(rows, dtype=bool)
     for depth in range(int(window.max(initial=0))):
         result = sim.step(actions)
         violated |= alive & (np.asarray(result.cost) > 0).any(axis=1)
@@ -330,12 +352,9 @@ def true_plan_risk(
         alive &= ~ended & ~violated & (depth + 1 < window)
         if not alive.any():
             break
-        # Clones that no longer count keep stepping (auto-reset) and stay put.
-        live = np.flatnonzero(alive)
-        actions = np.zeros_like(actions)
-        actions[live] = backup_actions(shield, result.final_obs[live], window[live] - depth - 1)
+        actions = next_actions(result, alive, ended, depth)
     sim.close()
-    return violated.reshape(e, rollouts).mean(axis=1)
+    return violated
 
 
 def true_deployed_risk(
@@ -369,21 +388,14 @@ def true_deployed_risk(
     if budget is not None:
         shield = follower.action_filter
         shield.budget = np.repeat(np.asarray(budget, dtype=np.float64).reshape(e), rollouts)
-    actions = np.repeat(np.asarray(first, dtype=np.int64), rollouts, axis=0)
-    alive = window > 0
-    violated = np.zeros(len(window), dtype=bool)
-    for depth in range(int(window.max(initial=0))):
-        result = sim.step(actions)
-        violated |= alive & (np.asarray(result.cost) > 0).any(axis=1)
-        ended = np.asarray(result.terminated).any(axis=1) | np.asarray(result.truncated).any(axis=1)
-        alive &= ~ended & ~violated & (depth + 1 < window)
-        if not alive.any():
-            break
+
+    def follow(result: Any, alive: np.ndarray, ended: np.ndarray, depth: int) -> np.ndarray:
         # Every clone keeps acting (the follower's batch is fixed); only the live ones count.
+        nonlocal step
         step = np.where(ended, 1, step + 1)
-        actions = np.asarray(follower.act(result.obs, step), dtype=np.int64)
-    sim.close()
-    return violated.reshape(e, rollouts).mean(axis=1)
+        return np.asarray(follower.act(result.obs, step), dtype=np.int64)
+
+    return _violated_within(sim, first, window, follow).reshape(e, rollouts).mean(axis=1)
 
 
 def certified_plan_risk(

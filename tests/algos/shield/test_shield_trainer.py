@@ -53,6 +53,21 @@ class Stop(Exception):
     pass
 
 
+class StopAfterTwo:
+    """A training callback that checkpoints after the second update, then stops training."""
+
+    def __init__(self, where):
+        self.where = where
+
+    def on_epoch_end(self, trainer, epoch):
+        pass
+
+    def on_update_end(self, trainer):
+        if trainer.update == 2:
+            save_checkpoint(trainer, self.where)
+            raise Stop
+
+
 def test_passive_shield_trains_exactly_like_ippo():
     config = run_config(patience=100, updates=3)
     shielded = ShieldedIPPO(config, GridVectorEnv(num_envs=2))
@@ -109,17 +124,8 @@ def test_resume_is_bit_for_bit(tmp_path):
 
     first = ShieldedIPPO(config, GridVectorEnv(num_envs=2, slip=0.1))
 
-    class StopAfterTwo:
-        def on_epoch_end(self, trainer, epoch):
-            pass
-
-        def on_update_end(self, trainer):
-            if trainer.update == 2:
-                save_checkpoint(trainer, tmp_path)
-                raise Stop
-
     with pytest.raises(Stop):
-        first.train(callbacks=[StopAfterTwo()], progress=False)
+        first.train(callbacks=[StopAfterTwo(tmp_path)], progress=False)
     resumed = ShieldedIPPO(config, GridVectorEnv(num_envs=2, slip=0.1))
     load_checkpoint(resumed, latest_checkpoint(tmp_path))
     resumed.train(progress=False)
@@ -239,17 +245,8 @@ def test_v1_resume_is_bit_for_bit_with_the_ledger_the_allowance_and_the_certific
     full.train(progress=False)
     first = _v1_trainer(config)
 
-    class StopAfterTwo:
-        def on_epoch_end(self, trainer, epoch):
-            pass
-
-        def on_update_end(self, trainer):
-            if trainer.update == 2:
-                save_checkpoint(trainer, tmp_path)
-                raise Stop
-
     with pytest.raises(Stop):
-        first.train(callbacks=[StopAfterTwo()], progress=False)
+        first.train(callbacks=[StopAfterTwo(tmp_path)], progress=False)
     resumed = _v1_trainer(config)
     load_checkpoint(resumed, latest_checkpoint(tmp_path))
     resumed.train(progress=False)

@@ -1,0 +1,28 @@
+"""The run config of a tiny training run on hazard_grid, shared by tests that need a trained run
+folder: two policy updates of 4 env copies x 16 steps, episodes capped at 10 steps."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from src.config.run import make_run_config
+
+
+def tiny_run_config(algo: str, **overrides: Any) -> dict[str, Any]:
+    """A flat run config of `algo` on hazard_grid at the tiny budget; `overrides` replace or add
+    `make_run_config` arguments (base keys, `algo_params`, evaluation settings)."""
+    settings: dict[str, Any] = {
+        "env_name": "hazard_grid",
+        "algo": algo,
+        "num_envs": 4,
+        "timesteps": 4 * 16 * 2,
+        "rollouts": 16,
+        "learning_epochs": 1,
+        "mini_batches": 2,
+        "env_params": {"max_steps": 10},
+        "final_policy_eval_episodes": 4,
+        "final_policy_eval_horizons": (1, 5),
+        "checkpoint_every": 100,
+    }
+    settings.update(overrides)
+    return make_run_config(**settings)
