@@ -1,0 +1,149 @@
+"""How the v1 shield's work per decision grows with the team: `coordinate` against `exhaustive`.
+
+For n_agents = 2, 3, 4 (and 5 where the task allows) of a grid task, a v1 shield with fresh
+(untrained) models is built for the env's dimensions (`build_shield`, the default shield
+config) and its allowance set to 0, so that no proposal and no one-agent change passes and
+every decision runs the search: the worst case of the filter. Per decision it counts the joint
+actions judged (the rows `BudgetShield.raw_risk` is called with) and times the filter (CPU
+seconds of this process, one torch thread), over `--steps` steps of `--copies` env copies
+acting with uniformly random proposals. The work of a search does not depend on what the
+models learned: `coordinate` judges at most 2 + A (n - 1) + sweeps A n joint actions (the
+proposal, its one-agent changes, the descent's start and its sweeps), `exhaustive`
+1 + A (n - 1) + n ** A.
+
+Run: `python -m benchmarks.shield_scaling [--env intersection] [--write]`; the table goes to
+the section "shield_scaling" of BENCHMARKS.md with `--write`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import torch
+
+from benchmarks.common import machine_info, write_section
+from src.algos.shield.assemble import build_shield
+from src.algos.shield.budget import BudgetShield
+from src.config.run import RunConfig, make_run_config
+from src.envs.registry import make_vector_env
+
+
+def measure(env_name: str, n_agents: int, search: str, *, copies: int, steps: int) -> dict:
+    """Joint actions judged and CPU seconds per decision of the search `search`."""
+    torch.set_num_threads(1)
+    config = RunConfig.from_dict(
+        make_run_config(
+            env_name=env_name,
+            algo="shield",
+            n_agents=n_agents,
+            shield_version="v1",
+            wm_version="v1",
+            algo_params={"search": search},
+        )
+    )
+    env = make_vector_env(env_name, num_envs=copies, seed=0, **config.env.constructor_params())
+    parts = build_shield(
+        config.shield,
+        n_agents=env.n_agents,
+        obs_dim=env.obs_dim,
+        n_actions=env.n_actions,
+        max_steps=int(env.max_steps),
+        # Only v0 imagines the policy; v1 judges the actual proposals.
+        policy_logits=lambda obs, agent: torch.zeros(obs.shape[0], env.n_actions),
+        seed=0,
+    )
+    shield = parts.shield
+    if not isinstance(shield, BudgetShield):
+        raise TypeError("the v1 shield was expected")
+    shield.allowance = 0.0
+    judged = 0
+    original = shield.raw_risk
+
+    def counted(joint: torch.Tensor, actions: torch.Tensor, remaining: torch.Tensor) -> Any:
+        nonlocal judged
+        judged += int(actions.shape[0])
+        return original(joint, actions, remaining)
+
+    shield.raw_risk = counted  # type: ignore[method-assign]
+    rng = np.random.default_rng(0)
+    obs = env.reset(seed=list(range(copies)))
+    shield.reset(copies, 0)
+    logits = torch.zeros(copies, env.n_agents, env.n_actions)
+    seconds = 0.0
+    for step in range(steps):
+        proposed = rng.integers(0, env.n_actions, size=(copies, env.n_agents))
+        started = time.process_time()
+        executed, _ = shield.filter(obs, proposed, logits, np.full(copies, step + 1))
+        seconds += time.process_time() - started
+        obs = env.step(executed).obs
+    env.close()
+    decisions = copies * steps
+    return {
+        "env": env_name,
+        "n_agents": env.n_agents,
+        "n_actions": env.n_actions,
+        "search": search,
+        "judged_per_decision": judged / decisions,
+        "ms_per_decision": 1000 * seconds / decisions,
+    }
+
+
+def markdown(records: Sequence[dict], command: str, machine: dict) -> str:
+    """The section of BENCHMARKS.md: one row per team size, both searches side by side."""
+    lines = [
+        "## Shield search against team size",
+        "",
+        f"`{command}` ({machine['date']}, {machine['processor']}, {machine['cpus']} CPUs, torch "
+        f"{machine['torch']} on 1 thread). Allowance 0: every decision runs the search (the "
+        "filter's worst case); fresh models (the work does not depend on training).",
+        "",
+        "| env | agents | joint actions | coordinate: judged / decision | exhaustive: judged / "
+        "decision | coordinate: ms / decision | exhaustive: ms / decision | time ratio |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    by_size: dict[tuple[str, int], dict[str, dict]] = {}
+    for r in records:
+        by_size.setdefault((r["env"], r["n_agents"]), {})[r["search"]] = r
+    for (env, agents), pair in sorted(by_size.items()):
+        c, x = pair["coordinate"], pair["exhaustive"]
+        lines.append(
+            f"| {env} | {agents} | {c['n_actions'] ** agents} | {c['judged_per_decision']:.0f} | "
+            f"{x['judged_per_decision']:.0f} | {c['ms_per_decision']:.2f} | "
+            f"{x['ms_per_decision']:.2f} | {x['ms_per_decision'] / c['ms_per_decision']:.1f} |"
+        )
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Command line: measure both searches at every team size, print Markdown."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--env", default="hazard_grid", help="a grid task of the registry")
+    parser.add_argument("--agents", type=int, nargs="+", default=[2, 3, 4, 5])
+    parser.add_argument("--copies", type=int, default=32)
+    parser.add_argument("--steps", type=int, default=20)
+    parser.add_argument("--write", action="store_true", help="write its BENCHMARKS.md section")
+    args = parser.parse_args(argv)
+    load = list(os.getloadavg())
+    records = [
+        measure(args.env, agents, search, copies=args.copies, steps=args.steps)
+        for agents in args.agents
+        for search in ("coordinate", "exhaustive")
+    ]
+    command = (
+        f"python -m benchmarks.shield_scaling --env {args.env} --agents "
+        f"{' '.join(map(str, args.agents))} --copies {args.copies} --steps {args.steps}"
+    )
+    text = markdown(records, command, machine_info(load))
+    print(text)
+    if args.write:
+        write_section("shield_scaling", text)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

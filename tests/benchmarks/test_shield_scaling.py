@@ -1,0 +1,20 @@
+"""benchmarks/shield_scaling.py: the joint actions each search judges per decision."""
+
+from __future__ import annotations
+
+import pytest
+
+from benchmarks.shield_scaling import measure
+
+
+@pytest.mark.parametrize("agents", [2, 3])
+def test_work_per_decision_follows_each_search(agents: int):
+    coordinate = measure("hazard_grid", agents, "coordinate", copies=4, steps=2)
+    exhaustive = measure("hazard_grid", agents, "exhaustive", copies=4, steps=2)
+    n = exhaustive["n_actions"]
+    one_change = 1 + agents * (n - 1)  # the proposal and its one-agent changes
+    # With allowance 0 every decision enumerates every joint action after the one-agent changes.
+    assert exhaustive["judged_per_decision"] == one_change + n**agents
+    # The descent: its start, then at most two sweeps of n options per agent.
+    assert one_change + 1 + agents * n <= coordinate["judged_per_decision"]
+    assert coordinate["judged_per_decision"] <= one_change + 1 + 2 * agents * n
