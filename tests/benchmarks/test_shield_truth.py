@@ -17,8 +17,8 @@ from src.algos.policy import load_actor
 from src.algos.shield import diagnostics
 from src.algos.shield.diagnostics import backup_actions, true_deployed_risk, true_plan_risk
 from src.algos.train import train_run
-from src.config.run import make_run_config
 from src.envs import make_vector_env
+from tests.tiny_runs import tiny_run_config
 
 # 5x5 hazard_grid, cells row-major: one hazard at (1, 1); agent 0 at (1, 2) next to it, agent 1
 # far away in a corner. A slip keeps the agent in place.
@@ -118,21 +118,11 @@ def test_sampled_steps_leave_every_window_before_the_cap() -> None:
 @pytest.fixture(scope="module")
 def run_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A tiny trained v1 shield run on hazard_grid (two policy updates, horizon 4)."""
-    config = make_run_config(
-        env_name="hazard_grid",
-        algo="shield",
+    config = tiny_run_config(
+        "shield",
         shield_version="v1",
         wm_version="v1",
-        num_envs=4,
-        timesteps=4 * 16 * 2,
-        rollouts=16,
-        learning_epochs=1,
-        mini_batches=2,
         shield_patience=1,
-        env_params={"max_steps": 10},
-        final_policy_eval_episodes=4,
-        final_policy_eval_horizons=(1, 5),
-        checkpoint_every=100,
         algo_params={
             "calibration_episodes": 2,
             "certify_multiples": [1.0],
