@@ -32,7 +32,8 @@ import torch
 from benchmarks.common import machine_info, write_section
 from src.algos.policy import load_actor
 from src.algos.shield.budget import BudgetShield
-from src.algos.shield.calibration import Certificate, load_certificate
+from src.algos.shield.calibration import Certificate, fixed_sequence_test, load_certificate
+from src.algos.shield.trainer import calibration_outcomes
 from src.config.base import CONSTRAINT_HORIZON
 from src.containment import inside
 from src.envs.registry import make_vector_env
@@ -94,30 +95,37 @@ def check_run(run_dir: Path, *, episodes: int, first_seed: int) -> dict[str, Any
 
 
 def replay_calibration(run_dir: Path, certificate: Certificate) -> tuple[bool, float]:
-    """Run the certificate's tested allowances again on its calibration seeds, as the trainer
-    did (one batch, the actor seeded with the first seed): whether every rung's violations
-    come out as recorded, and the seconds it took (the calibration's cost)."""
+    """Run the certificate's fixed-sequence test again on its calibration seeds, with its tested
+    allowances and as the trainer did (`calibration_outcomes`): whether every tested rung comes
+    out as recorded (episodes played, violations), and the seconds it took (the calibration's
+    cost)."""
     actor = load_actor(run_dir, shielded=True)
     config = actor.config
     params = config.env.constructor_params(max_steps=certificate.horizon)
-    seeds = range(certificate.first_seed, certificate.first_seed + certificate.episodes)
-    same = True
+    seeds = actor.action_filter.config.calibration_seeds(config.run_idx)
     started = time.perf_counter()
-    for rung in certificate.tested:
-        actor.action_filter.allowance = rung["allowance"]
-        batch = collect_episodes(
+    replayed = fixed_sequence_test(
+        [rung["allowance"] for rung in certificate.tested],
+        calibration_outcomes(
+            actor,
             make_vec=lambda copies: make_vector_env(
                 config.env_name, num_envs=copies, seed=None, **params
             ),
-            actor=actor,
             seeds=seeds,
-            max_steps=certificate.horizon,
-            batch_size=min(len(seeds), 1000),
-            actor_seed=seeds.start,
-        )
-        k = int((first_violation_steps(batch.violation, batch.length) > 0).sum())
-        same &= k == rung["violations"]
-    return same, time.perf_counter() - started
+            horizon=certificate.horizon,
+        ),
+        episodes=len(seeds),
+        max_risk=certificate.max_risk,
+        delta=certificate.delta,
+        horizon=certificate.horizon,
+        first_seed=certificate.first_seed,
+    )
+    seconds = time.perf_counter() - started
+    keys = ("allowance", "episodes", "violations")
+    same = [[rung[key] for key in keys] for rung in replayed.tested] == [
+        [rung.get(key) for key in keys] for rung in certificate.tested
+    ]
+    return same, seconds
 
 
 def shield_runs(results: Path) -> list[Path]:

@@ -198,7 +198,7 @@ class ShieldConfig(Section):
     search: str = "coordinate"
     """v1, `receding`: when neither the proposal nor a change of one agent's action is within
     the allowance, `coordinate` descends on the risk one agent at a time from the safest of
-    those options (at most `search_sweeps` * n_agents * n_actions joint actions judged) and
+    those options (at most `search_sweeps` * n_agents * (n_actions - 1) joint actions judged) and
     executes the least risk found; `exhaustive` judges every joint action (n_actions **
     n_agents) and executes the most likely one within the allowance, else the safest."""
     search_sweeps: int = 2
@@ -209,17 +209,17 @@ class ShieldConfig(Section):
     calibration_bins: int = 8
     """v1: equal-count bins of the models' risk in the calibration map; the map replaces the
     held-out factor once 100 labelled decisions per bin are there."""
-    adapt_rate: float = 0.2
+    adapt_rate: float = 0.1
     """v1: step of the log-allowance per finished training episode after arming,
-    log a += adapt_rate * (max_risk - violated); 0 keeps the starting allowance
-    max_risk * horizon / max_steps."""
+    log a += adapt_rate * (max_risk - violated), starting at max_risk; 0 keeps the allowance
+    at max_risk."""
     calibration_episodes: int = 200
     """v1: calibration episodes n per tested allowance of the certificate (run r uses reset
     seeds calibration_seed_offset + r * n + i); 0: no test, the run has no certificate."""
     calibration_seed_offset: int = 2_000_000
     """v1: reset seed of run 0's first calibration episode; the workflow refuses ranges that
     meet the training or evaluation seeds."""
-    certify_multiples: tuple[float, ...] = (0.125, 0.35, 0.71, 1.0, 1.19, 1.41, 1.68, 2.0)
+    certify_multiples: tuple[float, ...] = (0.25, 0.5, 0.71, 0.84, 1.0, 1.19, 1.41)
     """v1: the allowances the certificate tests, most cautious first, as multiples of the
     allowance training settled at (its geometric mean over the second half of the armed
     updates)."""

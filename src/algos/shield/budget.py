@@ -41,9 +41,10 @@ realized violation rate in training, chosen by the certificate for deployment):
 
 Cost. With `receding` the proposals of all copies are judged first (one batched model call),
 then the A (n_actions - 1) one-agent changes of the proposals that failed, then, for the
-copies where none passed, at most `search_sweeps` * A * n_actions joint actions
-(`coordinate`) or all n_actions ** A (`exhaustive`). With `episode` every joint action of
-every copy is judged each step. Nothing is sampled: the shield is deterministic given its
+copies where none passed, at most `search_sweeps` * A * (n_actions - 1) joint actions
+(`coordinate`, which stops a copy once no single agent's change lowers its risk) or all
+n_actions ** A (`exhaustive`). With `episode` every joint action of every copy is judged
+each step. Nothing is sampled: the shield is deterministic given its
 models.
 """
 
@@ -243,17 +244,17 @@ class BudgetShield(RiskFilter):
                 raw = self.raw_risk(joint, torch.from_numpy(proposed), remaining).double().numpy()
                 judge = np.flatnonzero(raw > self.allowance)
                 if len(judge):
-                    found, actions, raws, start = self._one_change(
+                    found, actions, raws, start, start_raw = self._one_change(
                         joint[judge], proposed[judge], logits[judge], remaining[judge]
                     )
                     executed[judge[found]] = actions[found]
                     raw[judge[found]] = raws[found]
-                    judge, start = judge[~found], start[~found]
+                    judge, start, start_raw = judge[~found], start[~found], start_raw[~found]
                 if len(judge) and self.config.search == "coordinate":
                     # The least risk found by changing one agent at a time from the safest
                     # option so far: within the allowance it is executed, else it is the
                     # fallback.
-                    actions, q = self._descend(joint[judge], start, remaining[judge])
+                    actions, q = self._descend(joint[judge], start, start_raw, remaining[judge])
                     executed[judge] = actions
                     raw[judge] = safest[judge] = q.double().numpy()
                     allowance[judge] = np.maximum(self.allowance, safest[judge])
@@ -309,11 +310,11 @@ class BudgetShield(RiskFilter):
         proposed: np.ndarray,
         logits: torch.Tensor,
         remaining: torch.Tensor,
-    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """Per copy [N]: whether some joint action that changes one agent's proposed action has
         q within the allowance, the most likely such action [N, A] (the policy's
         log-probability of the changed agent's new action over its proposed one), its q [N],
-        and the joint action of least q among these options [N, A]."""
+        and the joint action of least q among these options [N, A] with its q [N]."""
         n_copies, a = proposed.shape
         n = self.n_actions
         # Every (agent, other action) pair: A * (n - 1) options per copy.
@@ -336,47 +337,57 @@ class BudgetShield(RiskFilter):
         best = score.argmax(axis=1)
         every = np.arange(n_copies)
         found = np.isfinite(score[every, best])
-        start = options[every, raws.argmin(axis=1)]
-        return found, options[every, best], raws[every, best], start
+        least = raws.argmin(axis=1)
+        return (
+            found,
+            options[every, best],
+            raws[every, best],
+            options[every, least],
+            raws[every, least],
+        )
 
     def _descend(
-        self, joint: torch.Tensor, start: np.ndarray, remaining: torch.Tensor
+        self, joint: torch.Tensor, start: np.ndarray, start_raw: np.ndarray, remaining: torch.Tensor
     ) -> tuple[np.ndarray, torch.Tensor]:
-        """Coordinate descent on the raw risk from `start` [N, A]: each agent in turn takes its
-        action of least risk with the others' fixed, for at most `search_sweeps` sweeps or
-        until a sweep changes nothing. Returns the joint actions [N, A] and their raw risks [N].
+        """Coordinate descent on the raw risk from `start` [N, A] (of raw risk `start_raw` [N]):
+        each agent in turn (0, 1, ..., A - 1, 0, ...) takes its action of least risk with the
+        others' fixed when that is lower, for at most `search_sweeps` sweeps over the team; a
+        copy stops as soon as A agents in a row changed nothing (a one-agent local minimum).
+        Returns the joint actions [N, A] and their raw risks [N].
 
-        Work per copy: at most search_sweeps * A * n_actions joint actions judged (linear in
-        the team, against n_actions ** A for every joint action).
+        Work per copy: at most search_sweeps * A * (n_actions - 1) joint actions judged (linear
+        in the team, against n_actions ** A for every joint action).
         """
         n_copies, a = start.shape
         n = self.n_actions
         current = start.copy()
-        every = np.arange(n_copies)
-        choices = torch.arange(n)
-        best = self.raw_risk(joint, torch.from_numpy(current), remaining).double()
-        for _ in range(self.config.search_sweeps):
-            changed = False
-            for agent in range(a):
-                options = np.repeat(current[:, None, :], n, axis=1)  # [N, n, A]
-                options[:, :, agent] = choices.numpy()
-                q = (
-                    self.raw_risk(
-                        joint.repeat_interleave(n, dim=0),
-                        torch.from_numpy(options.reshape(-1, a)),
-                        remaining.repeat_interleave(n),
-                    )
-                    .double()
-                    .view(n_copies, n)
-                )
-                pick = q.argmin(dim=1)
-                lower = (q[torch.from_numpy(every), pick] < best).numpy()
-                if lower.any():
-                    changed = True
-                    current[lower] = options[every[lower], pick.numpy()[lower]]
-                    best = torch.minimum(best, q.amin(dim=1))
-            if not changed:
+        best = torch.from_numpy(np.asarray(start_raw, dtype=np.float64)).clone()
+        unchanged = np.zeros(n_copies, dtype=np.int64)  # agents in a row without a change
+        shift = np.arange(1, n)
+        for turn in range(self.config.search_sweeps * a):
+            active = np.flatnonzero(unchanged < a)
+            if not len(active):
                 break
+            agent = turn % a
+            # The agent's other actions: n - 1 options per copy (its current one is `best`).
+            options = np.repeat(current[active, None, :], n - 1, axis=1)  # [N', n - 1, A]
+            options[:, :, agent] = (current[active, agent, None] + shift) % n
+            q = (
+                self.raw_risk(
+                    joint[active].repeat_interleave(n - 1, dim=0),
+                    torch.from_numpy(options.reshape(-1, a)),
+                    remaining[active].repeat_interleave(n - 1),
+                )
+                .double()
+                .view(len(active), n - 1)
+            )
+            low = q.min(dim=1)
+            lower = (low.values < best[active]).numpy()
+            moved = active[lower]
+            current[moved] = options[np.flatnonzero(lower), low.indices.numpy()[lower]]
+            best[moved] = low.values[torch.from_numpy(lower)]
+            unchanged[active] += 1
+            unchanged[moved] = 1  # the agent that moved is at its best for the others' actions
         return current, best
 
     def _choose(

@@ -20,11 +20,16 @@ Three parts, each fed by real outcomes only:
 - `fixed_sequence_test`: *the certificate of the deployed policy* (Learn then Test, Angelopoulos
   et al. 2021). The allowances a_1 < a_2 < ... are tested in order on calibration episodes in
   the real env (reset seeds nothing else uses). Null hypothesis j: the deployed policy with
-  allowance a_j has P(violation within the constraint horizon) > max_risk; its p-value with
-  k_j violating episodes of n is the binomial tail P(Bin(n, max_risk) <= k_j). Testing in order
-  and stopping at the first p-value above delta controls the family-wise error at delta, so the
-  largest allowance rejected before the stop satisfies the constraint with probability
-  >= 1 - delta. When the first one is not rejected there is no certificate.
+  allowance a_j has P(violation within the constraint horizon) > max_risk. Each allowance
+  looks twice: after the first n/2 episodes (k' violating) and after all n (k violating);
+  its p-value is the weighted Bonferroni combination of the two binomial tails,
+  p_j = min(P(Bin(n/2, max_risk) <= k') / w, P(Bin(n, max_risk) <= k) / (1 - w)),
+  w = `EARLY_LOOK_WEIGHT`, and the second half is played only when the first look does not
+  already reject (a clearly safe allowance costs half the episodes; one near the limit is
+  judged on all n with the level (1 - w) delta). Testing in order and stopping at the first
+  p-value above delta controls the family-wise error at delta, so the largest allowance
+  rejected before the stop satisfies the constraint with probability >= 1 - delta. When the
+  first one is not rejected there is no certificate.
 """
 
 from __future__ import annotations
@@ -45,6 +50,7 @@ from src.runfiles import RunFiles
 
 __all__ = [
     "CERTIFICATE_KEY",
+    "EARLY_LOOK_WEIGHT",
     "AdaptiveAllowance",
     "CalibrationMap",
     "Certificate",
@@ -288,15 +294,17 @@ class Certificate:
     horizon: int
     """Steps of the constraint the episodes were run for."""
     episodes: int
-    """Calibration episodes n per tested allowance."""
+    """Calibration episodes the deployed allowance played (n, or n/2 when its first look
+    passed; 0 when nothing was tested)."""
     violations: int
-    """Violating episodes at the deployed allowance (-1 when nothing was tested)."""
+    """Violating episodes among them (-1 when nothing was tested)."""
     p_value: float
-    """Its binomial-tail p-value (NaN when nothing was tested)."""
+    """Its p-value over the two looks (module docstring; NaN when nothing was tested)."""
     first_seed: int
     """Reset seed of the first calibration episode (they are first_seed + i, i < episodes)."""
     tested: list[dict[str, float]] = field(default_factory=list)
-    """Every tested allowance in order: allowance, violations, p_value, return."""
+    """Every tested allowance in order: allowance, episodes, violations, p_value, return (mean
+    over its episodes)."""
 
     def to_dict(self) -> dict[str, Any]:
         """Plain values (policy.pt, eval.parquet, wandb)."""
@@ -325,9 +333,15 @@ class Certificate:
         )
 
 
+EARLY_LOOK_WEIGHT = 0.2
+"""Share of delta spent on the first look at each allowance (after half its episodes). With
+n = 200, max_risk = 0.1 and delta = 0.05 the first look passes with k' <= 3 of 100, the second
+with k <= 12 of 200, as a single look at n would (p = 0.032 <= 0.8 delta)."""
+
+
 def fixed_sequence_test(
     allowances: Sequence[float],
-    outcomes: Callable[[float], tuple[int, float]],
+    outcomes: Callable[[float, int, int], tuple[int, float]],
     *,
     episodes: int,
     max_risk: float,
@@ -335,21 +349,39 @@ def fixed_sequence_test(
     horizon: int,
     first_seed: int,
 ) -> Certificate:
-    """Test `allowances` in the given order (most cautious first); `outcomes(a)` runs the
-    calibration episodes with allowance a and returns (violating episodes, mean return).
+    """Test `allowances` in the given order (most cautious first); `outcomes(a, i, j)` plays the
+    calibration episodes i <= e < j with allowance a and returns (violating episodes, summed
+    return).
 
-    Stops at the first allowance whose p-value exceeds `delta`; the certificate deploys the last
-    one before it, or the first allowance with `certified=False` when that one already fails.
+    Each allowance looks after episodes [0, n/2) and, unless that already rejects, after
+    [0, n) (module docstring; one look at n when n < 2). Stops at the first allowance whose
+    p-value exceeds `delta`; the certificate deploys the last one before it, or the first
+    allowance with `certified=False` when that one already fails.
     """
     if not allowances or episodes < 1:
         raise ValueError(f"need allowances and episodes >= 1, got {allowances}, {episodes}")
+    half = episodes // 2
+    weight = EARLY_LOOK_WEIGHT if half else 0.0
     tested: list[dict[str, float]] = []
     passed: dict[str, float] | None = None
     for allowance in allowances:
-        k, mean_return = outcomes(float(allowance))
-        p = binomial_p_value(violations=k, episodes=episodes, max_risk=max_risk)
-        entry = {"allowance": float(allowance), "violations": k, "p_value": p}
-        entry["return"] = float(mean_return)
+        k, total, played, p = 0, 0.0, 0, math.inf
+        if half:
+            k, total = outcomes(float(allowance), 0, half)
+            played = half
+            p = binomial_p_value(violations=k, episodes=half, max_risk=max_risk) / weight
+        if p > delta:
+            more, rest = outcomes(float(allowance), half, episodes)
+            k, total, played = k + more, total + rest, episodes
+            tail = binomial_p_value(violations=k, episodes=episodes, max_risk=max_risk)
+            p = min(p, tail / (1.0 - weight))
+        entry = {
+            "allowance": float(allowance),
+            "episodes": played,
+            "violations": k,
+            "p_value": min(p, 1.0),
+            "return": total / played,
+        }
         tested.append(entry)
         if p > delta:
             break
@@ -361,7 +393,7 @@ def fixed_sequence_test(
         max_risk=max_risk,
         delta=delta,
         horizon=horizon,
-        episodes=episodes,
+        episodes=int(chosen["episodes"]),
         violations=int(chosen["violations"]),
         p_value=float(chosen["p_value"]),
         first_seed=first_seed,

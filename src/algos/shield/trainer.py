@@ -110,7 +110,7 @@ class ShieldedIPPO(IPPO):
             # v1: real outcomes of the executed decisions, the allowance that tracks the
             # constraint in training, and the certificate of the deployed shield.
             self.ledger = OutcomeLedger(horizon=cfg.horizon, capacity=cfg.calibration_window)
-            start = cfg.max_risk * min(1.0, cfg.horizon / int(env.max_steps))
+            start = cfg.max_risk
             self.adaptive = AdaptiveAllowance(
                 value=start, target=cfg.max_risk, rate=cfg.adapt_rate, low=1e-4, high=1.0
             )
@@ -237,33 +237,28 @@ class ShieldedIPPO(IPPO):
                 first_seed=seeds.start,
             )
         from src.algos.policy import Actor
-        from src.evaluation.episodes import first_violation_steps
-        from src.evaluation.evaluate import collect_episodes
 
         actor = Actor(net=self.net, config=self.config, action_filter=self.shield)
+        play = calibration_outcomes(
+            actor,
+            make_vec=lambda copies: self.make_calibration_env(copies, CONSTRAINT_HORIZON),
+            seeds=seeds,
+            horizon=CONSTRAINT_HORIZON,
+        )
 
-        def outcomes(allowance: float) -> tuple[int, float]:
+        def outcomes(allowance: float, first: int, stop: int) -> tuple[int, float]:
             started = time.perf_counter()
-            self.shield.allowance = allowance
-            batch = collect_episodes(
-                make_vec=lambda copies: self.make_calibration_env(copies, CONSTRAINT_HORIZON),
-                actor=actor,
-                seeds=seeds,
-                max_steps=CONSTRAINT_HORIZON,
-                batch_size=min(len(seeds), 1000),
-                actor_seed=seeds.start,
-            )
-            first = first_violation_steps(batch.violation, batch.length)
-            violations, mean_return = int((first > 0).sum()), float(batch.reward.sum(axis=1).mean())
+            violations, total = play(allowance, first, stop)
             log(
-                f"calibration episodes with allowance {allowance:.4g}: {violations} of "
-                f"{len(seeds)} violated, mean return {mean_return:.1f} "
+                f"calibration episodes {first}-{stop - 1} with allowance {allowance:.4g}: "
+                f"{violations} violated, mean return {total / (stop - first):.1f} "
                 f"({time.perf_counter() - started:.0f} s)",
                 type="train",
             )
-            return violations, mean_return
+            return violations, total
 
         certificate = test(allowances, outcomes, episodes=len(seeds))
+        self.shield.allowance = certificate.allowance
         self.net.train()
         return certificate
 
@@ -461,3 +456,30 @@ def _calibration_state(calibration: float | CalibrationMap) -> float | dict[str,
 def _calibration_from(state: Any) -> float | CalibrationMap:
     """The inverse of `_calibration_state`."""
     return CalibrationMap.from_dict(state) if isinstance(state, dict) else float(state)
+
+
+def calibration_outcomes(
+    actor: Any, *, make_vec: Callable[[int], Any], seeds: range, horizon: int
+) -> Callable[[float, int, int], tuple[int, float]]:
+    """`outcomes` of `calibration.fixed_sequence_test` for `actor`, a policy whose action filter
+    is a v1 `BudgetShield`: episodes i <= e < j with allowance a are one batch of j - i env
+    copies reset from seeds[i:j], the actor seeded with seeds[i], `horizon` steps; returns
+    (episodes with a violation, summed return). The trainer's certificate and its replay
+    (`benchmarks/certificate_check.py`) play them alike."""
+    from src.evaluation.episodes import first_violation_steps
+    from src.evaluation.evaluate import collect_episodes
+
+    def outcomes(allowance: float, first: int, stop: int) -> tuple[int, float]:
+        actor.action_filter.allowance = allowance
+        batch = collect_episodes(
+            make_vec=make_vec,
+            actor=actor,
+            seeds=seeds[first:stop],
+            max_steps=horizon,
+            batch_size=stop - first,
+            actor_seed=seeds[first],
+        )
+        violated = first_violation_steps(batch.violation, batch.length) > 0
+        return int(violated.sum()), float(batch.reward.sum())
+
+    return outcomes

@@ -142,8 +142,8 @@ def _known_risk_test(risks: list[float], seed: int, *, n: int = 200) -> tuple[Ce
     rng = np.random.default_rng(seed)
     by_allowance = dict(zip(range(len(risks)), risks, strict=True))
 
-    def outcomes(allowance: float) -> tuple[int, float]:
-        return int(rng.binomial(n, by_allowance[int(allowance)])), 0.0
+    def outcomes(allowance: float, first: int, stop: int) -> tuple[int, float]:
+        return int(rng.binomial(stop - first, by_allowance[int(allowance)])), 0.0
 
     certificate = fixed_sequence_test(
         [float(i) for i in range(len(risks))],
@@ -178,3 +178,53 @@ def test_no_certificate_when_no_allowance_meets_the_constraint():
     assert len(certificate.tested) == 1  # the sequence stops at the first failure
     assert certificate.statement.startswith("no certificate")
     assert Certificate.from_dict(certificate.to_dict()) == certificate
+
+
+def test_each_allowance_looks_at_half_then_at_all_its_episodes():
+    calls: list[tuple[float, int, int]] = []
+    violations = {0.0: (2, 0), 1.0: (5, 6), 2.0: (7, 7)}  # per allowance, per half
+
+    def outcomes(allowance: float, first: int, stop: int) -> tuple[int, float]:
+        calls.append((allowance, first, stop))
+        return violations[allowance][first // 100], 10.0 * (stop - first)
+
+    certificate = fixed_sequence_test(
+        [0.0, 1.0, 2.0],
+        outcomes,
+        episodes=200,
+        max_risk=0.1,
+        delta=0.05,
+        horizon=100,
+        first_seed=7,
+    )
+    # 2 of 100: P(Bin(100, 0.1) <= 2) / 0.2 = 0.0079 / 0.2 <= delta: no second half.
+    # 11 of 200 passes on the second look (0.0168 / 0.8), 14 of 200 does not (0.0813 / 0.8).
+    assert calls == [(0.0, 0, 100), (1.0, 0, 100), (1.0, 100, 200), (2.0, 0, 100), (2.0, 100, 200)]
+    first, second, third = certificate.tested
+    assert (first["episodes"], first["violations"]) == (100, 2)
+    assert first["p_value"] == pytest.approx(
+        binomial_p_value(violations=2, episodes=100, max_risk=0.1) / 0.2
+    )
+    assert (second["episodes"], second["violations"]) == (200, 11)
+    assert second["p_value"] == pytest.approx(
+        binomial_p_value(violations=11, episodes=200, max_risk=0.1) / 0.8
+    )
+    assert third["p_value"] > 0.05 and first["return"] == 10.0
+    assert certificate.certified and certificate.allowance == 1.0
+    assert (certificate.episodes, certificate.violations) == (200, 11)
+
+
+def test_two_looks_keep_the_error_at_delta_at_the_limit():
+    # Exact probability that an allowance whose risk is exactly max_risk passes: either look.
+    from scipy.stats import binom
+
+    risk, delta = 0.1, 0.05
+    first_cut = max(k for k in range(101) if binom.cdf(k, 100, risk) / 0.2 <= delta)
+    second_cut = max(k for k in range(201) if binom.cdf(k, 200, risk) / 0.8 <= delta)
+    assert (first_cut, second_cut) == (3, 12)  # a single look at 200 passes k <= 12 as well
+    early = binom.cdf(first_cut, 100, risk)
+    late = sum(
+        binom.pmf(k1, 100, risk) * binom.cdf(second_cut - k1, 100, risk)
+        for k1 in range(first_cut + 1, second_cut + 1)
+    )
+    assert early + late <= delta
