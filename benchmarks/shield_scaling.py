@@ -7,8 +7,8 @@ every decision runs the search: the worst case of the filter. Per decision it co
 actions judged (the rows `BudgetShield.raw_risk` is called with) and times the filter (CPU
 seconds of this process, one torch thread), over `--steps` steps of `--copies` env copies
 acting with uniformly random proposals. The work of a search does not depend on what the
-models learned: `coordinate` judges at most 2 + A (n - 1) + sweeps A n joint actions (the
-proposal, its one-agent changes, the descent's start and its sweeps), `exhaustive`
+models learned: `coordinate` judges at most 1 + A (n - 1) + sweeps A (n - 1) joint actions
+(the proposal, its one-agent changes and the descent's turns), `exhaustive`
 1 + A (n - 1) + n ** A.
 
 Run: `python -m benchmarks.shield_scaling [--env intersection] [--write]`; the table goes to

@@ -104,6 +104,7 @@ class ShieldConfig(Section):
         "critic_batch_size": _positive_int,
         "horizon": partial(check_int, low=1, high=100_000),
         "intervention_penalty": partial(check_float, low=0.0, open_low=False),
+        "imitation": partial(check_float, low=0.0, open_low=False),
         "risk_scope": partial(check_choice, choices=RISK_SCOPES),
         "learn_from": partial(check_choice, choices=LEARN_FROM),
         "search": partial(check_choice, choices=SEARCHES),
@@ -195,6 +196,10 @@ class ShieldConfig(Section):
     intervention_penalty: float = 0.05
     """v1: reward taken from an agent for every step the shield overrides its action, so that
     states which need an override lose value and the policy learns to avoid them."""
+    imitation: float = 0.5
+    """v1, `learn_from: executed`: weight of the imitation loss -log pi(executed | obs) on the
+    agent-steps the shield overrode (mean over the minibatch's agent-steps), so that the policy
+    learns the shield's corrections beyond PPO's clipped step; 0: none."""
     search: str = "coordinate"
     """v1, `receding`: when neither the proposal nor a change of one agent's action is within
     the allowance, `coordinate` descends on the risk one agent at a time from the safest of
@@ -219,7 +224,7 @@ class ShieldConfig(Section):
     calibration_seed_offset: int = 2_000_000
     """v1: reset seed of run 0's first calibration episode; the workflow refuses ranges that
     meet the training or evaluation seeds."""
-    certify_multiples: tuple[float, ...] = (0.25, 0.5, 0.71, 0.84, 1.0, 1.19, 1.41)
+    certify_multiples: tuple[float, ...] = (0.4, 0.55, 0.7, 0.85, 1.0)
     """v1: the allowances the certificate tests, most cautious first, as multiples of the
     allowance training settled at (its geometric mean over the second half of the armed
     updates)."""

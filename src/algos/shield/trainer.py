@@ -27,8 +27,10 @@ What the policy learns from depends on the shield version.
 - v1, `learn_from: executed` (default): as v0, the shield's correction is treated as the
   policy's own action, and every overridden agent-step costs the agent `intervention_penalty`
   of reward, so the states that need an override lose value. PPO's clipped ratio bounds the
-  step towards an executed action the policy found unlikely. The base policy thus imitates
-  the corrections that pay, and learns to steer clear of the states that need them.
+  step towards an executed action the policy found unlikely, so `imitation` adds the
+  log-likelihood of the corrections on the overridden agent-steps (`extra_losses`). The base
+  policy thus imitates the corrections, and learns to steer clear of the states that need
+  them.
 - v1, `learn_from: proposals`: the shield is part of the policy's environment. The buffer
   holds the policy's own *proposal* and its log-probability (so the PPO ratio and the
   advantage estimate are exactly on-policy for the environment "shield, then env"), with the
@@ -137,6 +139,30 @@ class ShieldedIPPO(IPPO):
             return reward
         penalty = self.shield_cfg.intervention_penalty
         return (reward - penalty * np.asarray(intervened, dtype=np.float32)).astype(np.float32)
+
+    def prepare_batch(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """v1 with `imitation`: which agent-steps the shield overrode (their executed actions
+        are the batch's `actions`)."""
+        if self._imitates():
+            batch["intervened"] = self.buffer.intervened.float()
+        return batch
+
+    def extra_losses(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """v1 with `imitation`: imitation * mean(-log pi(executed | obs) on overridden
+        agent-steps, 0 elsewhere)."""
+        if not self._imitates():
+            return {}
+        log_p = torch.log_softmax(self.net.logits(batch["inputs"]), -1)
+        taken = log_p.gather(-1, batch["actions"].unsqueeze(-1)).squeeze(-1)
+        loss = -(batch["intervened"] * taken).mean()
+        return {M.SHIELD_IMITATION: self.shield_cfg.imitation * loss}
+
+    def _imitates(self) -> bool:
+        return (
+            self.critic is not None
+            and self.shield_cfg.imitation > 0
+            and not self.learns_from_proposals
+        )
 
     def observe(self, obs: np.ndarray, executed: np.ndarray, result: Any) -> None:
         """Store the real transition (obs -> final_obs, executed actions) in the replay; v1:

@@ -285,3 +285,27 @@ def test_v1_without_calibration_episodes_states_no_certificate():
     trainer.train(progress=False)
     assert trainer.certificate.episodes == 0 and not trainer.certificate.tested
     assert "no calibration episodes" in trainer.certificate.statement
+
+
+@pytest.mark.parametrize("imitation", [0.0, 0.5])
+def test_v1_imitation_loss_is_the_executed_actions_log_likelihood_on_overrides(imitation):
+    config = _v1_config()
+    config["algo_params"]["imitation"] = imitation
+    trainer = _v1_trainer(config)
+    trainer._obs = trainer.env.reset(seed=[0, 1])
+    trainer.collect_rollout()
+    trainer.buffer.intervened[0, 0, 0] = True  # at least one override in the batch
+    batch = trainer.buffer.flat(trainer.compute_advantages())
+    losses = trainer.extra_losses(batch)
+    if imitation == 0:
+        assert "intervened" not in batch and losses == {}
+        return
+    with torch.no_grad():
+        log_p = torch.log_softmax(trainer.net.logits(batch["inputs"]), -1)
+    taken = log_p[torch.arange(len(batch["actions"])), batch["actions"]]
+    mask = trainer.buffer.intervened.reshape(-1)
+    expected = -imitation * taken[mask].sum() / len(mask)
+    assert losses[M.SHIELD_IMITATION].item() == pytest.approx(expected.item(), rel=1e-5)
+    # The loss pulls the policy towards the executed actions of overridden agent-steps only.
+    losses[M.SHIELD_IMITATION].backward()
+    assert any(p.grad is not None and p.grad.abs().sum() > 0 for p in trainer.net.parameters())
