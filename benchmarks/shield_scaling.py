@@ -1,18 +1,18 @@
 """How the v1 shield's work per decision grows with the team: `coordinate` against `exhaustive`.
 
-For n_agents = 2, 3, 4 (and 5 where the task allows) of a grid task, a v1 shield with fresh
-(untrained) models is built for the env's dimensions (`build_shield`, the default shield
-config) and its allowance set to 0, so that no proposal and no one-agent change passes and
-every decision runs the search: the worst case of the filter. Per decision it counts the joint
-actions judged (the rows `BudgetShield.raw_risk` is called with) and times the filter (CPU
-seconds of this process, one torch thread), over `--steps` steps of `--copies` env copies
-acting with uniformly random proposals. The work of a search does not depend on what the
-models learned: `coordinate` judges at most 1 + A (n - 1) + sweeps A (n - 1) joint actions
-(the proposal, its one-agent changes and the descent's turns), `exhaustive`
-1 + A (n - 1) + n ** A.
+For n_agents = 2, 3, 4 and 5 of the grid tasks (the sizes each task allows: `intersection` has
+four arms, so at most 4 agents), a v1 shield with fresh (untrained) models is built for the
+env's dimensions (`build_shield`, the default shield config) and its allowance set to 0, so
+that no proposal and no one-agent change passes and every decision runs the search: the worst
+case of the filter. Per decision it counts the joint actions judged (the rows
+`BudgetShield.raw_risk` is called with) and times the filter (CPU seconds of this process, one
+torch thread), over `--steps` steps of `--copies` env copies acting with uniformly random
+proposals. The work of a search does not depend on what the models learned: `coordinate` judges
+at most 1 + A (n - 1) + sweeps A (n - 1) joint actions (the proposal, its one-agent changes and
+the descent's turns), `exhaustive` 1 + A (n - 1) + n ** A.
 
-Run: `python -m benchmarks.shield_scaling [--env intersection] [--write]`; the table goes to
-the section "shield_scaling" of BENCHMARKS.md with `--write`.
+Run: `python -m benchmarks.shield_scaling [--env intersection hazard_grid] [--write]`; the
+table goes to the section "shield_scaling" of BENCHMARKS.md with `--write`.
 """
 
 from __future__ import annotations
@@ -93,6 +93,21 @@ def measure(env_name: str, n_agents: int, search: str, *, copies: int, steps: in
     }
 
 
+def max_agents(env_name: str) -> int:
+    """The largest team `env_name` builds with (its constructor's `n_agents` check), at most 16."""
+    largest = 1
+    for n_agents in range(2, 17):
+        config = RunConfig.from_dict(
+            make_run_config(env_name=env_name, algo="shield", n_agents=n_agents)
+        )
+        try:
+            make_vector_env(env_name, num_envs=1, seed=0, **config.env.constructor_params()).close()
+        except ValueError:
+            break
+        largest = n_agents
+    return largest
+
+
 def markdown(records: Sequence[dict], command: str, machine: dict) -> str:
     """The section of BENCHMARKS.md: one row per team size, both searches side by side."""
     lines = [
@@ -122,7 +137,12 @@ def markdown(records: Sequence[dict], command: str, machine: dict) -> str:
 def main(argv: Sequence[str] | None = None) -> int:
     """Command line: measure both searches at every team size, print Markdown."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--env", default="hazard_grid", help="a grid task of the registry")
+    parser.add_argument(
+        "--env",
+        nargs="+",
+        default=["intersection", "hazard_grid"],
+        help="grid tasks of the registry; each at the team sizes it allows",
+    )
     parser.add_argument("--agents", type=int, nargs="+", default=[2, 3, 4, 5])
     parser.add_argument("--copies", type=int, default=32)
     parser.add_argument("--steps", type=int, default=20)
@@ -130,12 +150,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     load = list(os.getloadavg())
     records = [
-        measure(args.env, agents, search, copies=args.copies, steps=args.steps)
+        measure(env, agents, search, copies=args.copies, steps=args.steps)
+        for env in args.env
         for agents in args.agents
+        if agents <= max_agents(env)
         for search in ("coordinate", "exhaustive")
     ]
     command = (
-        f"python -m benchmarks.shield_scaling --env {args.env} --agents "
+        f"python -m benchmarks.shield_scaling --env {' '.join(args.env)} --agents "
         f"{' '.join(map(str, args.agents))} --copies {args.copies} --steps {args.steps}"
     )
     text = markdown(records, command, machine_info(load))

@@ -109,6 +109,7 @@ class ShieldConfig(Section):
         "learn_from": partial(check_choice, choices=LEARN_FROM),
         "search": partial(check_choice, choices=SEARCHES),
         "search_sweeps": partial(check_int, low=1, high=100),
+        "backup": partial(check_choice, choices=("exhaustive", "coordinate")),
         "calibration_window": partial(check_int, low=1, high=10_000_000),
         "calibration_bins": partial(check_int, low=1, high=1000),
         "adapt_rate": partial(check_float, low=0.0, open_low=False),
@@ -207,7 +208,14 @@ class ShieldConfig(Section):
     executes the least risk found; `exhaustive` judges every joint action (n_actions **
     n_agents) and executes the most likely one within the allowance, else the safest."""
     search_sweeps: int = 2
-    """v1: sweeps over the agents of the `coordinate` search."""
+    """v1: sweeps over the agents of the `coordinate` search (and of the critic's
+    `backup: coordinate`)."""
+    backup: str = "exhaustive"
+    """v1: how the safety critic's backup finds its least risk over joint actions:
+    `exhaustive` judges all n_actions ** n_agents (exact), `coordinate` descends one agent at a
+    time from the joint action the replay recorded (at most `search_sweeps` * n_agents *
+    (n_actions - 1) + 1, linear in the team; an upper bound, so the critic errs towards more
+    risk)."""
     calibration_window: int = 8192
     """v1: most recent executed decisions with a known outcome that the per-decision
     calibration map g is fitted on (src/algos/shield/calibration.py)."""

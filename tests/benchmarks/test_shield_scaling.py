@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from benchmarks.shield_scaling import measure
+from benchmarks.shield_scaling import max_agents, measure
 
 
 @pytest.mark.parametrize("agents", [2, 3])
@@ -19,3 +19,8 @@ def test_work_per_decision_follows_each_search(agents: int):
     # n - 1 other actions (a local minimum needs them all), at most two sweeps of them.
     assert one_change + agents * (n - 1) <= coordinate["judged_per_decision"]
     assert coordinate["judged_per_decision"] <= one_change + 2 * agents * (n - 1)
+
+
+def test_team_sizes_stop_where_the_task_does():
+    assert max_agents("intersection") == 4  # one car per arm of the crossing
+    assert max_agents("hazard_grid") >= 5

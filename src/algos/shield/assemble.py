@@ -124,6 +124,8 @@ def _build_v1(
         tau=config.critic_tau,
         horizon=config.horizon,
         seed=critic_seed,
+        backup=config.backup,
+        sweeps=config.search_sweeps,
     )
     shield = BudgetShield(config=config, world_model=world_model, critic=critic, **dims)
     return ShieldParts(shield=shield, world_model=world_model, critic=critic)

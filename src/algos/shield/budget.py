@@ -60,6 +60,7 @@ from src.algos.filters import RiskFilter
 from src.algos.shield.calibration import CalibrationMap
 from src.algos.shield.critic import RiskCritic, joint_actions
 from src.algos.shield.ensemble import every_member
+from src.algos.shield.search import coordinate_descent
 from src.algos.shield.world_model import TeamWorldModel
 from src.config.shield import ShieldConfig
 
@@ -349,46 +350,27 @@ class BudgetShield(RiskFilter):
     def _descend(
         self, joint: torch.Tensor, start: np.ndarray, start_raw: np.ndarray, remaining: torch.Tensor
     ) -> tuple[np.ndarray, torch.Tensor]:
-        """Coordinate descent on the raw risk from `start` [N, A] (of raw risk `start_raw` [N]):
-        each agent in turn (0, 1, ..., A - 1, 0, ...) takes its action of least risk with the
-        others' fixed when that is lower, for at most `search_sweeps` sweeps over the team; a
-        copy stops as soon as A agents in a row changed nothing (a one-agent local minimum).
-        Returns the joint actions [N, A] and their raw risks [N].
+        """`search.coordinate_descent` on the raw risk from `start` [N, A] (of raw risk
+        `start_raw` [N]), for at most `search_sweeps` sweeps, each copy until its one-agent
+        local minimum. Returns the joint actions [N, A] and their raw risks [N]."""
+        a = start.shape[1]
 
-        Work per copy: at most search_sweeps * A * (n_actions - 1) joint actions judged (linear
-        in the team, against n_actions ** A for every joint action).
-        """
-        n_copies, a = start.shape
-        n = self.n_actions
-        current = start.copy()
-        best = torch.from_numpy(np.asarray(start_raw, dtype=np.float64)).clone()
-        unchanged = np.zeros(n_copies, dtype=np.int64)  # agents in a row without a change
-        shift = np.arange(1, n)
-        for turn in range(self.config.search_sweeps * a):
-            active = np.flatnonzero(unchanged < a)
-            if not len(active):
-                break
-            agent = turn % a
-            # The agent's other actions: n - 1 options per copy (its current one is `best`).
-            options = np.repeat(current[active, None, :], n - 1, axis=1)  # [N', n - 1, A]
-            options[:, :, agent] = (current[active, agent, None] + shift) % n
-            q = (
-                self.raw_risk(
-                    joint[active].repeat_interleave(n - 1, dim=0),
-                    torch.from_numpy(options.reshape(-1, a)),
-                    remaining[active].repeat_interleave(n - 1),
-                )
-                .double()
-                .view(len(active), n - 1)
-            )
-            low = q.min(dim=1)
-            lower = (low.values < best[active]).numpy()
-            moved = active[lower]
-            current[moved] = options[np.flatnonzero(lower), low.indices.numpy()[lower]]
-            best[moved] = low.values[torch.from_numpy(lower)]
-            unchanged[active] += 1
-            unchanged[moved] = 1  # the agent that moved is at its best for the others' actions
-        return current, best
+        def risk(rows: torch.Tensor, options: torch.Tensor) -> torch.Tensor:
+            k = options.shape[1]
+            return self.raw_risk(
+                joint[rows].repeat_interleave(k, dim=0),
+                options.reshape(-1, a),
+                remaining[rows].repeat_interleave(k),
+            ).view(len(rows), k)
+
+        actions, q = coordinate_descent(
+            risk,
+            torch.from_numpy(np.asarray(start, dtype=np.int64)),
+            torch.from_numpy(np.asarray(start_raw, dtype=np.float64)),
+            n_actions=self.n_actions,
+            sweeps=self.config.search_sweeps,
+        )
+        return actions.numpy(), q
 
     def _choose(
         self,

@@ -14,6 +14,12 @@ slowly moving target copy values (s', h - 1), and V_m regresses on the minimum. 
 a complete, self-consistent model of the backup's risk; the shield takes the worst of them, so
 disagreement widens its bound.
 
+The minimum over joint actions (`backup`): `exhaustive` judges all n_actions ** A of them (exact,
+exponential in the team); `coordinate` descends one agent at a time from the joint action the
+replay recorded in that state (`search.coordinate_descent`, `sweeps` sweeps, at most
+sweeps A (n_actions - 1) + 1 joint actions, linear in the team). The descent's minimum is an
+upper bound on the true one, so V_m errs towards more risk, never less.
+
 The horizon index makes the recursion well posed: without it, "never violate" has many fixed
 points (a parked, safe team keeps whatever value it starts with, and a function approximator
 lifts it towards its riskier neighbours), while V_0 = 0 anchors every level from below.
@@ -32,6 +38,7 @@ from torch import nn
 from src.algos.shield.ensemble import every_member, fit_normalisation, run_stacked, stacked_layers
 from src.algos.shield.optimizer_state import OptimizerState
 from src.algos.shield.replay import TransitionReplay
+from src.algos.shield.search import coordinate_descent
 from src.algos.shield.world_model import TeamWorldModel
 
 __all__ = ["RiskCritic", "joint_actions"]
@@ -85,11 +92,18 @@ class RiskCritic(OptimizerState, nn.Module):
         tau: float,
         horizon: int,
         seed: int,
+        backup: str = "exhaustive",
+        sweeps: int = 2,
     ) -> None:
         """Members drawn from a generator seeded with `seed`; the target starts as a copy.
 
-        `horizon` is the longest h the critic is asked for (its input is h / horizon)."""
+        `horizon` is the longest h the critic is asked for (its input is h / horizon);
+        `backup` and `sweeps`: how the backup's minimum over joint actions is found (module
+        docstring)."""
         super().__init__()
+        if backup not in ("exhaustive", "coordinate"):
+            raise ValueError(f"backup must be 'exhaustive' or 'coordinate', got {backup!r}")
+        self.backup, self.sweeps = backup, sweeps
         self.n_agents, self.obs_dim, self.n_actions = n_agents, obs_dim, n_actions
         self.ensemble_size = ensemble_size
         self.joint_dim = n_agents * obs_dim
@@ -136,23 +150,59 @@ class RiskCritic(OptimizerState, nn.Module):
         """Every member's V of the same joint_obs [N, J] and remaining steps -> [M, N]."""
         return self.values(every_member(joint_obs, self.ensemble_size), remaining)
 
+    def _q(
+        self,
+        world_model: TeamWorldModel,
+        joint_obs: torch.Tensor,
+        actions: torch.Tensor,
+        left: torch.Tensor,
+    ) -> torch.Tensor:
+        """Member m's r + (1 - r)(1 - d) V_target(s', left) of joint_obs [M, N, J] and actions
+        [M, N, A] (row (m, n) by member m), `left` [M, N] steps after this one: [M, N]."""
+        next_obs, risk, done = world_model.predict(joint_obs, actions)
+        next_value = self._values(self.target, next_obs, left)
+        risk = risk.squeeze(-1)
+        return risk + (1.0 - risk) * (1.0 - done) * next_value
+
     def backup_targets(
-        self, world_model: TeamWorldModel, joint_obs: torch.Tensor, remaining: torch.Tensor
+        self,
+        world_model: TeamWorldModel,
+        joint_obs: torch.Tensor,
+        remaining: torch.Tensor,
+        start: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """min over joint actions of member m's r + (1 - r)(1 - d) V_target(s', h - 1): [M, B].
 
-        `joint_obs` is [M, B, J] (member m's states in row m), `remaining` [M, B] the h >= 1.
+        `joint_obs` is [M, B, J] (member m's states in row m), `remaining` [M, B] the h >= 1;
+        `start` [M, B, A]: where `backup: coordinate` starts its descent (joint action 0 when
+        None).
         """
         m, b, j = joint_obs.shape
-        n = self.actions.shape[0]
-        obs = joint_obs.unsqueeze(2).expand(m, b, n, j).reshape(m, b * n, j)
-        act = self.actions.unsqueeze(0).expand(b, n, self.n_agents).reshape(1, b * n, -1)
-        next_obs, risk, done = world_model.predict(obs, act.expand(m, -1, -1))
-        left = (remaining - 1).unsqueeze(2).expand(m, b, n).reshape(m, b * n)
-        next_value = self._values(self.target, next_obs, left)
-        risk = risk.squeeze(-1)
-        q = risk + (1.0 - risk) * (1.0 - done) * next_value
-        return q.view(m, b, n).amin(dim=2)
+        a = self.n_agents
+
+        def q_of(options: torch.Tensor) -> torch.Tensor:
+            """[M, B, K, A] joint actions -> their q [M, B, K]."""
+            k = options.shape[2]
+            obs = joint_obs.unsqueeze(2).expand(m, b, k, j).reshape(m, b * k, j)
+            left = (remaining - 1).unsqueeze(2).expand(m, b, k).reshape(m, b * k)
+            return self._q(world_model, obs, options.reshape(m, b * k, a), left).view(m, b, k)
+
+        if self.backup == "exhaustive":
+            n = self.actions.shape[0]
+            return q_of(self.actions.expand(m, b, n, a)).amin(dim=2)
+        if start is None:
+            start = torch.zeros(m, b, a, dtype=torch.int64)
+        first = q_of(start.unsqueeze(2)).reshape(m * b)
+        _, best = coordinate_descent(
+            # Every row takes every turn: the members judge their rows together.
+            lambda rows, options: q_of(options.view(m, b, *options.shape[1:])).view(m * b, -1),
+            start.reshape(m * b, a),
+            first,
+            n_actions=self.n_actions,
+            sweeps=self.sweeps,
+            settle=False,
+        )
+        return best.view(m, b).to(joint_obs.dtype)
 
     def fit(
         self,
@@ -174,11 +224,14 @@ class RiskCritic(OptimizerState, nn.Module):
             rows = replay.sample_train((m, batch_size), generator)
             # Both ends of real transitions, so states near the episode's end are covered.
             obs = torch.cat([rows["obs"], rows["next_obs"]], dim=1)  # [M, 2B, J]
+            # The descent of `backup: coordinate` starts from the joint action recorded in the
+            # state (and, after it, from the same one).
+            start = torch.cat([rows["action"], rows["action"]], dim=1)  # [M, 2B, A]
             remaining = torch.randint(
                 1, self.horizon + 1, obs.shape[:2], generator=generator
             ).float()
             with torch.no_grad():
-                target = self.backup_targets(world_model, obs, remaining)
+                target = self.backup_targets(world_model, obs, remaining, start)
             logit = self.members(self._inputs(obs, remaining))
             loss = F.binary_cross_entropy_with_logits(logit, target)
             self.optimizer_step(loss)

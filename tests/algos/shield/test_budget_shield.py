@@ -353,3 +353,54 @@ def test_calibration_factor_covers_an_optimistic_model_at_its_confidence(mode, c
     assert math.isclose(
         calibration_factor(predicted=[0.1] * 10, observed=[1] * 10, delta=0.05, mode="mean"), 10.0
     )
+
+
+def test_coordinate_backup_bounds_the_exhaustive_one_from_above_and_mostly_meets_it():
+    # With the exact model as the 'world model' (every step ends the imagination, its risk is
+    # Q*), the backup target is min_a Q*(s, a): exact when exhaustive, the descent's least
+    # value when coordinate.
+    env = _env(1)
+    oracle = ExactQ(env)
+    state = env.get_state()
+    free = np.flatnonzero(~state["hazard"][0])
+    observations = []
+    for a in free:
+        for b in free:
+            if a != b:
+                state["cell"] = np.array([[a, b]])
+                env.set_state(state)
+                observations.append(env.observe().reshape(-1))
+    obs = torch.from_numpy(np.stack(observations)).float().unsqueeze(0)  # [1, B, J]
+    remaining = torch.full(obs.shape[:2], 5.0)
+    targets = {}
+    for backup in ("exhaustive", "coordinate"):
+        critic = RiskCritic(
+            n_agents=N_AGENTS,
+            obs_dim=model_obs_dim(),
+            n_actions=N_ACTIONS,
+            ensemble_size=1,
+            hidden=(8,),
+            learning_rate=1e-3,
+            tau=0.1,
+            horizon=300,
+            seed=0,
+            backup=backup,
+        )
+        with torch.no_grad():
+            targets[backup] = critic.backup_targets(oracle, obs, remaining)[0]
+    exact, found = targets["exhaustive"].double(), targets["coordinate"].double()
+    assert torch.all(found >= exact - 1e-7)
+    assert (found <= exact + 1e-7).float().mean() >= 0.9
+    with pytest.raises(ValueError, match="backup"):
+        RiskCritic(
+            n_agents=1,
+            obs_dim=1,
+            n_actions=2,
+            ensemble_size=1,
+            hidden=(4,),
+            learning_rate=1e-3,
+            tau=0.1,
+            horizon=3,
+            seed=0,
+            backup="beam",
+        )
