@@ -232,7 +232,7 @@ class ShieldConfig(Section):
     calibration_seed_offset: int = 2_000_000
     """v1: reset seed of run 0's first calibration episode; the workflow refuses ranges that
     meet the training or evaluation seeds."""
-    certify_multiples: tuple[float, ...] = (0.4, 0.55, 0.7, 0.85, 1.0)
+    certify_multiples: tuple[float, ...] = (0.3, 0.4, 0.55, 0.7, 0.85, 1.0)
     """v1: the allowances the certificate tests, most cautious first, as multiples of the
     allowance training settled at (its geometric mean over the second half of the armed
     updates)."""

@@ -86,24 +86,26 @@ def _env(num_envs: int, seed: int = 3) -> object:
 def _shield(model: ExactQ, **overrides: object) -> BudgetShield:
     settings = {"risk_scope": "episode", "horizon": 300, **overrides}
     config = _v1_config(lookahead=1, ensemble_size=1, **settings)
-    critic = RiskCritic(
+    return BudgetShield(
+        config=config,
+        world_model=model,
+        critic=_critic(),
+        n_agents=N_AGENTS,
+        obs_dim=model_obs_dim(),
+        n_actions=N_ACTIONS,
+    )
+
+
+def _critic(**overrides: object) -> RiskCritic:
+    """A one-member critic of the layout's dimensions (the exact tests never fit it)."""
+    settings = {"hidden": (8,), "learning_rate": 1e-3, "tau": 0.1, "horizon": 300, "seed": 0}
+    settings.update(overrides)
+    return RiskCritic(
         n_agents=N_AGENTS,
         obs_dim=model_obs_dim(),
         n_actions=N_ACTIONS,
         ensemble_size=1,
-        hidden=(8,),
-        learning_rate=1e-3,
-        tau=0.1,
-        horizon=300,
-        seed=0,
-    )
-    return BudgetShield(
-        config=config,
-        world_model=model,
-        critic=critic,
-        n_agents=N_AGENTS,
-        obs_dim=model_obs_dim(),
-        n_actions=N_ACTIONS,
+        **settings,
     )
 
 
@@ -374,33 +376,11 @@ def test_coordinate_backup_bounds_the_exhaustive_one_from_above_and_mostly_meets
     remaining = torch.full(obs.shape[:2], 5.0)
     targets = {}
     for backup in ("exhaustive", "coordinate"):
-        critic = RiskCritic(
-            n_agents=N_AGENTS,
-            obs_dim=model_obs_dim(),
-            n_actions=N_ACTIONS,
-            ensemble_size=1,
-            hidden=(8,),
-            learning_rate=1e-3,
-            tau=0.1,
-            horizon=300,
-            seed=0,
-            backup=backup,
-        )
+        critic = _critic(backup=backup)
         with torch.no_grad():
             targets[backup] = critic.backup_targets(oracle, obs, remaining)[0]
     exact, found = targets["exhaustive"].double(), targets["coordinate"].double()
     assert torch.all(found >= exact - 1e-7)
     assert (found <= exact + 1e-7).float().mean() >= 0.9
     with pytest.raises(ValueError, match="backup"):
-        RiskCritic(
-            n_agents=1,
-            obs_dim=1,
-            n_actions=2,
-            ensemble_size=1,
-            hidden=(4,),
-            learning_rate=1e-3,
-            tau=0.1,
-            horizon=3,
-            seed=0,
-            backup="beam",
-        )
+        _critic(backup="beam")
