@@ -246,6 +246,8 @@ def test_shield_config_rejects_bad_values():
         ("rollout_growth", 0.5),
         ("wm_hidden", []),
         ("valid_fraction", 1.0),
+        ("backup", "beam"),
+        ("imitation", -0.5),
     ):
         with pytest.raises(ValueError, match=key):
             ShieldConfig(**{**CONFIG.to_dict(), key: bad})
