@@ -166,15 +166,26 @@ def markdown(records: Sequence[dict[str, Any]], command: str, machine: dict[str,
             f"{r['fresh_rate']:.3f} [{r['fresh_upper']:.3f}] | {r['fresh_return']:.1f} | "
             f"{r['calibration_seconds']:.1f} | {r['evaluation_seconds']:.1f} | {ratio:.2f} |"
         )
-    lines += ["", "| env | certified runs | pooled fresh rate of certified runs | max_risk |"]
-    lines += ["|---|---:|---:|---:|"]
-    for env in sorted({r["env"] for r in records}):
-        mine = [r for r in records if r["env"] == env]
+    lines += [
+        "",
+        "| env | certified runs | pooled fresh rate of certified runs | max_risk | calibration s "
+        "| evaluation s | ratio |",
+        "|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    envs = sorted({r["env"] for r in records})
+    groups = [(env, [r for r in records if r["env"] == env]) for env in envs]
+    for env, mine in [*groups, ("all", list(records))]:
         certified = [r for r in mine if r["certified"]]
         k = sum(r["fresh_violations"] for r in certified)
         n = sum(r["fresh_episodes"] for r in certified)
         rate = f"{k}/{n} = {k / n:.3f}" if n else "–"
-        lines.append(f"| {env} | {len(certified)}/{len(mine)} | {rate} | {mine[0]['max_risk']} |")
+        calibration = sum(r["calibration_seconds"] for r in mine)
+        evaluation = sum(r["evaluation_seconds"] for r in mine)
+        limit = ", ".join(sorted({str(r["max_risk"]) for r in mine}))
+        lines.append(
+            f"| {env} | {len(certified)}/{len(mine)} | {rate} | {limit} | {calibration:.1f} | "
+            f"{evaluation:.1f} | {calibration / evaluation:.2f} |"
+        )
     return "\n".join(lines)
 
 

@@ -37,6 +37,9 @@ RISK_SCOPES = ("episode", "receding")
 SEARCHES = ("coordinate", "exhaustive")
 """How the v1 shield looks for a joint action when neither the proposal nor any change of one
 agent's action is within the allowance (ShieldConfig.search)."""
+BACKUPS = ("exhaustive", "coordinate")
+"""How the v1 safety critic's backup finds its least risk over joint actions
+(ShieldConfig.backup)."""
 LEARN_FROM = ("executed", "proposals")
 """Which action of a shielded step the v1 base policy learns from (ShieldConfig.learn_from)."""
 
@@ -109,7 +112,7 @@ class ShieldConfig(Section):
         "learn_from": partial(check_choice, choices=LEARN_FROM),
         "search": partial(check_choice, choices=SEARCHES),
         "search_sweeps": partial(check_int, low=1, high=100),
-        "backup": partial(check_choice, choices=("exhaustive", "coordinate")),
+        "backup": partial(check_choice, choices=BACKUPS),
         "calibration_window": partial(check_int, low=1, high=10_000_000),
         "calibration_bins": partial(check_int, low=1, high=1000),
         "adapt_rate": partial(check_float, low=0.0, open_low=False),

@@ -301,7 +301,8 @@ class Certificate:
     p_value: float
     """Its p-value over the two looks (module docstring; NaN when nothing was tested)."""
     first_seed: int
-    """Reset seed of the first calibration episode (they are first_seed + i, i < episodes)."""
+    """Reset seed of the first calibration episode (they are first_seed + i, i <
+    `calibration_episodes`)."""
     tested: list[dict[str, float]] = field(default_factory=list)
     """Every tested allowance in order: allowance, episodes, violations, p_value, return (mean
     over its episodes)."""

@@ -40,6 +40,7 @@ from src.algos.shield.optimizer_state import OptimizerState
 from src.algos.shield.replay import TransitionReplay
 from src.algos.shield.search import coordinate_descent
 from src.algos.shield.world_model import TeamWorldModel
+from src.config.shield import BACKUPS
 
 __all__ = ["RiskCritic", "joint_actions"]
 
@@ -101,8 +102,8 @@ class RiskCritic(OptimizerState, nn.Module):
         `backup` and `sweeps`: how the backup's minimum over joint actions is found (module
         docstring)."""
         super().__init__()
-        if backup not in ("exhaustive", "coordinate"):
-            raise ValueError(f"backup must be 'exhaustive' or 'coordinate', got {backup!r}")
+        if backup not in BACKUPS:
+            raise ValueError(f"backup must be one of {BACKUPS}, got {backup!r}")
         self.backup, self.sweeps = backup, sweeps
         self.n_agents, self.obs_dim, self.n_actions = n_agents, obs_dim, n_actions
         self.ensemble_size = ensemble_size
@@ -194,7 +195,8 @@ class RiskCritic(OptimizerState, nn.Module):
             start = torch.zeros(m, b, a, dtype=torch.int64)
         first = q_of(start.unsqueeze(2)).reshape(m * b)
         _, best = coordinate_descent(
-            # Every row takes every turn: the members judge their rows together.
+            # Without settling every row takes every turn (`rows` is all of them): the members
+            # judge their rows together, in the world model's member-major layout.
             lambda rows, options: q_of(options.view(m, b, *options.shape[1:])).view(m * b, -1),
             start.reshape(m * b, a),
             first,
