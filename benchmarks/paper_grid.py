@@ -15,9 +15,10 @@ torch on one thread, CPU time measured with `time.process_time()`:
    phase means (set-up, the first update's extra, the final writes) is a fixed cost per job.
    `ippo` and `ippo_lag` train `--updates` updates (one phase). `shield` trains
    `--measure-patience` updates unarmed, then `--armed-updates` armed: the measured run arms
-   after `--measure-patience` updates instead of the config's `shield_patience`, because an
-   unarmed update of the v1 shield costs about a CPU-minute on `intersection` (its critic
-   backs up every joint action), so arming at 64 would take hours. The projected job still
+   after `--measure-patience` updates instead of the config's `shield_patience`, so that the
+   short run measures both phases (arming at 64 would measure only the unarmed one). The
+   armed updates measured are the first ones, with the policy still far from the shield's
+   corrections, when the filter searches most often. The projected job still
    arms at the config's `shield_patience`: `min(patience, updates)` unarmed updates, the rest
    armed, plus the fixed cost. `shield/seconds` (filter) and `shield/model_seconds` (model
    fits) are the trainer's wall-clock metrics, reported only as a breakdown of armed updates.
@@ -38,7 +39,7 @@ single-thread CPU time; the same schedule with one core per train job is given t
 aggregate, figures, report and the wandb upload are not measured.
 
 Run: `python -m benchmarks.paper_grid` (or `python -m benchmarks.run_all paper_grid`); the
-default budget takes about 12 minutes on a quiet 2-core machine, most of it the `intersection`
+default budget takes about 3 minutes on a quiet 2-core machine, most of it the `intersection`
 shield. `--quick` is a smoke test on `hazard_grid` with smaller updates (its numbers estimate
 nothing). Results go to `benchmarks/out/paper_grid.json` (`paper_grid_quick.json`) and, except
 with `--quick`, the section between the paper_grid markers of BENCHMARKS.md.
@@ -93,7 +94,7 @@ SECTION_INTRO = (
 )
 TARGET_CPU_HOURS = 8.0  # the project's budget for the whole paper grid
 CORES = 8  # cores of the machine the grid is planned for
-# The measured budget of the full run (about 12 minutes on a quiet 2-core machine).
+# The measured budget of the full run (about 3 minutes on a quiet 2-core machine).
 BUDGET: dict[str, int | None] = {
     "updates": 16,  # updates of an algorithm without a shield
     "measure_patience": 3,  # unarmed shield updates before the measured run arms

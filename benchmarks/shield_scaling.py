@@ -4,12 +4,12 @@ For n_agents = 2, 3, 4 and 5 of the grid tasks (the sizes each task allows: `int
 four arms, so at most 4 agents), a v1 shield with fresh (untrained) models is built for the
 env's dimensions (`build_shield`, the default shield config) and its allowance set to 0, so
 that no proposal and no one-agent change passes and every decision runs the search: the worst
-case of the filter. Per decision it counts the joint actions judged (the rows
-`BudgetShield.raw_risk` is called with) and times the filter (CPU seconds of this process, one
-torch thread), over `--steps` steps of `--copies` env copies acting with uniformly random
-proposals. The work of a search does not depend on what the models learned: `coordinate` judges
-at most 1 + A (n - 1) + sweeps A (n - 1) joint actions (the proposal, its one-agent changes and
-the descent's turns), `exhaustive` 1 + A (n - 1) + n ** A.
+case of the filter. Per decision it counts the joint actions judged (the options
+`BudgetShield.raw_risk_options` is called with) and times the filter (CPU seconds of this
+process, one torch thread), over `--steps` steps of `--copies` env copies acting with uniformly
+random proposals. The work of a search does not depend on what the models learned:
+`coordinate` judges at most 1 + A (n - 1) + sweeps A (n - 1) joint actions (the proposal, its
+one-agent changes and the descent's turns), `exhaustive` 1 + A (n - 1) + n ** A.
 
 Run: `python -m benchmarks.shield_scaling [--env intersection hazard_grid] [--write]`; the
 table goes to the section "shield_scaling" of BENCHMARKS.md with `--write`.
@@ -62,14 +62,14 @@ def measure(env_name: str, n_agents: int, search: str, *, copies: int, steps: in
         raise TypeError("the v1 shield was expected")
     shield.allowance = 0.0
     judged = 0
-    original = shield.raw_risk
+    original = shield.raw_risk_options
 
-    def counted(joint: torch.Tensor, actions: torch.Tensor, remaining: torch.Tensor) -> Any:
+    def counted(joint: torch.Tensor, options: torch.Tensor, remaining: torch.Tensor) -> Any:
         nonlocal judged
-        judged += int(actions.shape[0])
-        return original(joint, actions, remaining)
+        judged += int(options.shape[0] * options.shape[1])
+        return original(joint, options, remaining)
 
-    shield.raw_risk = counted  # type: ignore[method-assign]
+    shield.raw_risk_options = counted  # type: ignore[method-assign]
     rng = np.random.default_rng(0)
     obs = env.reset(seed=list(range(copies)))
     shield.reset(copies, 0)

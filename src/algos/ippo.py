@@ -134,8 +134,10 @@ class IPPO:
         """Losses added to the PPO loss of a minibatch (already weighted), keyed by metric key.
 
         `batch` holds flat `[N, ...]` minibatch tensors: `inputs`, `actions`, `log_probs`,
-        `values`, `returns`, `advantages` plus whatever `prepare_batch` added. The mean of each
-        value over minibatches is logged under its key.
+        `values`, `returns`, `advantages` plus whatever `prepare_batch` added, and
+        `new_log_probs`, log pi(actions | inputs) under the current weights (with its graph,
+        as the PPO loss uses it). The mean of each value over minibatches is logged under its
+        key.
         """
         return {}
 
@@ -285,7 +287,7 @@ class IPPO:
                     old_values=mb["values"],
                     clip_coef=cfg.clip_coef if cfg.clip_value_loss else None,
                 )
-                extra = self.extra_losses(mb)
+                extra = self.extra_losses({**mb, "new_log_probs": new_log_probs})
                 loss = pg_loss - cfg.ent_coef * entropy + cfg.vf_coef * v_loss
                 for term in extra.values():
                     loss = loss + term

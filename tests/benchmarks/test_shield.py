@@ -69,7 +69,7 @@ def test_tiny_benchmark_has_every_figure(results):
         assert f["gflop"] > 0 and f["filter_seconds"] > 0 and f["matmul_seconds"] > 0
         assert math.isfinite(f["arithmetic_fraction"]) and f["arithmetic_fraction"] > 0
         assert f["decisions"] == TINY.filter_calls * TINY.num_envs
-        assert 0 <= f["every_joint_share"] <= f["one_change_share"] <= 1
+        assert 0 <= f["searched_share"] <= f["one_change_share"] <= 1
     for t in results["training"]:
         assert t["patience"] == 1 and t["armed_updates"] == 1
         assert t["ippo_seconds"] > 0 and t["shield_seconds"] > 0

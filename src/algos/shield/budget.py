@@ -61,7 +61,7 @@ from src.algos.shield.calibration import CalibrationMap
 from src.algos.shield.critic import RiskCritic, joint_actions
 from src.algos.shield.ensemble import every_member
 from src.algos.shield.search import coordinate_descent
-from src.algos.shield.world_model import TeamWorldModel
+from src.algos.shield.world_model import TeamWorldModel, predict_options
 from src.config.shield import ShieldConfig
 
 __all__ = ["BudgetShield", "BudgetStats", "Decision"]
@@ -158,41 +158,48 @@ class BudgetShield(RiskFilter):
         self, joint_obs: torch.Tensor, actions: torch.Tensor, remaining: torch.Tensor
     ) -> torch.Tensor:
         """Q_m(s, a) of every member over the `remaining` [N] steps starting with this one:
-        joint_obs [N, J], actions [N, A] -> [M, N].
+        joint_obs [N, J], actions [N, A] -> [M, N]."""
+        return self.member_q_options(joint_obs, actions.unsqueeze(1), remaining).squeeze(2)
+
+    def member_q_options(
+        self, joint_obs: torch.Tensor, options: torch.Tensor, remaining: torch.Tensor
+    ) -> torch.Tensor:
+        """Q_m(s, a) of each state [N, J] under each of its K joint actions [N, K, A], over the
+        `remaining` [N] steps -> [M, N, K].
 
         `lookahead` imagined steps: after the first, the member follows its own safest joint
         action; its critic values the last successor over the steps then left.
         """
         m = self.world_model.ensemble_size
-        obs, act, left = (every_member(t, m) for t in (joint_obs, actions, remaining))
+        obs, act, left = (every_member(t, m) for t in (joint_obs, options, remaining))
         return self._member_q(obs, act, left, self.config.lookahead)
 
     def _member_q(
-        self, obs: torch.Tensor, act: torch.Tensor, remaining: torch.Tensor, depth: int
+        self, obs: torch.Tensor, options: torch.Tensor, remaining: torch.Tensor, depth: int
     ) -> torch.Tensor:
-        """[M, N, J], [M, N, A], [M, N] -> [M, N]; each member in its own row."""
-        next_obs, risk, done = self.world_model.predict(obs, act)
-        # The world model may hand back a view of a reused buffer: copy before the next call.
-        next_obs = next_obs.clone()
-        risk, done = risk.squeeze(-1).clone(), done.clone()
-        left = remaining - 1
+        """[M, S, J], [M, S, K, A], [M, S] -> [M, S, K]; each member in its own row."""
         if depth <= 1:
-            tail = self.critic.values(next_obs, left)
-        else:
-            m, n, j = next_obs.shape
-            k = self.joint.shape[0]
-            expanded = next_obs.unsqueeze(2).expand(m, n, k, j).reshape(m, n * k, j)
-            options = self.joint.unsqueeze(0).expand(n, k, -1).reshape(1, n * k, -1)
-            deeper = left.unsqueeze(2).expand(m, n, k).reshape(m, n * k)
-            q = self._member_q(expanded, options.expand(m, -1, -1), deeper, depth - 1)
-            tail = torch.where(left > 0, q.view(m, n, k).amin(dim=2), torch.zeros_like(risk))
-        return risk + (1.0 - risk) * (1.0 - done) * tail
+            return self.critic.option_q(self.world_model, obs, options, remaining - 1)
+        next_obs, risk, done = predict_options(self.world_model, obs, options)
+        m, s, k, j = next_obs.shape
+        left = (remaining - 1).unsqueeze(2).expand(m, s, k).reshape(m, s * k)
+        every = self.joint.expand(m, s * k, *self.joint.shape)
+        deeper = self._member_q(next_obs.reshape(m, s * k, j), every, left, depth - 1)
+        tail = torch.where(left > 0, deeper.amin(dim=2), torch.zeros_like(left))
+        return risk + (1.0 - risk) * (1.0 - done) * tail.view(m, s, k)
 
     def raw_risk(
         self, joint_obs: torch.Tensor, actions: torch.Tensor, remaining: torch.Tensor
     ) -> torch.Tensor:
         """q(s, a) = max_m Q_m(s, a), the worst member's risk before calibration: [N]."""
-        return self.member_q(joint_obs, actions, remaining).amax(dim=0)
+        return self.raw_risk_options(joint_obs, actions.unsqueeze(1), remaining).squeeze(1)
+
+    def raw_risk_options(
+        self, joint_obs: torch.Tensor, options: torch.Tensor, remaining: torch.Tensor
+    ) -> torch.Tensor:
+        """q of each state [N, J] under each of its K joint actions [N, K, A]: [N, K]. Every
+        risk the filter judges goes through here."""
+        return self.member_q_options(joint_obs, options, remaining).amax(dim=0)
 
     def calibrate(self, raw: torch.Tensor) -> torch.Tensor:
         """U = g(q) with the calibration map, or c * q capped at 1 with a factor."""
@@ -263,13 +270,9 @@ class BudgetShield(RiskFilter):
                     judge = judge[:0]
             if len(judge):
                 rows = torch.from_numpy(judge)
-                k = self.joint.shape[0]
-                q = self.raw_risk(
-                    joint[rows].repeat_interleave(k, dim=0),
-                    self.joint.repeat(len(judge), 1),
-                    remaining[rows].repeat_interleave(k),
-                )
-                q = q.double().view(len(judge), k)  # q(s, a) of every joint action
+                every = self.joint.expand(len(judge), *self.joint.shape)
+                # q(s, a) of every joint action: [copies, K]
+                q = self.raw_risk_options(joint[rows], every, remaining[rows]).double()
                 low = q.min(dim=1)
                 over = (q - low.values[:, None]).clamp_(min=0.0)  # excess over the safest
                 safest[judge] = low.values.numpy()
@@ -325,13 +328,8 @@ class BudgetShield(RiskFilter):
         rows = np.arange(n_copies)[:, None]
         new_action = (proposed[:, agent] + shift) % n  # [N, O]
         options[rows, np.arange(a * (n - 1)), agent] = new_action
-        width = options.shape[1]
-        raws = self.raw_risk(
-            joint.repeat_interleave(width, dim=0),
-            torch.from_numpy(options.reshape(-1, a)),
-            remaining.repeat_interleave(width),
-        )
-        raws = raws.double().view(n_copies, width).numpy()
+        raws = self.raw_risk_options(joint, torch.from_numpy(options), remaining)
+        raws = raws.double().numpy()
         log_p = torch.log_softmax(logits, dim=-1).double().numpy()  # [N, A, n]
         score = log_p[rows, agent, new_action]  # [N, O]
         score = np.where(raws <= self.allowance, score, -np.inf)
@@ -353,15 +351,9 @@ class BudgetShield(RiskFilter):
         """`search.coordinate_descent` on the raw risk from `start` [N, A] (of raw risk
         `start_raw` [N]), for at most `search_sweeps` sweeps, each copy until its one-agent
         local minimum. Returns the joint actions [N, A] and their raw risks [N]."""
-        a = start.shape[1]
 
         def risk(rows: torch.Tensor, options: torch.Tensor) -> torch.Tensor:
-            k = options.shape[1]
-            return self.raw_risk(
-                joint[rows].repeat_interleave(k, dim=0),
-                options.reshape(-1, a),
-                remaining[rows].repeat_interleave(k),
-            ).view(len(rows), k)
+            return self.raw_risk_options(joint[rows], options, remaining[rows])
 
         actions, q = coordinate_descent(
             risk,

@@ -39,7 +39,7 @@ from src.algos.shield.ensemble import every_member, fit_normalisation, run_stack
 from src.algos.shield.optimizer_state import OptimizerState
 from src.algos.shield.replay import TransitionReplay
 from src.algos.shield.search import coordinate_descent
-from src.algos.shield.world_model import TeamWorldModel
+from src.algos.shield.world_model import TeamWorldModel, predict_options
 from src.config.shield import BACKUPS
 
 __all__ = ["RiskCritic", "joint_actions"]
@@ -151,19 +151,24 @@ class RiskCritic(OptimizerState, nn.Module):
         """Every member's V of the same joint_obs [N, J] and remaining steps -> [M, N]."""
         return self.values(every_member(joint_obs, self.ensemble_size), remaining)
 
-    def _q(
+    def option_q(
         self,
         world_model: TeamWorldModel,
         joint_obs: torch.Tensor,
-        actions: torch.Tensor,
+        options: torch.Tensor,
         left: torch.Tensor,
+        *,
+        target: bool = False,
     ) -> torch.Tensor:
-        """Member m's r + (1 - r)(1 - d) V_target(s', left) of joint_obs [M, N, J] and actions
-        [M, N, A] (row (m, n) by member m), `left` [M, N] steps after this one: [M, N]."""
-        next_obs, risk, done = world_model.predict(joint_obs, actions)
-        next_value = self._values(self.target, next_obs, left)
-        risk = risk.squeeze(-1)
-        return risk + (1.0 - risk) * (1.0 - done) * next_value
+        """Member m's r + (1 - r)(1 - d) V_m(s', left) of each state [M, S, J] under each of its
+        K joint actions [M, S, K, A] (row (m, s) by member m), `left` [M, S] steps after this
+        one: [M, S, K]. V is the live critic, or its slowly moving target with `target`."""
+        next_obs, risk, done = predict_options(world_model, joint_obs, options)
+        m, s, k, j = next_obs.shape
+        after = left.unsqueeze(2).expand(m, s, k).reshape(m, s * k)
+        net = self.target if target else self.members
+        value = self._values(net, next_obs.reshape(m, s * k, j), after).view(m, s, k)
+        return risk + (1.0 - risk) * (1.0 - done) * value
 
     def backup_targets(
         self,
@@ -178,15 +183,12 @@ class RiskCritic(OptimizerState, nn.Module):
         `start` [M, B, A]: where `backup: coordinate` starts its descent (joint action 0 when
         None).
         """
-        m, b, j = joint_obs.shape
+        m, b, _ = joint_obs.shape
         a = self.n_agents
 
         def q_of(options: torch.Tensor) -> torch.Tensor:
             """[M, B, K, A] joint actions -> their q [M, B, K]."""
-            k = options.shape[2]
-            obs = joint_obs.unsqueeze(2).expand(m, b, k, j).reshape(m, b * k, j)
-            left = (remaining - 1).unsqueeze(2).expand(m, b, k).reshape(m, b * k)
-            return self._q(world_model, obs, options.reshape(m, b * k, a), left).view(m, b, k)
+            return self.option_q(world_model, joint_obs, options, remaining - 1, target=True)
 
         if self.backup == "exhaustive":
             n = self.actions.shape[0]
@@ -218,8 +220,9 @@ class RiskCritic(OptimizerState, nn.Module):
         """`steps` value-iteration steps on replay states; returns the mean loss (NaN if none)."""
         if replay.train.size == 0 or steps == 0:
             return {"loss": math.nan}
-        data = replay.train.latest(replay.train.size)
-        fit_normalisation(self.obs_mean, self.obs_std, torch.cat([data["obs"], data["next_obs"]]))
+        # Both ends of the transitions, as the states the critic is trained on.
+        both = replay.train.moments("obs") + replay.train.moments("next_obs")
+        fit_normalisation(self.obs_mean, self.obs_std, both)
         total = 0.0
         m = self.ensemble_size
         for _ in range(steps):
@@ -232,8 +235,9 @@ class RiskCritic(OptimizerState, nn.Module):
             remaining = torch.randint(
                 1, self.horizon + 1, obs.shape[:2], generator=generator
             ).float()
-            with torch.no_grad():
+            with torch.inference_mode():
                 target = self.backup_targets(world_model, obs, remaining, start)
+            target = target.clone()  # a normal tensor: the loss keeps it for the backward pass
             logit = self.members(self._inputs(obs, remaining))
             loss = F.binary_cross_entropy_with_logits(logit, target)
             self.optimizer_step(loss)

@@ -12,7 +12,10 @@ import math
 from collections.abc import Sequence
 
 import torch
+import torch.nn.functional as F
 from torch import nn
+
+from src.algos.shield.replay import Moments
 
 __all__ = [
     "every_member",
@@ -20,6 +23,7 @@ __all__ = [
     "fit_steps",
     "init_stack",
     "run_stacked",
+    "selected_rows",
     "stacked_layers",
 ]
 
@@ -63,19 +67,27 @@ def run_stacked(
     return x
 
 
+def selected_rows(table: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+    """Per member, the sum of the rows of its `table` [M, R, H] that `index` [M, ..., P] picks:
+    [M, ..., H]. A one-hot input times a first layer is this sum of the layer's rows, without
+    building the one-hot or multiplying by its zeros."""
+    m, r, h = table.shape
+    flat = index + (torch.arange(m) * r).view(m, *([1] * (index.dim() - 1)))
+    picked = F.embedding_bag(flat.reshape(-1, index.shape[-1]), table.reshape(m * r, h), mode="sum")
+    return picked.view(*index.shape[:-1], h)
+
+
 def every_member(values: torch.Tensor, members: int) -> torch.Tensor:
     """The same rows [N, ...] for each of M members: a member-major view [M, N, ...]."""
     return values.unsqueeze(0).expand(members, *values.shape)
 
 
-def fit_normalisation(mean: torch.Tensor, std: torch.Tensor, values: torch.Tensor) -> None:
-    """Set the `mean` and `std` buffers to those of the rows of `values` [N, F].
-
-    A feature that never varies (e.g. a fixed map) keeps scale 1 instead of dividing by 0.
-    """
-    spread = values.std(dim=0, unbiased=False)
-    mean.copy_(values.mean(dim=0))
-    std.copy_(torch.where(spread > 1e-6, spread, torch.ones_like(spread)))
+def fit_normalisation(mean: torch.Tensor, std: torch.Tensor, moments: Moments) -> None:
+    """Set the `mean` and `std` buffers to those of the rows `moments` describes
+    (`Moments.mean_std`: a feature that never varies keeps scale 1)."""
+    m, s = moments.mean_std()
+    mean.copy_(m)
+    std.copy_(s)
 
 
 def fit_steps(n_samples: int, batch_size: int) -> int:

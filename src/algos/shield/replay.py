@@ -8,13 +8,52 @@ per-agent (obs, action) pairs contained in the same rows, so one replay serves b
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 
-__all__ = ["TransitionReplay"]
+__all__ = ["Moments", "TransitionReplay"]
 
 _FIELDS = ("obs", "action", "next_obs", "cost", "done")
+# Features whose running moments a ring keeps (the models' normalisations): "delta" is
+# next_obs - obs.
+_MOMENTS = ("obs", "next_obs", "delta")
+
+
+@dataclass(frozen=True)
+class Moments:
+    """Count, sum and sum of squares (float64) of the rows of some features [F]."""
+
+    count: int
+    total: torch.Tensor
+    squares: torch.Tensor
+
+    def __add__(self, other: Moments) -> Moments:
+        """The moments of both sets of rows together."""
+        return Moments(
+            self.count + other.count, self.total + other.total, self.squares + other.squares
+        )
+
+    def pooled(self, width: int) -> Moments:
+        """Consecutive blocks of `width` features as rows of one block (e.g. each agent's
+        slice of the joint observation as a row of one agent's observation)."""
+        blocks = self.total.numel() // width
+        return Moments(
+            self.count * blocks,
+            self.total.view(blocks, width).sum(dim=0),
+            self.squares.view(blocks, width).sum(dim=0),
+        )
+
+    def mean_std(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """Mean and (population) standard deviation per feature, float32; a feature that never
+        varies (e.g. a fixed map) gets scale 1 instead of 0."""
+        if self.count == 0:
+            raise ValueError("no rows to take moments of")
+        mean = self.total / self.count
+        spread = (self.squares / self.count - mean.square()).clamp(min=0.0).sqrt()
+        std = torch.where(spread > 1e-6, spread, torch.ones_like(spread))
+        return mean.float(), std.float()
 
 
 class _Ring:
@@ -29,6 +68,17 @@ class _Ring:
         self.done = torch.zeros(capacity)  # [C] 1 if the episode terminated
         self.size = 0
         self.ptr = 0
+        # Running sums over the rows held, per feature of _MOMENTS: [2, A*D] float64.
+        self._sums = {name: torch.zeros(2, joint_dim, dtype=torch.float64) for name in _MOMENTS}
+
+    def _features(self, rows: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        obs, next_obs = rows["obs"].double(), rows["next_obs"].double()
+        return {"obs": obs, "next_obs": next_obs, "delta": next_obs - obs}
+
+    def _count(self, rows: dict[str, torch.Tensor], sign: float) -> None:
+        for name, values in self._features(rows).items():
+            self._sums[name][0].add_(values.sum(dim=0), alpha=sign)
+            self._sums[name][1].add_(values.square().sum(dim=0), alpha=sign)
 
     def add(self, rows: dict[str, torch.Tensor]) -> None:
         n = rows["obs"].shape[0]
@@ -36,10 +86,21 @@ class _Ring:
             chunk = {k: v[start : start + self.capacity] for k, v in rows.items()}
             m = chunk["obs"].shape[0]
             idx = (self.ptr + torch.arange(m)) % self.capacity
+            # Rows [0, size) hold transitions: those about to be overwritten leave the sums.
+            evicted = idx[idx < self.size]
+            if len(evicted):
+                self._count(self.gather(evicted), -1.0)
             for name in _FIELDS:
                 getattr(self, name)[idx] = chunk[name].to(getattr(self, name).dtype)
+            self._count(chunk, 1.0)
             self.ptr = (self.ptr + m) % self.capacity
             self.size = min(self.size + m, self.capacity)
+
+    def moments(self, name: str) -> Moments:
+        """The moments of feature `name` ("obs", "next_obs" or "delta" = next_obs - obs) over
+        the rows held, kept as rows come and go (no pass over the ring)."""
+        total, squares = self._sums[name]
+        return Moments(self.size, total.clone(), squares.clone())
 
     def latest(self, n: int) -> dict[str, torch.Tensor]:
         n = min(n, self.size)
@@ -64,6 +125,10 @@ class _Ring:
             getattr(self, name)[:size] = state[name]
         self.size = size
         self.ptr = int(state["ptr"])
+        for sums in self._sums.values():
+            sums.zero_()
+        if size:
+            self._count(self.gather(torch.arange(size)), 1.0)
 
 
 class TransitionReplay:

@@ -152,9 +152,7 @@ class ShieldedIPPO(IPPO):
         agent-steps, 0 elsewhere)."""
         if not self._imitates():
             return {}
-        log_p = torch.log_softmax(self.net.logits(batch["inputs"]), -1)
-        taken = log_p.gather(-1, batch["actions"].unsqueeze(-1)).squeeze(-1)
-        loss = -(batch["intervened"] * taken).mean()
+        loss = -(batch["intervened"] * batch["new_log_probs"]).mean()
         return {M.SHIELD_IMITATION: self.shield_cfg.imitation * loss}
 
     def _imitates(self) -> bool:

@@ -32,6 +32,7 @@ from src.algos.shield.ensemble import (
     fit_normalisation,
     fit_steps,
     run_stacked,
+    selected_rows,
     stacked_layers,
 )
 from src.algos.shield.kernels import Workspace
@@ -46,6 +47,7 @@ __all__ = [
     "TeamWorldModel",
     "WorldModel",
     "make_world_model",
+    "predict_options",
 ]
 
 
@@ -179,6 +181,32 @@ class EnsembleWorldModel(OptimizerState, nn.Module):
         done_prob = torch.sigmoid(x[..., -1])
         return next_obs, cost_prob, done_prob
 
+    def predict_options(
+        self, joint_obs: torch.Tensor, options: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Without gradients: the successors of each state [M, S, A*D] under each of its K
+        joint actions [M, S, K, A] -> (next joint obs [M, S, K, A*D], cost probability
+        [M, S, K, A], done probability [M, S, K]); row (m, s, k) by member m.
+
+        The state's part of the first layer is computed once per state; each option adds the
+        first-layer rows its actions' one-hots select (`ensemble.selected_rows`).
+        """
+        m, s, k, _ = options.shape
+        d = self.joint_dim
+        layers = self._folded_layers()
+        w0, b0 = layers[0]
+        first = torch.baddbmm(b0, joint_obs, w0[:, :d])  # [M, S, H]
+        x = first.unsqueeze(2) + selected_rows(w0[:, d:], options + self.action_offset)
+        x = x.relu_().view(m, s * k, -1)
+        for i, (w, b) in enumerate(layers[1:], start=1):
+            x = torch.baddbmm(b, x, w)
+            if i < len(layers) - 1:
+                x = x.relu_()
+        x = x.view(m, s, k, -1)
+        next_obs = x[..., :d] + joint_obs.unsqueeze(2)
+        cost_prob = torch.sigmoid(x[..., d : d + self.n_agents])
+        return next_obs, cost_prob, torch.sigmoid(x[..., -1])
+
     def predict(
         self, joint_obs: torch.Tensor, joint_action: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -217,9 +245,8 @@ class EnsembleWorldModel(OptimizerState, nn.Module):
         return obs_loss + cost_loss + done_loss, torch.sigmoid(cost_logit)
 
     def _refresh_normalisation(self, replay: TransitionReplay) -> None:
-        data = replay.train.latest(replay.train.size)
-        fit_normalisation(self.obs_mean, self.obs_std, data["obs"])
-        fit_normalisation(self.delta_mean, self.delta_std, data["next_obs"] - data["obs"])
+        fit_normalisation(self.obs_mean, self.obs_std, replay.train.moments("obs"))
+        fit_normalisation(self.delta_mean, self.delta_std, replay.train.moments("delta"))
 
     def fit(
         self,
@@ -308,6 +335,26 @@ class AgentCostModel(OptimizerState, nn.Module):
         x = run_stacked(x.view(m, n * a, self.in_dim), self.weights, self.biases)
         return x.view(m, n, a)
 
+    def option_logits(self, joint_obs: torch.Tensor, options: torch.Tensor) -> torch.Tensor:
+        """Without gradients: `logits` of each state [M, S, A*D] under each of its K joint
+        actions [M, S, K, A] -> [M, S, K, A]. Each agent's observation and index enter the
+        first layer once per state; each option adds the rows its actions' one-hots select."""
+        m, s, k, a = options.shape
+        d, n = self.obs_dim, self.n_actions
+        w0, b0 = self.weights[0].detach(), self.biases[0].detach()
+        obs = (joint_obs.view(m, s * a, d) - self.obs_mean) / self.obs_std
+        first = torch.baddbmm(b0, obs, w0[:, :d]).view(m, s, a, -1)
+        first = first + w0[:, d + a * n :].unsqueeze(1)  # the agent's index: [M, 1, A, H]
+        actions = options[..., self.order] + self.offset  # [M, S, K, A, A]: own action first
+        x = first.unsqueeze(2) + selected_rows(w0[:, d : d + a * n], actions)
+        x = x.relu_().view(m, s * k * a, -1)
+        rest = [(w.detach(), b.detach()) for w, b in zip(self.weights, self.biases, strict=True)]
+        for i, (w, b) in enumerate(rest[1:], start=1):
+            x = torch.baddbmm(b, x, w)
+            if i < len(rest) - 1:
+                x = x.relu_()
+        return x.view(m, s, k, a)
+
     def fit_step(self, rows: dict[str, torch.Tensor]) -> float:
         """One Adam step on member-major rows ([M, B, ...]); returns the mean loss."""
         logit = self.logits(rows["obs"], rows["action"])
@@ -359,6 +406,17 @@ class TeamWorldModel(nn.Module):
         safe = (1.0 - self.agent_risk(joint_obs, joint_action)).prod(dim=-1, keepdim=True)
         return next_obs, 1.0 - safe, done
 
+    def predict_options(
+        self, joint_obs: torch.Tensor, options: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Without gradients: each state [M, S, A*D] under each of its K joint actions
+        [M, S, K, A] -> (next joint obs [M, S, K, A*D], team risk [M, S, K], done
+        probability [M, S, K]); as `predict` on the states repeated K times, with the state's
+        share of each first layer computed once."""
+        next_obs, _, done = self.dynamics.predict_options(joint_obs, options)
+        agent = torch.sigmoid(self.costs.option_logits(joint_obs, options))
+        return next_obs, 1.0 - (1.0 - agent).prod(dim=-1), done
+
     def fit(
         self,
         replay: TransitionReplay,
@@ -384,8 +442,8 @@ class TeamWorldModel(nn.Module):
         metrics.update(cost_loss=math.nan, cost_valid_loss=math.nan, cost_accuracy=math.nan)
         if replay.train.size == 0:
             return metrics
-        obs = replay.train.latest(replay.train.size)["obs"]
-        fit_normalisation(self.costs.obs_mean, self.costs.obs_std, obs.view(-1, self.obs_dim))
+        pooled = replay.train.moments("obs").pooled(self.obs_dim)  # every agent's own obs
+        fit_normalisation(self.costs.obs_mean, self.costs.obs_std, pooled)
         steps = fit_steps(n_samples, batch_size)
         total = sum(
             self.costs.fit_step(replay.sample_train((self.ensemble_size, batch_size), generator))
@@ -413,6 +471,22 @@ class TeamWorldModel(nn.Module):
         """Restore what `extra_state` returned."""
         self.dynamics.load_extra_state(state["dynamics"])
         self.costs.load_extra_state(state["costs"])
+
+
+def predict_options(
+    model: WorldModel, joint_obs: torch.Tensor, options: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """A team-risk model's (v1, one cost column) successors of each state [M, S, A*D] under each
+    of its K joint actions [M, S, K, A]: (next joint obs [M, S, K, A*D], risk [M, S, K], done
+    [M, S, K]). The model's own `predict_options` where it has one, else `predict` on the
+    states repeated K times (any model with the WorldModel interface)."""
+    own = getattr(model, "predict_options", None)
+    if own is not None:
+        return own(joint_obs, options)
+    m, s, k, a = options.shape
+    obs = joint_obs.unsqueeze(2).expand(m, s, k, joint_obs.shape[-1]).reshape(m, s * k, -1)
+    next_obs, risk, done = model.predict(obs, options.reshape(m, s * k, a))
+    return next_obs.reshape(m, s, k, -1), risk.reshape(m, s, k), done.reshape(m, s, k)
 
 
 def make_world_model(

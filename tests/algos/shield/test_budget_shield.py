@@ -384,3 +384,59 @@ def test_coordinate_backup_bounds_the_exhaustive_one_from_above_and_mostly_meets
     assert (found <= exact + 1e-7).float().mean() >= 0.9
     with pytest.raises(ValueError, match="backup"):
         _critic(backup="beam")
+
+
+def test_lookahead_two_is_the_worst_member_of_the_two_step_recursion():
+    """q with `lookahead: 2` from the option-wise prediction equals the recursion written out
+    on repeated rows: r + (1 - r)(1 - d) min_b [r' + (1 - r')(1 - d') V(s'', h - 2)]."""
+    from src.algos.shield.world_model import TeamWorldModel
+
+    a, d, n, members = 2, 4, 3, 2
+    model = TeamWorldModel(
+        n_agents=a,
+        obs_dim=d,
+        n_actions=n,
+        ensemble_size=members,
+        hidden=(8,),
+        learning_rate=1e-3,
+        seed=0,
+    )
+    critic = RiskCritic(
+        n_agents=a,
+        obs_dim=d,
+        n_actions=n,
+        ensemble_size=members,
+        hidden=(8,),
+        learning_rate=1e-3,
+        tau=0.1,
+        horizon=10,
+        seed=1,
+    )
+    with torch.no_grad():  # away from the critic's start near 0, so the tail matters
+        critic.members.biases[-1].fill_(-1.0)
+        critic.members.weights[-1].normal_(0.0, 1.0, generator=torch.Generator().manual_seed(2))
+    shield = BudgetShield(
+        config=_v1_config(lookahead=2, ensemble_size=members, horizon=10),
+        world_model=model,
+        critic=critic,
+        n_agents=a,
+        obs_dim=d,
+        n_actions=n,
+    )
+    gen = torch.Generator().manual_seed(3)
+    joint = torch.randn(5, a * d, generator=gen)
+    actions = torch.randint(0, n, (5, a), generator=gen)
+    remaining = torch.full((5,), 10.0)
+    every = joint_actions(a, n)  # [K, A]
+    with torch.no_grad():
+        q = shield.member_q(joint, actions, remaining)  # [M, 5]
+        obs = joint.unsqueeze(0).expand(members, 5, a * d)
+        after, r, done = model.predict(obs, actions.unsqueeze(0).expand(members, 5, a))
+        k = len(every)
+        after_k = after.repeat_interleave(k, dim=1)
+        second, r2, done2 = model.predict(after_k, every.repeat(5, 1).expand(members, -1, -1))
+        tail = r2.squeeze(-1) + (1 - r2.squeeze(-1)) * (1 - done2) * critic.values(second, 8)
+        inner = tail.view(members, 5, k).amin(dim=2)
+        expected = r.squeeze(-1) + (1 - r.squeeze(-1)) * (1 - done) * inner
+    torch.testing.assert_close(q, expected, atol=1e-5, rtol=1e-5)
+    assert (inner > 1e-3).all()  # the second step and the critic both count

@@ -258,3 +258,99 @@ def test_shield_config_rejects_bad_values():
     )
     assert config.shield.rollout_count == 7
     assert config.ppo.gamma == 0.9
+
+
+def test_replay_moments_follow_the_rows_held_through_wrap_and_reload():
+    gen = torch.Generator().manual_seed(3)
+    replay = TransitionReplay(capacity=40, n_agents=2, obs_dim=3, valid_fraction=0.25, seed=0)
+    for _ in range(11):  # 77 rows into rings of 30 and 10: both wrap around
+        obs = torch.randn(7, 6, generator=gen) * 3 + 1
+        next_obs = obs + torch.randn(7, 6, generator=gen)
+        replay.add(
+            obs=obs,
+            action=torch.zeros(7, 2, dtype=torch.int64),
+            next_obs=next_obs,
+            cost=torch.zeros(7, 2),
+            done=torch.zeros(7),
+        )
+    ring = replay.train
+    rows = ring.latest(ring.size)
+    assert ring.size == ring.capacity
+    for name, values in (
+        ("obs", rows["obs"]),
+        ("next_obs", rows["next_obs"]),
+        ("delta", rows["next_obs"] - rows["obs"]),
+    ):
+        mean, std = ring.moments(name).mean_std()
+        torch.testing.assert_close(mean, values.mean(dim=0), atol=1e-5, rtol=0)
+        torch.testing.assert_close(std, values.std(dim=0, unbiased=False), atol=1e-5, rtol=0)
+    # Each agent's observation as a row of one agent's: the pooled moments.
+    mean, std = ring.moments("obs").pooled(3).mean_std()
+    per_agent = rows["obs"].view(-1, 3)
+    torch.testing.assert_close(mean, per_agent.mean(dim=0), atol=1e-5, rtol=0)
+    torch.testing.assert_close(std, per_agent.std(dim=0, unbiased=False), atol=1e-5, rtol=0)
+    # A constant feature keeps scale 1.
+    const = ring.moments("obs")
+    const = type(const)(
+        const.count, torch.full((6,), 2.0 * const.count), torch.full((6,), 4.0 * const.count)
+    )
+    assert const.mean_std()[1].tolist() == [1.0] * 6
+    # A restored replay recounts what it holds.
+    again = TransitionReplay(capacity=40, n_agents=2, obs_dim=3, valid_fraction=0.25, seed=0)
+    again.load_state_dict(replay.state_dict())
+    for name in ("obs", "next_obs", "delta"):
+        torch.testing.assert_close(
+            again.train.moments(name).total, ring.moments(name).total, atol=1e-9, rtol=0
+        )
+
+
+def test_predict_options_matches_predict_on_repeated_states():
+    """The per-state first layers give the numbers the full layers give every (state, option)."""
+    from src.algos.shield.world_model import TeamWorldModel, predict_options
+
+    model = TeamWorldModel(
+        n_agents=3,
+        obs_dim=5,
+        n_actions=4,
+        ensemble_size=2,
+        hidden=(16, 16),
+        learning_rate=1e-3,
+        seed=0,
+    )
+    gen = torch.Generator().manual_seed(1)
+    # Normalisations away from the identity, so that their folding is exercised too.
+    for buffer in (model.dynamics.obs_mean, model.dynamics.delta_mean, model.costs.obs_mean):
+        buffer.copy_(torch.randn(buffer.shape, generator=gen))
+    for buffer in (model.dynamics.obs_std, model.dynamics.delta_std, model.costs.obs_std):
+        buffer.copy_(torch.rand(buffer.shape, generator=gen) + 0.5)
+    obs = torch.randn(2, 6, 15, generator=gen)
+    options = torch.randint(0, 4, (2, 6, 7, 3), generator=gen)
+    with torch.no_grad():
+        flat_obs = obs.unsqueeze(2).expand(2, 6, 7, 15).reshape(2, 42, 15)
+        next_obs, risk, done = model.predict(flat_obs, options.reshape(2, 42, 3))
+        fast = predict_options(model, obs, options)
+    torch.testing.assert_close(fast[0], next_obs.view(2, 6, 7, 15), atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(fast[1], risk.view(2, 6, 7), atol=1e-6, rtol=1e-5)
+    torch.testing.assert_close(fast[2], done.view(2, 6, 7), atol=1e-6, rtol=1e-5)
+    # A model with `predict` only goes through the same function by repeating the states.
+
+    class PredictOnly:
+        ensemble_size = 2
+
+        def predict(self, joint_obs, joint_action):
+            return model.predict(joint_obs, joint_action)
+
+    with torch.no_grad():
+        generic = predict_options(PredictOnly(), obs, options)
+    for a, b in zip(fast, generic, strict=True):
+        torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
+
+
+def test_selected_rows_is_the_one_hot_product():
+    from src.algos.shield.ensemble import selected_rows
+
+    gen = torch.Generator().manual_seed(0)
+    table = torch.randn(3, 10, 4, generator=gen)
+    index = torch.randint(0, 10, (3, 5, 2), generator=gen)
+    one_hot = torch.nn.functional.one_hot(index, 10).sum(dim=-2).float()  # [3, 5, 10]
+    torch.testing.assert_close(selected_rows(table, index), torch.bmm(one_hot, table))

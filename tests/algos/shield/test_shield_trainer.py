@@ -296,7 +296,10 @@ def test_v1_imitation_loss_is_the_executed_actions_log_likelihood_on_overrides(i
     trainer.collect_rollout()
     trainer.buffer.intervened[0, 0, 0] = True  # at least one override in the batch
     batch = trainer.buffer.flat(trainer.compute_advantages())
-    losses = trainer.extra_losses(batch)
+    # As IPPO's update passes it: log pi(action | obs) under the current weights, with graph.
+    log_pi = torch.log_softmax(trainer.net.logits(batch["inputs"]), -1)
+    new_log_probs = log_pi.gather(-1, batch["actions"].unsqueeze(-1)).squeeze(-1)
+    losses = trainer.extra_losses({**batch, "new_log_probs": new_log_probs})
     if imitation == 0:
         assert "intervened" not in batch and losses == {}
         return
