@@ -486,7 +486,13 @@ def predict_options(
     m, s, k, a = options.shape
     obs = joint_obs.unsqueeze(2).expand(m, s, k, joint_obs.shape[-1]).reshape(m, s * k, -1)
     next_obs, risk, done = model.predict(obs, options.reshape(m, s * k, a))
-    return next_obs.reshape(m, s, k, -1), risk.reshape(m, s, k), done.reshape(m, s, k)
+    # `predict` may hand back views of reused buffers (`EnsembleWorldModel` in inference mode):
+    # copies stay valid across the caller's next calls.
+    return (
+        next_obs.reshape(m, s, k, -1).clone(),
+        risk.reshape(m, s, k).clone(),
+        done.reshape(m, s, k).clone(),
+    )
 
 
 def make_world_model(
