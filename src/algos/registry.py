@@ -21,7 +21,8 @@ it and builds its spec, so the rest of the pipeline treats it like the built-in 
 from __future__ import annotations
 
 import inspect
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 from src.checks import lookup
@@ -84,6 +85,9 @@ class AlgorithmSpec:
     """Action spaces it takes (`ACTION_KINDS`); a task with other actions is refused."""
     entry: str | None = None
     """Import path `module:Class` of an algorithm given by a config (None: built in)."""
+    fixed: Mapping[str, Any] = field(default_factory=dict)
+    """Section fields the algorithm fixes (what sets it apart from another algorithm with the
+    same trainer); its `algo_params` may not set them."""
 
     @property
     def eval_modes(self) -> tuple[bool, ...]:
@@ -118,6 +122,16 @@ ALGORITHMS: dict[str, AlgorithmSpec] = {
         multiplier=False,
         sections=("ppo", "shield"),
         version_keys=("wm_version", "om_version", "shield_version"),
+    ),
+    "shield_dec": AlgorithmSpec(
+        name="shield_dec",
+        description="shielded IPPO, each agent's shield alone: the others by the opponent model",
+        constrained=True,
+        shielded=True,
+        multiplier=False,
+        sections=("ppo", "shield"),
+        version_keys=("wm_version", "om_version", "shield_version"),
+        fixed={"coordination": "decentralised"},
     ),
 }
 

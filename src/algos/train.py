@@ -108,6 +108,7 @@ _TRAINERS: dict[str, Callable[[Mapping[str, Any]], type[IPPO]]] = {
     "ippo": lambda versions: lookup(IPPO_VERSIONS, versions["ippo_version"], "ippo_version"),
     "ippo_lag": lambda versions: IPPOLag,
     "shield": lambda versions: ShieldedIPPO,
+    "shield_dec": lambda versions: ShieldedIPPO,
 }
 
 

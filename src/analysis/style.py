@@ -50,12 +50,11 @@ ALGO_COLORS: dict[str, str] = {
     "ippo": OKABE_ITO["blue"],
     "ippo_lag": OKABE_ITO["orange"],
     "shield": OKABE_ITO["bluish_green"],
+    "shield_dec": OKABE_ITO["reddish_purple"],
 }
 
 # Colours left for algorithms added later; yellow is last because it is faint on white.
-_SPARE_COLORS = tuple(
-    OKABE_ITO[name] for name in ("vermillion", "reddish_purple", "sky_blue", "black", "yellow")
-)
+_SPARE_COLORS = tuple(OKABE_ITO[name] for name in ("vermillion", "sky_blue", "black", "yellow"))
 
 FIGURE_FORMATS: tuple[str, ...] = ("png", "pdf")
 

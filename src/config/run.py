@@ -193,7 +193,15 @@ class RunConfig:
             raise ConfigError(
                 f"algo_params={unknown}: unknown for {spec.name}; known: {sorted(tunable)}"
             )
-        built = {name: section.from_parts(base, algo_params) for name, section in sections.items()}
+        clash = sorted(set(algo_params) & set(spec.fixed))
+        if clash:
+            fixed = ", ".join(f"{key}={spec.fixed[key]!r}" for key in clash)
+            raise ConfigError(
+                f"algo_params={clash}: {spec.name} fixes {fixed}; choose another algorithm "
+                "for another value"
+            )
+        params = {**algo_params, **spec.fixed}
+        built = {name: section.from_parts(base, params) for name, section in sections.items()}
         return cls(
             algo=spec.name,
             run_idx=run_idx,

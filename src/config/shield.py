@@ -40,6 +40,8 @@ agent's action is within the allowance (ShieldConfig.search)."""
 BACKUPS = ("exhaustive", "coordinate")
 """How the v1 safety critic's backup finds its least risk over joint actions
 (ShieldConfig.backup)."""
+COORDINATIONS = ("central", "decentralised")
+"""Who decides in the v1 shield (ShieldConfig.coordination)."""
 LEARN_FROM = ("executed", "proposals")
 """Which action of a shielded step the v1 base policy learns from (ShieldConfig.learn_from)."""
 
@@ -113,6 +115,8 @@ class ShieldConfig(Section):
         "search": partial(check_choice, choices=SEARCHES),
         "search_sweeps": partial(check_int, low=1, high=100),
         "backup": partial(check_choice, choices=BACKUPS),
+        "coordination": partial(check_choice, choices=COORDINATIONS),
+        "opponent_samples": partial(check_int, low=1, high=100_000),
         "calibration_window": partial(check_int, low=1, high=10_000_000),
         "calibration_bins": partial(check_int, low=1, high=1000),
         "adapt_rate": partial(check_float, low=0.0, open_low=False),
@@ -219,6 +223,17 @@ class ShieldConfig(Section):
     time from the joint action the replay recorded (at most `search_sweeps` * n_agents *
     (n_actions - 1) + 1, linear in the team; an upper bound, so the critic errs towards more
     risk)."""
+    coordination: str = "central"
+    """v1, `receding`: who decides. `central`: one shield judges the team's joint action with
+    every agent's actual proposal. `decentralised`: each agent's shield sees only its own
+    proposal and judges its own action by its expected risk over the others' actions predicted
+    by the opponent model (`om_version`), mixed with uniform by the weight
+    `shield_opponent_mode` sets; no coordinator, work linear in the team (docs/design.md,
+    section 6.3)."""
+    opponent_samples: int = 32
+    """v1, `decentralised`: completions of the others' actions per judged own action: all
+    n_actions ** (n_agents - 1), weighted by their probability, when there are at most this
+    many; else this many by Latin hypercube sampling."""
     calibration_window: int = 8192
     """v1: most recent executed decisions with a known outcome that the per-decision
     calibration map g is fitted on (src/algos/shield/calibration.py)."""
@@ -271,6 +286,15 @@ class ShieldConfig(Section):
                 self.wm_version,
                 "v1 for shield_version v1 (it needs the world model of the team's risk)",
             )
+        if self.coordination == "decentralised":
+            for key, value, needs in (
+                ("risk_scope", self.risk_scope, "receding"),
+                ("lookahead", self.lookahead, 1),
+            ):
+                if value != needs:
+                    raise fail(key, value, f"{needs!r} for coordination 'decentralised'")
+            if n_agents < 2:
+                raise fail("n_agents", n_agents, "at least 2 for coordination 'decentralised'")
         joint = n_actions**n_agents
         if joint > MAX_JOINT_ACTIONS:
             raise fail(

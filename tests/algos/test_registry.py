@@ -68,7 +68,7 @@ def test_every_lag_version_trains_and_rises_under_violations(version):
 
 def test_unknown_names_list_the_known_ones():
     with pytest.raises(
-        ValueError, match=r"unknown algo 'x'; known: \['ippo', 'ippo_lag', 'shield'\]"
+        ValueError, match=r"unknown algo 'x'; known: \['ippo', 'ippo_lag', 'shield', 'shield_dec'\]"
     ):
         get_algorithm("x")
     with pytest.raises(ValueError, match="known: "):

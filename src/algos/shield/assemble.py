@@ -113,9 +113,13 @@ def _build_v1(
     policy_logits: PolicyLogits,
     seeds: list[int],
 ) -> ShieldParts:
-    """v1: joint action, episode excess-risk budget, learned safest continuation."""
-    wm_seed, critic_seed, _ = seeds
+    """v1: joint action, episode excess-risk budget, learned safest continuation; with
+    `coordination: decentralised` also the opponent model that predicts the others."""
+    wm_seed, critic_seed, om_seed = seeds
     world_model = make_world_model(config.wm_version, **dims, config=config, seed=wm_seed)
+    opponent_model = None
+    if config.coordination == "decentralised":
+        opponent_model = make_opponent_model(config.om_version, **dims, config=config, seed=om_seed)
     critic = RiskCritic(
         **dims,
         ensemble_size=config.ensemble_size,
@@ -127,8 +131,17 @@ def _build_v1(
         backup=config.backup,
         sweeps=config.search_sweeps,
     )
-    shield = BudgetShield(config=config, world_model=world_model, critic=critic, **dims)
-    return ShieldParts(shield=shield, world_model=world_model, critic=critic)
+    shield = BudgetShield(
+        config=config,
+        world_model=world_model,
+        critic=critic,
+        opponent_model=opponent_model,
+        seed=om_seed,
+        **dims,
+    )
+    return ShieldParts(
+        shield=shield, world_model=world_model, opponent_model=opponent_model, critic=critic
+    )
 
 
 # shield_version -> builder of the shield and the models it owns.

@@ -16,7 +16,11 @@ Risks. Per env copy and step, with s the joint observation and a a joint action:
   (`src.algos.shield.bounds.calibration_factor`). g is increasing, so deciding on q or on U
   with the corresponding allowance is the same decision.
 - Every joint action is judged with the other agents' actual proposals: the team's proposal
-  is one joint action among n_actions ** n_agents.
+  is one joint action among n_actions ** n_agents (`coordination: central`). With
+  `coordination: decentralised` each agent's shield sees only its own proposal and judges its
+  own action b by rho_i(s, b), the expectation of q(s, (b, a_-i)) over the others' actions
+  predicted by the opponent model (`src.algos.shield.decentral`); no coordinator, work linear
+  in the team.
 
 Decisions (`risk_scope`), with the allowance a (`BudgetShield.allowance`: adapted to the
 realized violation rate in training, chosen by the certificate for deployment):
@@ -29,6 +33,10 @@ realized violation rate in training, chosen by the certificate for deployment):
   action with q <= a, else the joint action of least q (the backup). This is Bastani et al.'s
   model-predictive shielding with the backup found by the models; what it promises about the
   real env is the certificate's statement, not the models'.
+- `receding` with `coordination: decentralised`: agent i keeps its proposal if
+  rho_i(s, proposal) <= a, else takes its most likely other action with rho_i <= a, else its
+  action of least rho_i (the fallback); the decision's q is the largest rho_i of the executed
+  actions, and the certificate calibrates and tests that decision like the central one.
 - `episode`: the *excess* of a is e(s, a) = q(s, a) - min_b q(s, b) >= 0. Each episode gets
   an excess budget B = a - min_b q(s_0, b); the proposal is executed if its excess fits what
   is left, otherwise the most likely joint action whose excess fits, the backup (excess 0)
@@ -57,9 +65,12 @@ import numpy as np
 import torch
 
 from src.algos.filters import RiskFilter
+from src.algos.seeding import derived_seeds
 from src.algos.shield.calibration import CalibrationMap
 from src.algos.shield.critic import RiskCritic, joint_actions
+from src.algos.shield.decentral import mixed_probs, opponent_completions, own_action_risk
 from src.algos.shield.ensemble import every_member
+from src.algos.shield.opponent_model import OpponentModel
 from src.algos.shield.search import coordinate_descent
 from src.algos.shield.world_model import TeamWorldModel, predict_options
 from src.config.shield import ShieldConfig
@@ -134,13 +145,24 @@ class BudgetShield(RiskFilter):
         n_agents: int,
         obs_dim: int,
         n_actions: int,
+        opponent_model: OpponentModel | None = None,
+        seed: int = 0,
     ) -> None:
-        """Assemble the parts; the excess budgets are sized by the first call."""
+        """Assemble the parts; the excess budgets are sized by the first call.
+
+        `coordination: decentralised` needs the `opponent_model`; `seed` seeds its sampled
+        completions of the others' actions until `reset`."""
         if getattr(world_model, "cost_dim", None) != 1:
             raise ValueError("the v1 shield needs a world model of the team's risk (wm_version v1)")
+        if config.coordination == "decentralised" and opponent_model is None:
+            raise ValueError("coordination 'decentralised' needs an opponent model")
         self.config = config
         self.world_model = world_model
         self.critic = critic
+        self.opponent_model = opponent_model
+        # Uniform-mixing weight of the opponent model; the trainer updates it after each fit.
+        self.opponent_weight = 0.0 if config.shield_opponent_mode == "model" else 1.0
+        self.generator = torch.Generator().manual_seed(seed)
         self.n_agents, self.obs_dim, self.n_actions = n_agents, obs_dim, n_actions
         self.joint = joint_actions(n_agents, n_actions)  # [J, A]
         # A factor of the models' risk until the shield has labelled decisions, then g(q).
@@ -216,8 +238,10 @@ class BudgetShield(RiskFilter):
     # ------------------------------------------------------------------ the filter
 
     def reset(self, num_envs: int, seed: int) -> None:
-        """A new sequence of episodes over `num_envs` copies (the shield samples nothing)."""
+        """A new sequence of episodes over `num_envs` copies; reseeds the sampled completions of
+        the decentralised shield (the central one samples nothing)."""
         self.budget = np.zeros(num_envs, dtype=np.float64)
+        self.generator.manual_seed(derived_seeds(seed, 3)[2])
         self.stats = BudgetStats()
 
     def _decide(
@@ -227,6 +251,8 @@ class BudgetShield(RiskFilter):
         step [E] (1-based step of these actions in their episode; 1 starts a new budget) ->
         executed [E, A] int64, their certified risks [E] and the number of copies that fell
         back to the safest action (`RiskFilter.filter` checks the arguments and counts)."""
+        if self.config.coordination == "decentralised":
+            return self._decide_alone(obs, proposed, logits)
         e, a = proposed.shape
         if self.budget.shape != (e,):
             self.budget = np.zeros(e, dtype=np.float64)
@@ -307,6 +333,81 @@ class BudgetShield(RiskFilter):
             self.stats.budget_sum += float(np.maximum(self.budget, 0.0).sum())
             self.budget -= excess
         return executed, bound, int(fallback.sum())
+
+    def _decide_alone(
+        self, obs: torch.Tensor, proposed: np.ndarray, logits: torch.Tensor
+    ) -> tuple[np.ndarray, np.ndarray, int]:
+        """`coordination: decentralised`: each agent's shield on its own (`decentral`).
+
+        Agent i keeps its proposal if rho_i(s, proposal) <= allowance; otherwise it takes its
+        most likely other action (its policy's probability) with rho_i within the allowance,
+        else its action of least rho_i (the fallback). The decision's risk q is the largest
+        rho_i of the executed actions over the agents.
+        """
+        e, a = proposed.shape
+        n = self.n_actions
+        remaining = torch.full((e,), float(self.config.horizon))
+        executed = proposed.copy()
+        with torch.inference_mode():
+            joint = obs.reshape(e, a * self.obs_dim)
+            predicted = self.opponent_model.joint_logits(joint)  # type: ignore[union-attr]
+            model = torch.softmax(predicted, dim=-1)
+            completions, weights = opponent_completions(
+                mixed_probs(model, self.opponent_weight),
+                samples=self.config.opponent_samples,
+                generator=self.generator,
+            )
+
+            def risk(copies: torch.Tensor, options: torch.Tensor) -> torch.Tensor:
+                return self.raw_risk_options(joint[copies], options, remaining[copies])
+
+            def rho(copies: np.ndarray, agents: np.ndarray, own: np.ndarray) -> np.ndarray:
+                c, i = torch.from_numpy(copies), torch.from_numpy(agents)
+                own_t = torch.from_numpy(np.ascontiguousarray(own, dtype=np.int64))
+                return own_action_risk(risk, completions, weights, c, i, own_t).numpy()
+
+            copies, agents = np.repeat(np.arange(e), a), np.tile(np.arange(a), e)
+            chosen = rho(copies, agents, proposed.reshape(-1, 1))[:, 0]  # [E * A]
+            least = chosen.copy()
+            fallback = np.zeros(e * a, dtype=bool)
+            refused = np.flatnonzero(chosen > self.allowance)
+            if len(refused):
+                c, i = copies[refused], agents[refused]
+                rows = np.arange(len(refused))
+                own = (proposed[c, i][:, None] + np.arange(1, n)) % n  # [R, n - 1]
+                every = np.zeros((len(refused), n))  # rho of each own action, the proposal's too
+                every[rows[:, None], own] = rho(c, i, own)
+                every[rows, proposed[c, i]] = chosen[refused]
+                log_p = torch.log_softmax(logits, dim=-1).double().numpy()[c, i]  # [R, n]
+                allowed = every <= self.allowance
+                found = allowed.any(axis=1)
+                # The most likely allowed action; without one, the most likely of least rho.
+                least[refused] = every.min(axis=1)
+                ties = every == least[refused][:, None]
+                pick = np.where(allowed, log_p, -np.inf).argmax(axis=1)
+                pick = np.where(found, pick, np.where(ties, log_p, -np.inf).argmax(axis=1))
+                executed[c, i] = pick
+                chosen[refused] = every[rows, pick]
+                fallback[refused] = ~found
+            raw = chosen.reshape(e, a).max(axis=1)
+            bound = self.calibrate(torch.from_numpy(raw)).double().numpy()
+        searched = np.zeros(e * a, dtype=bool)
+        searched[refused] = True
+        searched = searched.reshape(e, a).any(axis=1)
+        safest = np.where(searched, least.reshape(e, a).max(axis=1), math.nan)
+        fell = fallback.reshape(e, a).any(axis=1)
+        allowance = np.where(fell, np.maximum(self.allowance, safest), self.allowance)
+        self.last = Decision(
+            budget=allowance - np.nan_to_num(safest),
+            bound=bound,
+            excess=np.zeros(e),
+            safest=safest,
+            allowance=allowance,
+            fallback=fell,
+            remaining=remaining.numpy(),
+            raw=raw,
+        )
+        return executed, bound, int(fell.sum())
 
     def _one_change(
         self,

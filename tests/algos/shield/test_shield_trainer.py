@@ -239,8 +239,9 @@ def _v1_config(*, max_risk: float = 0.1, calibration_episodes: int = 6) -> dict:
     return config
 
 
-def test_v1_resume_is_bit_for_bit_with_the_ledger_the_allowance_and_the_certificate(tmp_path):
-    config = _v1_config()
+@pytest.mark.parametrize("algo", ["shield", "shield_dec"])
+def test_v1_resume_is_bit_for_bit_with_the_ledger_the_allowance_and_the_certificate(tmp_path, algo):
+    config = {**_v1_config(), "algo": algo}
     full = _v1_trainer(config)
     full.train(progress=False)
     first = _v1_trainer(config)
@@ -312,3 +313,34 @@ def test_v1_imitation_loss_is_the_executed_actions_log_likelihood_on_overrides(i
     # The loss pulls the policy towards the executed actions of overridden agent-steps only.
     losses[M.SHIELD_IMITATION].backward()
     assert any(p.grad is not None and p.grad.abs().sum() > 0 for p in trainer.net.parameters())
+
+
+@pytest.mark.parametrize("mode", ["model", "uniform", "monotone_floor"])
+def test_shield_dec_fits_its_opponent_model_and_trusts_it_as_the_mode_says(tmp_path, mode):
+    config = {**_v1_config(), "algo": "shield_dec", "shield_opponent_mode": mode}
+    trainer = _v1_trainer(config)
+    assert trainer.shield.config.coordination == "decentralised"
+    assert trainer.opponent_model is trainer.shield.opponent_model is not None
+    trainer.train(progress=False)
+    weights = [row[M.SHIELD_OPPONENT_WEIGHT] for row in trainer.updates]
+    assert all(row[M.OM_VALID_LOSS] is not None for row in trainer.updates[1:])
+    if mode == "monotone_floor":
+        assert all(b <= a for a, b in itertools.pairwise(weights)) and weights[-1] < 1.0
+    else:
+        assert weights == [{"model": 0.0, "uniform": 1.0}[mode]] * len(weights)
+    assert sum(row[M.SHIELD_INTERVENTIONS] for row in trainer.updates) > 0
+    # policy.pt rebuilds the same decentralised shield: same decisions on the same inputs.
+    state = {"config": trainer.config.to_dict(), **trainer.policy_state()}
+    shield = load_shield(state, trainer.config, net=trainer.net)
+    assert shield.config.coordination == "decentralised"
+    assert shield.opponent_weight == trainer.shield.opponent_weight
+    env = GridVectorEnv(num_envs=4)
+    obs = env.reset(seed=[1, 2, 3, 4])
+    proposed = np.array([[0, 1], [2, 3], [4, 0], [1, 1]])
+    logits = torch.zeros(4, 2, 5)
+    decisions = []
+    for judge in (trainer.shield, shield):
+        judge.reset(4, 7)
+        judge.allowance = 0.05
+        decisions.append(judge.filter(obs, proposed, logits, np.ones(4, dtype=np.int64))[0])
+    np.testing.assert_array_equal(*decisions)

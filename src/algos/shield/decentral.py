@@ -1,0 +1,98 @@
+"""The decentralised v1 shield's view of the others: their actions predicted, not seen.
+
+With `coordination: decentralised` each agent's shield knows the joint observation and its own
+proposal, not the other agents' proposals. It judges an own action b by its expected risk over
+the others' actions,
+
+    rho_i(s, b) = E_{a_-i ~ p(. | s)} q(s, (b, a_-i)),    p_j = (1 - w) pi_j + w / n_actions,
+
+with pi_j the opponent model's prediction of agent j's action from j's own observation and w
+the uniform-mixing weight that `shield_opponent_mode` sets (`monotone_floor`: w never falls
+faster than the model's held-out cross-entropy allows). The expectation runs over
+*completions*, joint actions of the others with weights:
+
+- every one of the n_actions ** (n_agents - 1), weighted by its probability under p, when there
+  are at most `opponent_samples` of them (exact);
+- else `opponent_samples` completions drawn by Latin hypercube sampling (each agent's
+  K draws stratified over its inverse CDF, the strata independently permuted per agent),
+  weighted 1 / K: work linear in the team.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+
+from src.algos.shield.critic import joint_actions
+
+__all__ = ["mixed_probs", "opponent_completions", "own_action_risk"]
+
+
+def mixed_probs(model_probs: torch.Tensor, weight: float) -> torch.Tensor:
+    """p = (1 - w) pi + w / n of the model's action distributions [..., n]."""
+    if not 0.0 <= weight <= 1.0:
+        raise ValueError(f"the uniform-mixing weight must lie in [0, 1], got {weight}")
+    n = model_probs.shape[-1]
+    return model_probs * (1.0 - weight) + weight / n
+
+
+def opponent_completions(
+    probs: torch.Tensor, *, samples: int, generator: torch.Generator
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The others' joint actions each agent's shield averages over (module docstring).
+
+    probs [E, A, n]: every agent's predicted action distribution. Returns completions
+    [E, A, K, A] int64 (row (e, i, k) is a joint action whose entry i is a placeholder 0, the
+    judged agent's own slot) and their weights [E, A, K] (float64, summing to 1 over K).
+    """
+    e, a, n = probs.shape
+    if a < 2:
+        raise ValueError(f"a decentralised shield needs at least 2 agents, got {a}")
+    probs = probs.double()
+    probs = probs / probs.sum(dim=-1, keepdim=True)  # exactly normalised in float64
+    others = torch.tensor([[j for j in range(a) if j != i] for i in range(a)])  # [A, A-1]
+    if n ** (a - 1) <= samples:
+        grid = joint_actions(a - 1, n)  # [K, A-1]
+        k = grid.shape[0]
+        completions = torch.zeros(e, a, k, a, dtype=torch.int64)
+        index = others[:, None, :].expand(a, k, a - 1)
+        completions.scatter_(3, index.expand(e, a, k, a - 1), grid.expand(e, a, k, a - 1))
+        # p of agent others[i][m] taking grid[k, m], multiplied over m: [E, A, K]
+        p_others = probs[:, others]  # [E, A, A-1, n]
+        picked = p_others.gather(3, grid.t().expand(e, a, a - 1, k))  # [E, A, A-1, K]
+        return completions, picked.prod(dim=2)
+    k = samples
+    # Latin hypercube: draw k of agent j's action at (perm_j(k) + U) / K of its CDF.
+    strata = torch.rand(e, a, a - 1, k, generator=generator, dtype=torch.float64).argsort(dim=3)
+    u = (strata + torch.rand(e, a, a - 1, k, generator=generator, dtype=torch.float64)) / k
+    cdf = probs[:, others].cumsum(dim=3)  # [E, A, A-1, n]
+    drawn = torch.searchsorted(cdf, u, right=True).clamp_(max=n - 1)  # [E, A, A-1, K]
+    completions = torch.zeros(e, a, k, a, dtype=torch.int64)
+    index = others[:, None, :].expand(a, k, a - 1).expand(e, a, k, a - 1)
+    completions.scatter_(3, index, drawn.transpose(2, 3))
+    return completions, torch.full((e, a, k), 1.0 / k, dtype=torch.float64)
+
+
+def own_action_risk(
+    risk_options: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
+    completions: torch.Tensor,
+    weights: torch.Tensor,
+    copies: torch.Tensor,
+    agents: torch.Tensor,
+    own: torch.Tensor,
+) -> torch.Tensor:
+    """rho_i(s, b) of agent `agents[r]` of copy `copies[r]` for each own action own[r] [R, B].
+
+    `risk_options(copies, options)` returns q of the copies' states [R] under options
+    [R, O, A] -> [R, O]; completions [E, A, K, A] and weights [E, A, K] are
+    `opponent_completions`' output. Returns [R, B] float64.
+    """
+    r, b = own.shape
+    chosen = completions[copies, agents]  # [R, K, A]
+    k, a = chosen.shape[1:]
+    options = chosen[:, None].expand(r, b, k, a).clone()
+    slot = agents.view(r, 1, 1, 1).expand(r, b, k, 1)
+    options.scatter_(3, slot, own.view(r, b, 1, 1).expand(r, b, k, 1))
+    q = risk_options(copies, options.view(r, b * k, a)).double().view(r, b, k)
+    return (q * weights[copies, agents][:, None, :]).sum(dim=2)

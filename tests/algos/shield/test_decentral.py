@@ -1,0 +1,242 @@
+"""The decentralised v1 shield (`coordination: decentralised`) against answers worked out by hand.
+
+Its completions of the others' actions (all of them with their probabilities, or a Latin
+hypercube sample), each agent's expected risk of its own actions with the exact least
+risk-to-go of a small hazard_grid, and its decisions, agent by agent, checked against a direct
+computation that uses none of the shield's code; the opponent weight of `shield_opponent_mode`
+moves the prediction between the model and uniform.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+import torch
+
+from src.algos.shield.budget import BudgetShield
+from src.algos.shield.decentral import mixed_probs, opponent_completions, own_action_risk
+from src.checks import ConfigError
+from src.config.run import RunConfig, make_run_config
+from tests.algos.shield.shield_toys import shield_config
+from tests.algos.shield.test_budget_shield import (
+    N_ACTIONS,
+    N_AGENTS,
+    ExactQ,
+    _critic,
+    _env,
+    model_obs_dim,
+)
+
+
+def _probs(e: int, a: int, n: int, seed: int) -> torch.Tensor:
+    return torch.softmax(torch.randn(e, a, n, generator=torch.Generator().manual_seed(seed)), -1)
+
+
+@pytest.mark.parametrize(("a", "n"), [(2, 5), (3, 5), (3, 2)])
+def test_exact_completions_are_every_joint_action_of_the_others_with_its_probability(a, n):
+    probs = _probs(2, a, n, seed=a * n)
+    completions, weights = opponent_completions(probs, samples=n ** (a - 1), generator=None)
+    assert completions.shape == (2, a, n ** (a - 1), a)
+    for e, i in itertools.product(range(2), range(a)):
+        seen = {}
+        for k in range(completions.shape[2]):
+            row = completions[e, i, k].tolist()
+            assert row[i] == 0  # the judged agent's own slot
+            others = tuple(x for j, x in enumerate(row) if j != i)
+            p = probs.double() / probs.double().sum(-1, keepdim=True)
+            expected = np.prod([float(p[e, j, x]) for j, x in enumerate(row) if j != i])
+            seen[others] = float(weights[e, i, k])
+            assert seen[others] == pytest.approx(expected, rel=1e-12)
+        assert len(seen) == n ** (a - 1)  # every completion once
+        assert sum(seen.values()) == pytest.approx(1.0, abs=1e-12)
+
+
+def test_sampled_completions_are_stratified_per_agent_and_reproducible():
+    a, n, k = 4, 5, 40
+    probs = _probs(3, a, n, seed=7)
+    draw = [
+        opponent_completions(probs, samples=k, generator=torch.Generator().manual_seed(s))
+        for s in (1, 1, 2)
+    ]
+    (completions, weights), again, other = draw
+    assert torch.equal(completions, again[0]) and not torch.equal(completions, other[0])
+    assert completions.shape == (3, a, k, a)
+    assert torch.all(weights == 1.0 / k)
+    for e, i, j in itertools.product(range(3), range(a), range(a)):
+        column = completions[e, i, :, j]
+        if j == i:
+            assert torch.all(column == 0)
+            continue
+        # One draw per stratum of the CDF: each action is drawn K p times, up to < 2.
+        counts = torch.bincount(column, minlength=n).double()
+        assert torch.all((counts - k * probs[e, j].double()).abs() < 2.0)
+
+
+def test_mixed_probs_moves_from_the_model_to_uniform():
+    probs = _probs(1, 2, 4, seed=3)
+    assert torch.equal(mixed_probs(probs, 0.0), probs)
+    assert torch.allclose(mixed_probs(probs, 1.0), torch.full_like(probs, 0.25))
+    assert torch.allclose(mixed_probs(probs, 0.5).sum(-1), torch.ones(1, 2))
+    with pytest.raises(ValueError, match="weight"):
+        mixed_probs(probs, 1.5)
+
+
+class FixedOpponents:
+    """An opponent model predicting fixed action distributions, whatever the state."""
+
+    def __init__(self, probs: torch.Tensor) -> None:
+        self.log_probs = probs.log()  # [A, n]
+
+    def joint_logits(self, joint_obs: torch.Tensor) -> torch.Tensor:
+        return self.log_probs.expand(joint_obs.shape[0], *self.log_probs.shape).clone()
+
+
+def _shield(oracle: ExactQ, opponents: FixedOpponents, **overrides: object) -> BudgetShield:
+    settings = {"risk_scope": "receding", "horizon": 300, "max_risk": 0.1, **overrides}
+    config = shield_config(
+        shield_version="v1",
+        wm_version="v1",
+        lookahead=1,
+        ensemble_size=1,
+        coordination="decentralised",
+        **settings,
+    )
+    return BudgetShield(
+        config=config,
+        world_model=oracle,
+        critic=_critic(),
+        opponent_model=opponents,
+        n_agents=N_AGENTS,
+        obs_dim=model_obs_dim(),
+        n_actions=N_ACTIONS,
+    )
+
+
+def _states(env: object, copies: int, seed: int) -> np.ndarray:
+    """Observations [copies, A, D] of random placements of the agents on free cells."""
+    rng = np.random.default_rng(seed)
+    state = env.get_state()
+    free = np.flatnonzero(~state["hazard"][0])
+    cells = [rng.choice(free, size=N_AGENTS, replace=False) for _ in range(copies)]
+    state["cell"] = np.stack(cells)
+    env.set_state(state)
+    return env.observe()
+
+
+def _by_hand(oracle: ExactQ, obs: np.ndarray, probs: np.ndarray) -> np.ndarray:
+    """rho[e, i, b] = sum over the other's action x of p(x) Q*(s_e, i takes b, the other x)."""
+    e = obs.shape[0]
+    joint = torch.from_numpy(obs.reshape(e, -1))
+    rho = np.zeros((e, N_AGENTS, N_ACTIONS))
+    for i, b, x in itertools.product(range(N_AGENTS), range(N_ACTIONS), range(N_ACTIONS)):
+        action = np.zeros((e, N_AGENTS), dtype=np.int64)
+        action[:, i], action[:, 1 - i] = b, x
+        rho[:, i, b] += probs[1 - i, x] * oracle.q_star(joint, torch.from_numpy(action))
+    return rho
+
+
+@pytest.mark.parametrize("weight", [0.0, 0.4, 1.0])
+def test_each_agent_keeps_a_proposal_within_the_allowance_else_its_likeliest_allowed_action(
+    weight,
+):
+    copies = 300
+    env = _env(copies)
+    oracle = ExactQ(env)
+    model = _probs(1, N_AGENTS, N_ACTIONS, seed=11)[0]
+    shield = _shield(oracle, FixedOpponents(model))
+    shield.opponent_weight = weight
+    shield.reset(copies, 0)
+    obs = _states(env, copies, seed=5)
+    rng = np.random.default_rng(6)
+    proposed = rng.integers(0, N_ACTIONS, size=(copies, N_AGENTS))
+    logits = torch.randn(copies, N_AGENTS, N_ACTIONS, generator=torch.Generator().manual_seed(4))
+    executed, intervened = shield.filter(obs, proposed, logits, np.ones(copies, dtype=np.int64))
+
+    p = (1 - weight) * model.double().numpy() + weight / N_ACTIONS
+    rho = _by_hand(oracle, obs, p)
+    allowance = shield.allowance
+    expected = proposed.copy()
+    for e, i in itertools.product(range(copies), range(N_AGENTS)):
+        own = rho[e, i]
+        if own[proposed[e, i]] <= allowance:
+            continue
+        allowed = [b for b in range(N_ACTIONS) if b != proposed[e, i] and own[b] <= allowance]
+        if allowed:
+            expected[e, i] = max(allowed, key=lambda b: float(logits[e, i, b]))
+        else:
+            # The most likely of the least risk (equal up to rounding).
+            least = np.flatnonzero(own <= own.min() + 1e-9)
+            expected[e, i] = max(least, key=lambda b: float(logits[e, i, b]))
+    np.testing.assert_array_equal(executed, expected)
+    np.testing.assert_array_equal(intervened, expected != proposed)
+    taken = np.take_along_axis(rho, executed[:, :, None], axis=2)[:, :, 0]
+    np.testing.assert_allclose(shield.last.raw, taken.max(axis=1), atol=1e-6)
+    assert 0 < intervened.sum() < intervened.size  # some proposals kept, some changed
+    # A fallback is a copy where some agent found no action within the allowance.
+    none_allowed = (rho.min(axis=2) > allowance).any(axis=1)
+    np.testing.assert_array_equal(shield.last.fallback, none_allowed)
+
+
+def test_own_action_risk_is_the_weighted_mean_of_the_judged_risks():
+    completions = torch.tensor([[[[0, 1], [0, 2]], [[3, 0], [4, 0]]]])  # [1, 2, 2, 2]
+    weights = torch.tensor([[[0.25, 0.75], [0.5, 0.5]]], dtype=torch.float64)
+
+    def risk(copies: torch.Tensor, options: torch.Tensor) -> torch.Tensor:
+        return (options[..., 0] * 10 + options[..., 1]).double() / 100  # any function of a
+
+    rho = own_action_risk(
+        risk,
+        completions,
+        weights,
+        torch.tensor([0, 0]),
+        torch.tensor([0, 1]),
+        torch.tensor([[1, 2], [0, 1]]),
+    )
+    expected = [
+        [0.25 * 0.11 + 0.75 * 0.12, 0.25 * 0.21 + 0.75 * 0.22],  # agent 0 takes 1, 2
+        [0.5 * 0.30 + 0.5 * 0.40, 0.5 * 0.31 + 0.5 * 0.41],  # agent 1 takes 0, 1
+    ]
+    np.testing.assert_allclose(rho.numpy(), expected, atol=1e-12)
+
+
+def test_decentralised_coordination_needs_an_opponent_model_and_a_receding_one_step_scope():
+    env = _env(1)
+    config = shield_config(shield_version="v1", wm_version="v1", coordination="decentralised")
+    with pytest.raises(ValueError, match="opponent model"):
+        BudgetShield(
+            config=config,
+            world_model=ExactQ(env),
+            critic=_critic(),
+            n_agents=N_AGENTS,
+            obs_dim=model_obs_dim(),
+            n_actions=N_ACTIONS,
+        )
+    dims = {"n_agents": 2, "n_actions": 5, "max_steps": 100}
+    for key, value in (("risk_scope", "episode"), ("lookahead", 2)):
+        bad = shield_config(
+            shield_version="v1", wm_version="v1", coordination="decentralised", **{key: value}
+        )
+        with pytest.raises(ValueError, match=f"{key}.*decentralised"):
+            bad.check_against(**dims)
+    with pytest.raises(ValueError, match="coordination"):
+        shield_config(shield_version="v1", wm_version="v1", coordination="anarchic")
+
+
+def test_shield_dec_is_the_shield_with_decentralised_coordination_fixed():
+    def config(**params: object) -> RunConfig:
+        return RunConfig.from_dict(
+            make_run_config(
+                algo="shield_dec", shield_version="v1", wm_version="v1", algo_params=params
+            )
+        )
+
+    assert config().shield.coordination == "decentralised"
+    assert config(opponent_samples=8).shield.opponent_samples == 8
+    with pytest.raises(ConfigError, match="shield_dec fixes coordination='decentralised'"):
+        config(coordination="central")
+    central = RunConfig.from_dict(
+        make_run_config(algo="shield", shield_version="v1", wm_version="v1")
+    )
+    assert central.shield.coordination == "central"
