@@ -22,14 +22,14 @@ import numpy as np
 import pandas as pd
 import yaml
 
-from src.algos.metrics import LAMBDA, SHIELD_INTERVENTIONS
+from src.algos.metrics import LAMBDA, SHIELD_INTERVENTIONS, SHIELD_SECONDS
 from src.algos.registry import get_algorithm
 from src.analysis.aggregate import load_table
 from src.analysis.constraint import CONSTRAINT_HORIZON, run_configs
 from src.analysis.figures import FIGURE_NAMES
 from src.analysis.files import write_text
 from src.config.lagrange import LagrangeConfig
-from src.containment import copy_file
+from src.containment import copy_file, open_regular
 from src.core.io import atomic_output
 
 __all__ = [
@@ -38,6 +38,7 @@ __all__ = [
     "certificate_lines",
     "experiment_dir",
     "main",
+    "shield_comparison",
     "write_results_doc",
 ]
 
@@ -249,6 +250,70 @@ def _observations(source: Path, configs: list[dict]) -> list[str]:
     return lines
 
 
+def _coordination(config: dict) -> str:
+    """Who decides in a shielded run: the algorithm's fixed value, its algo_params', or the
+    shield's default (`central`)."""
+    fixed = get_algorithm(config["algo"]).fixed
+    params = config.get("algo_params") or {}
+    return str(fixed.get("coordination", params.get("coordination", "central")))
+
+
+def _cpu_seconds(source: Path, env: str, algo: str, runs: Sequence[int], stage: str) -> float:
+    """Mean CPU seconds of the runs' `stage` job (the Snakemake benchmark file in each run's
+    logs; NaN when none is there). Only regular files inside `source` are read."""
+    values = []
+    for run in runs:
+        relative = Path("runs") / env / algo / f"run{run}" / "logs" / f"{stage}.benchmark.tsv"
+        try:
+            with open_regular(source, relative) as handle:
+                table = pd.read_csv(handle, sep="\t")
+        except FileNotFoundError:
+            continue
+        if "cpu_time" in table and len(table):
+            values.append(float(table["cpu_time"].iloc[-1]))
+    return float(np.mean(values)) if values else float("nan")
+
+
+def shield_comparison(source: Path, configs: Sequence[dict]) -> list[str]:
+    """A table of every shielded algorithm's risk, return and cost, per env (empty with fewer
+    than two shielded algorithms)."""
+    shielded = sorted({c["algo"] for c in configs if get_algorithm(c["algo"]).shielded})
+    if len(shielded) < 2:
+        return []
+    summary = pd.read_csv(source / "tables" / "summary.csv")
+    updates = load_table(source / "tables", "updates").to_pandas()
+    rows = [
+        "| env | algorithm | coordination | P(viol. ≤ H) | return (eval) | x ippo | certified "
+        "| train CPU s | filter s | evaluate CPU s |",
+        "|---|---|---|---:|---:|---:|---|---:|---:|---:|",
+    ]
+    for env, group in summary.groupby("env", sort=True):
+        horizon = int(group["constraint_horizon"].iloc[0])
+        column = f"p_violation_h{horizon}"
+        reference = group.loc[group["policy"] == "ippo", "eval_return_mean"]
+        for algo in shielded:
+            row = group[group["policy"] == algo]
+            runs = sorted(
+                int(c["run_idx"]) for c in configs if c["env_name"] == env and c["algo"] == algo
+            )
+            if row.empty or not runs:
+                continue
+            r = row.iloc[0]
+            config = next(c for c in configs if c["env_name"] == env and c["algo"] == algo)
+            ratio = f"{r['eval_return_mean'] / reference.iloc[0]:.2f}" if len(reference) else "–"
+            mine = updates[(updates["env"] == env) & (updates["algo"] == algo)]
+            filter_seconds = mine.groupby("run")[SHIELD_SECONDS].sum().mean()
+            cpu = [_cpu_seconds(source, env, algo, runs, stage) for stage in ("train", "evaluate")]
+            cells = [f"{v:.0f}" if np.isfinite(v) else "–" for v in (*cpu, filter_seconds)]
+            rows.append(
+                f"| {env} | {algo} | {_coordination(config)} | {r[column]:.3f} "
+                f"[{r[column + '_low']:.3f}, {r[column + '_high']:.3f}] "
+                f"| {r['eval_return_mean']:.1f} | {ratio} | {r['certificate']} "
+                f"| {cells[0]} | {cells[2]} | {cells[1]} |"
+            )
+    return rows
+
+
 def _certificate_line(run: pd.Series, max_risk: float | None) -> str:
     """One run's certificate in words."""
     bound = "`max_risk`" if max_risk is None else f"`max_risk` = {max_risk:g}"
@@ -375,6 +440,24 @@ def write_results_doc(
             "1 - delta; the evaluation above measures it again on other episodes.",
             "",
             *certificates,
+            "",
+        ]
+    compared = shield_comparison(source, configs)
+    if compared:
+        lines += [
+            "## Shields compared",
+            "",
+            "Every shielded algorithm of the run, side by side: risk and return of the deployed "
+            "(shielded) policy as in the summary table, its certificates, and what it cost. "
+            "`central`: one shield judges the team's joint action with every agent's actual "
+            "proposal; `decentralised`: each agent's shield sees only its own proposal and "
+            "predicts the others with the opponent model ([design.md](design.md), section "
+            "6.3). Train and evaluate CPU s: CPU seconds of each run's training job "
+            "(calibration episodes included) and evaluation job, mean over the runs, from the "
+            "Snakemake benchmark files (the jobs ran side by side, so CPU, not wall time); "
+            "filter s: wall seconds inside the shield during training, mean over the runs.",
+            "",
+            *compared,
             "",
         ]
     lines += [

@@ -230,10 +230,10 @@ class ShieldConfig(Section):
     by the opponent model (`om_version`), mixed with uniform by the weight
     `shield_opponent_mode` sets; no coordinator, work linear in the team (docs/design.md,
     section 6.3)."""
-    opponent_samples: int = 32
+    opponent_samples: int = 8
     """v1, `decentralised`: completions of the others' actions per judged own action: all
     n_actions ** (n_agents - 1), weighted by their probability, when there are at most this
-    many; else this many by Latin hypercube sampling."""
+    many; else this many by Latin hypercube sampling (the work per decision is proportional)."""
     calibration_window: int = 8192
     """v1: most recent executed decisions with a known outcome that the per-decision
     calibration map g is fitted on (src/algos/shield/calibration.py)."""

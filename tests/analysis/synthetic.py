@@ -11,6 +11,7 @@ import numpy as np
 import pandas as pd
 
 from src.algos import metrics
+from src.algos.registry import algorithm_names, get_algorithm
 from src.analysis.export import EVAL_SCHEMA, certificate_columns, export_run, table_with_config
 from src.analysis.files import write_parquet
 from src.config.base import VERSION_KEYS
@@ -20,6 +21,10 @@ from src.evaluation.episodes import EpisodeBatch, horizon_summary
 HORIZONS = (1, 10, 50, 100, 200)
 # Per algorithm: how risky the synthetic policy is and how much return it gets.
 PROFILE = {"ippo": (0.02, 1.0), "ippo_lag": (0.006, 0.8), "shield": (0.002, 0.7)}
+
+
+def _shielded(algo: str) -> bool:
+    return algo in algorithm_names() and get_algorithm(algo).shielded
 
 
 def make_config(env: str, algo: str, run: int, *, episodes: int = 50) -> dict:
@@ -66,7 +71,7 @@ def make_history(env: str, algo: str, run: int, *, episodes: int = 60, seed: int
                 "violated": violated,
                 "first_violation_step": first,
                 "truncated_by_cap": True,
-                "shield_interventions": int(rng.integers(0, 20)) if algo == "shield" else 0,
+                "shield_interventions": int(rng.integers(0, 20)) if _shielded(algo) else 0,
             }
         )
         t += length
@@ -89,7 +94,8 @@ def make_updates(
         }
         if algo == "ippo_lag":
             row[metrics.LAMBDA] = 0.05 * update
-        if algo == "shield":
+        if _shielded(algo):
+            row[metrics.SHIELD_SECONDS] = 0.25 * (run + 1)
             row[metrics.SHIELD_INTERVENTIONS] = float(max(0, 30 - 2 * update + rng.integers(-3, 4)))
             row[metrics.SHIELD_NO_SAFE_ACTION] = float(update % 3)
         rows.append(row)
@@ -135,10 +141,10 @@ def make_eval_frame(
         [seed, config["run_idx"], len(config["algo"]), len(config["env_name"])]
     )
     risk, scale = PROFILE.get(config["algo"], (0.01, 1.0))
-    modes = (True, False) if config["algo"] == "shield" else (False,)
+    modes = (True, False) if _shielded(config["algo"]) else (False,)
     frames = []
     for shielded in modes:
-        step_risk = risk if shielded or config["algo"] != "shield" else risk * 5
+        step_risk = risk if shielded or not _shielded(config["algo"]) else risk * 5
         steps = max(HORIZONS)
         violation = rng.random((episodes, steps)) < step_risk
         batch = EpisodeBatch(
@@ -210,7 +216,7 @@ def write_experiment(
             eval_episodes=eval_episodes,
             certificate=(
                 make_certificate(run, certified=certified[run])
-                if certified is not None and algo == "shield"
+                if certified is not None and _shielded(algo)
                 else None
             ),
         )

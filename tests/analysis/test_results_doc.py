@@ -8,7 +8,8 @@ import pandas as pd
 import pytest
 import yaml
 
-from src.analysis.aggregate import aggregate
+from src.analysis.aggregate import aggregate, load_table
+from src.analysis.constraint import run_configs
 from src.analysis.export import certificate_columns
 from src.analysis.figures import FIGURE_NAMES, make_figures
 from src.analysis.results_doc import (
@@ -17,9 +18,11 @@ from src.analysis.results_doc import (
     certificate_lines,
     experiment_dir,
     main,
+    shield_comparison,
     write_results_doc,
 )
 from src.analysis.tables import make_summary
+from src.containment import ContainmentError
 from tests.analysis.synthetic import make_certificate, write_experiment
 
 
@@ -142,3 +145,55 @@ def test_page_without_certificates_has_no_certificate_section(tmp_path: Path) ->
     make_figures(root / "tables", root / "figures")
     text = write_results_doc(root, tmp_path / "docs").read_text()
     assert "## Certificates" not in text and "## Figures" in text
+
+
+def _benchmark(run_dir: Path, stage: str, cpu: float) -> None:
+    logs = run_dir / "logs"
+    logs.mkdir(exist_ok=True)
+    (logs / f"{stage}.benchmark.tsv").write_text(f"s\tcpu_time\n{2 * cpu}\t{cpu}\n")
+
+
+def test_shields_compared_side_by_side_with_their_cost(tmp_path: Path) -> None:
+    root = tmp_path / "results" / "two"
+    run_dirs = write_experiment(
+        root, envs=("hazard_grid",), algos=("ippo", "shield", "shield_dec"), runs=2
+    )
+    aggregate(run_dirs, root / "tables")
+    make_summary(root / "tables")
+    make_figures(root / "tables", root / "figures")
+    runs = {(d.parent.name, d.name): d for d in run_dirs}
+    _benchmark(runs["shield", "run0"], "train", 40.0)
+    _benchmark(runs["shield", "run1"], "train", 50.0)
+    _benchmark(runs["shield_dec", "run0"], "train", 30.0)  # run 1 without one: mean of run 0
+    _benchmark(runs["shield_dec", "run1"], "evaluate", 7.0)
+    configs = run_configs(load_table(root / "tables", "history"))
+    table = shield_comparison(root, configs)
+    summary = pd.read_csv(root / "tables" / "summary.csv").set_index("policy")
+    rows = [line.split(" | ") for line in table[2:]]
+    assert [(r[1], r[2]) for r in rows] == [("shield", "central"), ("shield_dec", "decentralised")]
+    for row, algo in zip(rows, ("shield", "shield_dec"), strict=True):
+        p = summary.loc[algo, "p_violation_h100"]
+        assert row[3].startswith(f"{p:.3f} [")
+        ratio = summary.loc[algo, "eval_return_mean"] / summary.loc["ippo", "eval_return_mean"]
+        assert row[5] == f"{ratio:.2f}"
+    # CPU seconds: means over the runs that have a benchmark file; filter seconds: the
+    # synthetic updates log 0.25 (run 0) and 0.5 (run 1) s per update, 12 updates.
+    assert rows[0][7:] == ["45", "4", "– |"]
+    assert rows[1][7:] == ["30", "4", "7 |"]
+    # With a single shielded algorithm there is nothing to compare.
+    assert shield_comparison(root, [c for c in configs if c["algo"] != "shield_dec"]) == []
+    page = write_results_doc(root, tmp_path / "docs").read_text()
+    assert "## Shields compared" in page and "\n".join(table) in page
+
+
+def test_shield_comparison_reads_no_benchmark_file_through_a_link(tmp_path: Path) -> None:
+    root = tmp_path / "results" / "linked"
+    run_dirs = write_experiment(root, envs=("hazard_grid",), algos=("shield", "shield_dec"), runs=1)
+    aggregate(run_dirs, root / "tables")
+    make_summary(root / "tables")
+    outside = tmp_path / "elsewhere.tsv"
+    outside.write_text("s\tcpu_time\n1\t1\n")
+    (run_dirs[0] / "logs").mkdir(exist_ok=True)
+    (run_dirs[0] / "logs" / "train.benchmark.tsv").symlink_to(outside)
+    with pytest.raises(ContainmentError, match="link"):
+        shield_comparison(root, run_configs(load_table(root / "tables", "history")))

@@ -33,10 +33,11 @@ realized violation rate in training, chosen by the certificate for deployment):
   action with q <= a, else the joint action of least q (the backup). This is Bastani et al.'s
   model-predictive shielding with the backup found by the models; what it promises about the
   real env is the certificate's statement, not the models'.
-- `receding` with `coordination: decentralised`: agent i keeps its proposal if
-  rho_i(s, proposal) <= a, else takes its most likely other action with rho_i <= a, else its
-  action of least rho_i (the fallback); the decision's q is the largest rho_i of the executed
-  actions, and the certificate calibrates and tests that decision like the central one.
+- `receding` with `coordination: decentralised`: agent i's action b is allowed when the risk
+  it adds over its safest action, rho_i(s, b) - min_b' rho_i(s, b'), is within a (the
+  others' share of the risk is not its to offset); it keeps its proposal when allowed, else
+  takes its most likely allowed action. The decision's q is the largest rho_i of the executed
+  actions; the calibration and the certificate treat it like the central one's.
 - `episode`: the *excess* of a is e(s, a) = q(s, a) - min_b q(s, b) >= 0. Each episode gets
   an excess budget B = a - min_b q(s_0, b); the proposal is executed if its excess fits what
   is left, otherwise the most likely joint action whose excess fits, the backup (excess 0)
@@ -52,8 +53,11 @@ then the A (n_actions - 1) one-agent changes of the proposals that failed, then,
 copies where none passed, at most `search_sweeps` * A * (n_actions - 1) joint actions
 (`coordinate`, which stops a copy once no single agent's change lowers its risk) or all
 n_actions ** A (`exhaustive`). With `episode` every joint action of every copy is judged
-each step. Nothing is sampled: the shield is deterministic given its
-models.
+each step. With `coordination: decentralised`, n_agents proposals and, for the agents whose
+proposal is over the allowance, n_actions - 1 other actions, each against at most
+`opponent_samples` completions of the others' actions. Nothing is sampled but those
+completions when there are more than `opponent_samples` (Latin hypercube, seeded by `reset`):
+the central shield is deterministic given its models.
 """
 
 from __future__ import annotations
@@ -339,10 +343,12 @@ class BudgetShield(RiskFilter):
     ) -> tuple[np.ndarray, np.ndarray, int]:
         """`coordination: decentralised`: each agent's shield on its own (`decentral`).
 
-        Agent i keeps its proposal if rho_i(s, proposal) <= allowance; otherwise it takes its
-        most likely other action (its policy's probability) with rho_i within the allowance,
-        else its action of least rho_i (the fallback). The decision's risk q is the largest
-        rho_i of the executed actions over the agents.
+        Agent i's action b is allowed when the risk it adds over agent i's safest action,
+        rho_i(s, b) - min_b' rho_i(s, b'), is within the allowance (the others' share of the
+        risk is not agent i's to offset). The proposal is kept when allowed (at once when
+        rho_i(s, proposal) itself is within the allowance); otherwise the agent takes its most
+        likely allowed action (its policy's probability), which its safest action always is.
+        The decision's risk q is the largest rho_i of the executed actions over the agents.
         """
         e, a = proposed.shape
         n = self.n_actions
@@ -368,7 +374,7 @@ class BudgetShield(RiskFilter):
 
             copies, agents = np.repeat(np.arange(e), a), np.tile(np.arange(a), e)
             chosen = rho(copies, agents, proposed.reshape(-1, 1))[:, 0]  # [E * A]
-            least = chosen.copy()
+            least = np.full(e * a, math.nan)  # the agent's least rho, where it was needed
             fallback = np.zeros(e * a, dtype=bool)
             refused = np.flatnonzero(chosen > self.allowance)
             if len(refused):
@@ -378,31 +384,25 @@ class BudgetShield(RiskFilter):
                 every = np.zeros((len(refused), n))  # rho of each own action, the proposal's too
                 every[rows[:, None], own] = rho(c, i, own)
                 every[rows, proposed[c, i]] = chosen[refused]
-                log_p = torch.log_softmax(logits, dim=-1).double().numpy()[c, i]  # [R, n]
-                allowed = every <= self.allowance
-                found = allowed.any(axis=1)
-                # The most likely allowed action; without one, the most likely of least rho.
                 least[refused] = every.min(axis=1)
-                ties = every == least[refused][:, None]
+                allowed = every - least[refused][:, None] <= self.allowance
+                log_p = torch.log_softmax(logits, dim=-1).double().numpy()[c, i]  # [R, n]
                 pick = np.where(allowed, log_p, -np.inf).argmax(axis=1)
-                pick = np.where(found, pick, np.where(ties, log_p, -np.inf).argmax(axis=1))
+                pick = np.where(allowed[rows, proposed[c, i]], proposed[c, i], pick)
                 executed[c, i] = pick
                 chosen[refused] = every[rows, pick]
-                fallback[refused] = ~found
+                fallback[refused] = ~allowed[rows, proposed[c, i]] & (allowed.sum(axis=1) == 1)
             raw = chosen.reshape(e, a).max(axis=1)
             bound = self.calibrate(torch.from_numpy(raw)).double().numpy()
-        searched = np.zeros(e * a, dtype=bool)
-        searched[refused] = True
-        searched = searched.reshape(e, a).any(axis=1)
-        safest = np.where(searched, least.reshape(e, a).max(axis=1), math.nan)
+        safest = np.fmax.reduce(least.reshape(e, a), axis=1)  # NaN where no agent searched
+        spent = np.fmax.reduce((chosen - least).reshape(e, a), axis=1)
         fell = fallback.reshape(e, a).any(axis=1)
-        allowance = np.where(fell, np.maximum(self.allowance, safest), self.allowance)
         self.last = Decision(
-            budget=allowance - np.nan_to_num(safest),
+            budget=self.allowance - np.nan_to_num(spent),
             bound=bound,
-            excess=np.zeros(e),
+            excess=np.nan_to_num(spent),
             safest=safest,
-            allowance=allowance,
+            allowance=self.allowance + np.nan_to_num(safest),
             fallback=fell,
             remaining=remaining.numpy(),
             raw=raw,

@@ -158,25 +158,25 @@ def test_each_agent_keeps_a_proposal_within_the_allowance_else_its_likeliest_all
     rho = _by_hand(oracle, obs, p)
     allowance = shield.allowance
     expected = proposed.copy()
+    fallback = np.zeros(copies, dtype=bool)
     for e, i in itertools.product(range(copies), range(N_AGENTS)):
-        own = rho[e, i]
-        if own[proposed[e, i]] <= allowance:
+        own, mine = rho[e, i], proposed[e, i]
+        if own[mine] <= allowance:
             continue
-        allowed = [b for b in range(N_ACTIONS) if b != proposed[e, i] and own[b] <= allowance]
-        if allowed:
+        # Allowed: the risk added over the agent's safest action is within the allowance.
+        allowed = [b for b in range(N_ACTIONS) if own[b] - own.min() <= allowance]
+        if mine not in allowed:
             expected[e, i] = max(allowed, key=lambda b: float(logits[e, i, b]))
-        else:
-            # The most likely of the least risk (equal up to rounding).
-            least = np.flatnonzero(own <= own.min() + 1e-9)
-            expected[e, i] = max(least, key=lambda b: float(logits[e, i, b]))
+            fallback[e] |= len(allowed) == 1
     np.testing.assert_array_equal(executed, expected)
     np.testing.assert_array_equal(intervened, expected != proposed)
     taken = np.take_along_axis(rho, executed[:, :, None], axis=2)[:, :, 0]
     np.testing.assert_allclose(shield.last.raw, taken.max(axis=1), atol=1e-6)
     assert 0 < intervened.sum() < intervened.size  # some proposals kept, some changed
-    # A fallback is a copy where some agent found no action within the allowance.
-    none_allowed = (rho.min(axis=2) > allowance).any(axis=1)
-    np.testing.assert_array_equal(shield.last.fallback, none_allowed)
+    np.testing.assert_array_equal(shield.last.fallback, fallback)
+    # The others' share of the risk is not the agent's to offset: proposals whose own risk is
+    # over the allowance but whose added risk is within it are kept (the case is exercised).
+    assert ((taken > allowance) & (executed == proposed)).any()
 
 
 def test_own_action_risk_is_the_weighted_mean_of_the_judged_risks():
