@@ -1,6 +1,7 @@
 """Do the shields' certificates hold on reset seeds the project never uses?
 
-For every v1 shield run of a results folder, the deployed policy (policy and shield with the
+For every v1 shield run of a results folder (every shielded algorithm, `shield` and
+`shield_dec`), the deployed policy (policy and shield with the
 certified allowance, as evaluated) plays `--episodes` episodes of `CONSTRAINT_HORIZON` steps
 from reset seeds `--seed-offset + 100_000 * k + i` (k counts the runs), a range no training,
 calibration or evaluation uses by default (training: `seed_offset` + small numbers;
@@ -31,6 +32,7 @@ import torch
 
 from benchmarks.common import machine_info, write_section
 from src.algos.policy import load_actor
+from src.algos.registry import shielded_algos
 from src.algos.shield.budget import BudgetShield
 from src.algos.shield.calibration import Certificate, fixed_sequence_test, load_certificate
 from src.algos.shield.trainer import calibration_outcomes
@@ -77,6 +79,7 @@ def check_run(run_dir: Path, *, episodes: int, first_seed: int) -> dict[str, Any
     return {
         "run": str(run_dir),
         "env": config.env_name,
+        "algo": config.algo,
         "max_risk": certificate.max_risk,
         "certified": certificate.certified,
         "allowance": certificate.allowance,
@@ -129,9 +132,10 @@ def replay_calibration(run_dir: Path, certificate: Certificate) -> tuple[bool, f
 
 
 def shield_runs(results: Path) -> list[Path]:
-    """The v1 shield run folders of a results folder (`runs/{env}/shield/run{i}`), resolved
-    inside it."""
-    runs = sorted((results / "runs").glob("*/shield/run*"))
+    """The run folders of every shielded algorithm in a results folder
+    (`runs/{env}/{algo}/run{i}`, `shield` and `shield_dec`), resolved inside it."""
+    shielded = set(shielded_algos())
+    runs = sorted(run for run in (results / "runs").glob("*/*/run*") if run.parent.name in shielded)
     return [
         inside(results, run.relative_to(results)) for run in runs if (run / "policy.pt").is_file()
     ]
@@ -168,12 +172,15 @@ def markdown(records: Sequence[dict[str, Any]], command: str, machine: dict[str,
         )
     lines += [
         "",
-        "| env | certified runs | pooled fresh rate of certified runs | max_risk | calibration s "
-        "| evaluation s | ratio |",
+        "| env, algorithm | certified runs | pooled fresh rate of certified runs | max_risk "
+        "| calibration s | evaluation s | ratio |",
         "|---|---:|---:|---:|---:|---:|---:|",
     ]
-    envs = sorted({r["env"] for r in records})
-    groups = [(env, [r for r in records if r["env"] == env]) for env in envs]
+    pairs = sorted({(r["env"], r["algo"]) for r in records})
+    groups = [
+        (f"{env}, {algo}", [r for r in records if (r["env"], r["algo"]) == (env, algo)])
+        for env, algo in pairs
+    ]
     for env, mine in [*groups, ("all", list(records))]:
         certified = [r for r in mine if r["certified"]]
         k = sum(r["fresh_violations"] for r in certified)

@@ -1,4 +1,5 @@
-"""How the v1 shield's work per decision grows with the team: `coordinate` against `exhaustive`.
+"""How the v1 shield's work per decision grows with the team: `coordinate` against `exhaustive`,
+and the decentralised shield (`shield_dec`).
 
 For n_agents = 2, 3, 4 and 5 of the grid tasks (the sizes each task allows: `intersection` has
 four arms, so at most 4 agents), a v1 shield with fresh (untrained) models is built for the
@@ -9,7 +10,9 @@ case of the filter. Per decision it counts the joint actions judged (the options
 process, one torch thread), over `--steps` steps of `--copies` env copies acting with uniformly
 random proposals. The work of a search does not depend on what the models learned:
 `coordinate` judges at most 1 + A (n - 1) + sweeps A (n - 1) joint actions (the proposal, its
-one-agent changes and the descent's turns), `exhaustive` 1 + A (n - 1) + n ** A.
+one-agent changes and the descent's turns), `exhaustive` 1 + A (n - 1) + n ** A, the
+decentralised shield A n K (each agent's n actions against K = min(n ** (A - 1),
+`opponent_samples`) completions of the others' actions).
 
 Run: `python -m benchmarks.shield_scaling [--env intersection hazard_grid] [--write]`; the
 table goes to the section "shield_scaling" of BENCHMARKS.md with `--write`.
@@ -33,17 +36,25 @@ from src.config.run import RunConfig, make_run_config
 from src.envs.registry import make_vector_env
 
 
+SEARCHES = ("coordinate", "exhaustive", "decentralised")
+"""What is measured: the central shield's two searches and the decentralised shield."""
+
+
 def measure(env_name: str, n_agents: int, search: str, *, copies: int, steps: int) -> dict:
-    """Joint actions judged and CPU seconds per decision of the search `search`."""
+    """Joint actions judged and CPU seconds per decision of the search `search` (a key of
+    `SEARCHES`; `decentralised` is the `shield_dec` algorithm with its defaults)."""
     torch.set_num_threads(1)
+    if search not in SEARCHES:
+        raise ValueError(f"search must be one of {SEARCHES}, got {search!r}")
+    central = search != "decentralised"
     config = RunConfig.from_dict(
         make_run_config(
             env_name=env_name,
-            algo="shield",
+            algo="shield" if central else "shield_dec",
             n_agents=n_agents,
             shield_version="v1",
             wm_version="v1",
-            algo_params={"search": search},
+            algo_params={"search": search} if central else {},
         )
     )
     env = make_vector_env(env_name, num_envs=copies, seed=0, **config.env.constructor_params())
@@ -117,19 +128,23 @@ def markdown(records: Sequence[dict], command: str, machine: dict) -> str:
         f"{machine['torch']} on 1 thread). Allowance 0: every decision runs the search (the "
         "filter's worst case); fresh models (the work does not depend on training).",
         "",
-        "| env | agents | joint actions | coordinate: judged / decision | exhaustive: judged / "
-        "decision | coordinate: ms / decision | exhaustive: ms / decision | time ratio |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|",
+        "Judged: joint actions per decision (a decision is one env copy's step); the "
+        "decentralised shield's are its agents' actions against the completions of the others'.",
+        "",
+        "| env | agents | joint actions | judged: coordinate | exhaustive | decentralised "
+        "| ms / decision: coordinate | exhaustive | decentralised | exhaustive / coordinate |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     by_size: dict[tuple[str, int], dict[str, dict]] = {}
     for r in records:
         by_size.setdefault((r["env"], r["n_agents"]), {})[r["search"]] = r
-    for (env, agents), pair in sorted(by_size.items()):
-        c, x = pair["coordinate"], pair["exhaustive"]
+    for (env, agents), found in sorted(by_size.items()):
+        c, x, d = (found[search] for search in SEARCHES)
         lines.append(
             f"| {env} | {agents} | {c['n_actions'] ** agents} | {c['judged_per_decision']:.0f} | "
-            f"{x['judged_per_decision']:.0f} | {c['ms_per_decision']:.2f} | "
-            f"{x['ms_per_decision']:.2f} | {x['ms_per_decision'] / c['ms_per_decision']:.1f} |"
+            f"{x['judged_per_decision']:.0f} | {d['judged_per_decision']:.0f} | "
+            f"{c['ms_per_decision']:.2f} | {x['ms_per_decision']:.2f} | "
+            f"{d['ms_per_decision']:.2f} | {x['ms_per_decision'] / c['ms_per_decision']:.1f} |"
         )
     return "\n".join(lines)
 
@@ -154,7 +169,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         for env in args.env
         for agents in args.agents
         if agents <= max_agents(env)
-        for search in ("coordinate", "exhaustive")
+        for search in SEARCHES
     ]
     command = (
         f"python -m benchmarks.shield_scaling --env {' '.join(args.env)} --agents "

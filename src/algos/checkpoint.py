@@ -14,6 +14,12 @@ A checkpoint is written into a hidden temp folder, each file atomically through
 checkpoints are removed only after that. A kill at any point therefore leaves either the
 previous complete checkpoint or the new one, never a half-written one that would be loaded.
 
+A checkpoint resumes only the run that wrote it: `complete.json` holds the run's fingerprint
+(`run_fingerprint`: its config and the code that trains it, the `src` package and the modules
+of a task or algorithm given by import path), and `train_run` starts afresh from a checkpoint
+with another fingerprint (or none), so a run resumed after the code or the config changed never
+mixes updates of two versions.
+
 The checkpoint folder lies inside the run folder and is deleted and re-created there, so
 every path of it goes through `src.containment`: a `checkpoint` that is a symlink (to a folder
 outside, whose sub-folders the clean-up would delete), or a symlink, FIFO or device inside it,
@@ -23,8 +29,13 @@ is refused with a `ContainmentError` naming it before anything is read or delete
 from __future__ import annotations
 
 import contextlib
+import functools
+import hashlib
+import importlib.util
+import json
 import os
 import re
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -37,10 +48,13 @@ from src.runfiles import RunFiles
 
 __all__ = [
     "CHECKPOINT_FILES",
+    "checkpoint_fingerprint",
+    "code_fingerprint",
     "join_state",
     "latest_checkpoint",
     "load_checkpoint",
     "remove_checkpoints",
+    "run_fingerprint",
     "save_checkpoint",
     "split_state",
 ]
@@ -118,6 +132,58 @@ def join_state(tree: Any, tensors: dict[str, Any], arrays: dict[str, np.ndarray]
     return tree
 
 
+_SOURCE = Path(__file__).resolve().parents[1]
+"""The `src` package: the code every run trains with."""
+
+
+def _hash_files(paths: list[Path], digest: Any, base: Path | None = None) -> None:
+    for path in paths:
+        name = path.relative_to(base).as_posix() if base is not None else str(path)
+        digest.update(name.encode())
+        digest.update(hashlib.sha256(path.read_bytes()).digest())
+
+
+@functools.cache
+def code_fingerprint() -> str:
+    """SHA-256 of the `src` package: every `.py` file's path and content."""
+    digest = hashlib.sha256()
+    _hash_files(sorted(_SOURCE.rglob("*.py")), digest, base=_SOURCE)
+    return digest.hexdigest()
+
+
+def _entries(value: Any) -> Iterator[str]:
+    """The import paths `module:attribute` in a run config's `custom` entry."""
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, Mapping):
+        for item in value.values():
+            yield from _entries(item)
+
+
+def run_fingerprint(config: Any) -> str:
+    """SHA-256 of what a run's numbers depend on: its config in flat form (`RunConfig.to_dict`,
+    or a mapping of it), the `src` package, and the source files of the modules its `custom`
+    entry names (a task or algorithm given by import path)."""
+    flat = dict(config.to_dict() if hasattr(config, "to_dict") else config)
+    digest = hashlib.sha256(json.dumps(flat, sort_keys=True, default=str).encode())
+    digest.update(code_fingerprint().encode())
+    modules = sorted({entry.split(":", 1)[0] for entry in _entries(flat.get("custom", {}))})
+    for module in modules:
+        spec = importlib.util.find_spec(module)
+        origin = Path(spec.origin) if spec is not None and spec.origin else None
+        if origin is not None and origin.is_file():
+            _hash_files([origin], digest)
+    return digest.hexdigest()
+
+
+def checkpoint_fingerprint(path: str | Path) -> str | None:
+    """The run fingerprint a complete checkpoint folder was written with (None: none
+    recorded, a checkpoint from before fingerprints)."""
+    marker = load_from_file(Path(path), _COMPLETE)
+    value = marker.get("fingerprint") if isinstance(marker, dict) else None
+    return value if isinstance(value, str) else None
+
+
 def _checkpoint_root(run_dir: str | Path) -> Path:
     """The run's checkpoint folder, refused if it (or anything above it in the run folder)
     is a symlink."""
@@ -125,8 +191,12 @@ def _checkpoint_root(run_dir: str | Path) -> Path:
     return inside(files.root, files.NAMES["checkpoint"])
 
 
-def save_checkpoint(trainer: Any, run_dir: str | Path) -> Path:
-    """Write the trainer's state after update `trainer.update`; returns the checkpoint folder."""
+def save_checkpoint(trainer: Any, run_dir: str | Path, *, fingerprint: str | None = None) -> Path:
+    """Write the trainer's state after update `trainer.update`; returns the checkpoint folder.
+
+    `fingerprint`: the run's (`run_fingerprint`), by default that of `trainer.config`."""
+    if fingerprint is None:
+        fingerprint = run_fingerprint(trainer.config)
     root = _checkpoint_root(run_dir)
     root.mkdir(parents=True, exist_ok=True)
     name = f"update-{trainer.update:06d}"
@@ -137,7 +207,7 @@ def save_checkpoint(trainer: Any, run_dir: str | Path) -> Path:
     save_to_file(tensors, tmp, _TENSORS)
     save_to_file(arrays, tmp, _ARRAYS)
     save_to_file(tree, tmp, _STATE)
-    save_to_file({"update": trainer.update}, tmp, _COMPLETE)
+    save_to_file({"update": trainer.update, "fingerprint": fingerprint}, tmp, _COMPLETE)
     # Left by a run killed after this rename but before the clean-up below.
     remove_tree(root, name)
     os.rename(tmp, final)

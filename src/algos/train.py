@@ -2,7 +2,8 @@
 
 Given a run config (`src.config.run.RunConfig`, or its flat dict form) and an output folder,
 it builds the env and the trainer, resumes from the folder's checkpoint if a complete one is
-there, trains, writes `config.json`, `policy.pt`, `history.json` and `updates.json` (the
+there and was written by this run (the same config and code, `checkpoint.run_fingerprint`),
+trains, writes `config.json`, `policy.pt`, `history.json` and `updates.json` (the
 names of `src.runfiles.RunFiles`), and removes the checkpoint folder.
 """
 
@@ -19,9 +20,11 @@ from typing import Any, Protocol
 import torch
 
 from src.algos.checkpoint import (
+    checkpoint_fingerprint,
     latest_checkpoint,
     load_checkpoint,
     remove_checkpoints,
+    run_fingerprint,
     save_checkpoint,
 )
 from src.algos.ippo import IPPO, IPPO_VERSIONS, TrainingCallback
@@ -142,9 +145,10 @@ def torch_threads(requested: int) -> int:
 class CheckpointEvery:
     """A training callback writing a checkpoint every `every` updates (not after the last)."""
 
-    def __init__(self, every: int, run_dir: str | Path) -> None:
-        """Checkpoint into `run_dir/checkpoint/` after every `every`-th update."""
-        self.every, self.run_dir = every, run_dir
+    def __init__(self, every: int, run_dir: str | Path, *, fingerprint: str) -> None:
+        """Checkpoint into `run_dir/checkpoint/` after every `every`-th update, marked with the
+        run's `fingerprint` (`checkpoint.run_fingerprint`)."""
+        self.every, self.run_dir, self.fingerprint = every, run_dir, fingerprint
 
     def on_epoch_end(self, trainer: Any, epoch: int) -> None:
         """Nothing mid-update."""
@@ -152,7 +156,7 @@ class CheckpointEvery:
     def on_update_end(self, trainer: Any) -> None:
         """Save after updates `every`, `2 * every`, ... except the final one."""
         if trainer.update % self.every == 0 and trainer.update < trainer.num_updates:
-            save_checkpoint(trainer, self.run_dir)
+            save_checkpoint(trainer, self.run_dir, fingerprint=self.fingerprint)
 
 
 def run_metadata() -> dict[str, Any]:
@@ -208,8 +212,15 @@ def train_run(
     env = (make_env or make_vector_env_for)(config)
     try:
         trainer = build_trainer(config, env)
+        fingerprint = run_fingerprint(config)
         checkpoint = latest_checkpoint(files.root)
-        if checkpoint is not None:
+        if checkpoint is not None and checkpoint_fingerprint(checkpoint) != fingerprint:
+            log(
+                f"not resumed from {files.root}/checkpoint/{checkpoint.name}: written by other "
+                "code or another config; training starts afresh",
+                type="train",
+            )
+        elif checkpoint is not None:
             load_checkpoint(trainer, checkpoint)
             log(f"resumed {files.root} from {checkpoint.name}", type="train")
         log(
@@ -218,7 +229,7 @@ def train_run(
             f"{trainer.steps_per_update} env steps",
             type="train",
         )
-        every = CheckpointEvery(config.checkpoint_every, files.root)
+        every = CheckpointEvery(config.checkpoint_every, files.root, fingerprint=fingerprint)
         trainer.train(callbacks=[every, *callbacks], progress=progress)
         for path, value in (
             (files.policy, trainer.policy_state()),

@@ -13,10 +13,12 @@ from pathlib import Path
 import pytest
 import torch
 
-from src.algos.checkpoint import latest_checkpoint, save_checkpoint
+from src.algos import checkpoint as checkpoint_module
+from src.algos import train as train_module
+from src.algos.checkpoint import latest_checkpoint, run_fingerprint, save_checkpoint
 from src.algos.train import build_trainer, train_run
-from src.config.run import make_run_config
-from src.core.io import load_from_file
+from src.config.run import RunConfig, make_run_config
+from src.core.io import load_from_file, save_to_file
 from tests.algos.conftest import toy_config
 from tests.algos.toy_env import make_toy_env
 
@@ -128,3 +130,44 @@ def test_half_written_checkpoint_is_ignored(tmp_path):
     broken.mkdir()
     (broken / "state.json").write_bytes(b"half")
     assert latest_checkpoint(tmp_path).name == f"update-{trainer.update:06d}"
+
+
+def _stale_checkpoint(config: dict, run_dir: Path, **marker: object) -> None:
+    """A complete checkpoint after update 2 of `config` in `run_dir`, its marker `marker`."""
+    trainer = build_trainer(config, make_toy_env(config))
+    trainer.train(progress=False)
+    trainer.update = 2  # as if it had stopped there
+    folder = save_checkpoint(trainer, run_dir)
+    save_to_file({"update": 2, **marker}, folder, "complete.json")
+
+
+@pytest.mark.parametrize("written_by", ["another config", "other code", "no fingerprint"])
+def test_a_checkpoint_of_another_config_or_code_is_not_resumed(tmp_path, monkeypatch, written_by):
+    config = toy_config()
+    reference = tmp_path / "reference"
+    train_run(config, reference, make_env=make_toy_env, progress=False)
+    other = {**config, "learning_rate": 2 * config["learning_rate"]}
+    marker = {
+        "another config": {"fingerprint": run_fingerprint(RunConfig.from_dict(other))},
+        "other code": {"fingerprint": "0" * 64},
+        "no fingerprint": {},
+    }[written_by]
+    stale = tmp_path / "stale"
+    _stale_checkpoint(other, stale, **marker)
+    lines: list[str] = []
+    monkeypatch.setattr(train_module, "log", lambda text, **kw: lines.append(text))
+    train_run(config, stale, make_env=make_toy_env, progress=False)
+    assert any("not resumed" in line and "training starts afresh" in line for line in lines)
+    assert not any(line.startswith("resumed") for line in lines)
+    # Trained from scratch: the same as the uninterrupted run.
+    assert load_from_file(reference, "history.json") == load_from_file(stale, "history.json")
+
+
+def test_the_fingerprint_follows_the_config_and_the_code(monkeypatch):
+    config = RunConfig.from_dict(toy_config())
+    first = run_fingerprint(config)
+    assert run_fingerprint(config.to_dict()) == first  # the flat form is the same run
+    changed = RunConfig.from_dict({**toy_config(), "learning_rate": 1e-2})
+    assert run_fingerprint(changed) != first
+    monkeypatch.setattr(checkpoint_module, "code_fingerprint", lambda: "edited")
+    assert run_fingerprint(config) != first

@@ -49,3 +49,16 @@ def test_a_changed_certificate_is_not_reproduced(results: Path):
     forged = type(certificate)(**{**certificate.to_dict(), "tested": tested})
     same, _ = certificate_check.replay_calibration(run, forged)
     assert same is False
+
+
+def test_every_shielded_algorithms_runs_are_checked(tmp_path: Path):
+    for algo, run in [("shield", 0), ("shield_dec", 1), ("ippo", 0), ("shield_dec", 2)]:
+        folder = tmp_path / "runs" / "intersection" / algo / f"run{run}"
+        folder.mkdir(parents=True)
+        if run != 2:  # run 2 is unfinished: no policy.pt
+            (folder / "policy.pt").write_bytes(b"")
+    runs = certificate_check.shield_runs(tmp_path)
+    assert [run.relative_to(tmp_path.absolute()).parts[2:] for run in runs] == [
+        ("shield", "run0"),
+        ("shield_dec", "run1"),
+    ]

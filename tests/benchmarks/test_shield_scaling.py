@@ -21,6 +21,16 @@ def test_work_per_decision_follows_each_search(agents: int):
     assert coordinate["judged_per_decision"] <= one_change + 2 * agents * (n - 1)
 
 
+@pytest.mark.parametrize("agents", [2, 3, 4])
+def test_decentralised_work_is_each_agents_actions_against_the_completions(agents: int):
+    decentralised = measure("hazard_grid", agents, "decentralised", copies=4, steps=2)
+    n = decentralised["n_actions"]
+    # Allowance 0 refuses every proposal: each agent judges all n actions, against every
+    # completion of the others' actions up to 8 (the default opponent_samples), else 8.
+    completions = min(n ** (agents - 1), 8)
+    assert decentralised["judged_per_decision"] == agents * n * completions
+
+
 def test_team_sizes_stop_where_the_task_does():
     assert max_agents("intersection") == 4  # one car per arm of the crossing
     assert max_agents("hazard_grid") >= 5

@@ -222,7 +222,7 @@ def test_write_replaces_the_section(
     assert "python -m benchmarks.shield_truth --runs" in block and "--rollouts 3" in block
     assert (
         block.count("| hazard_grid |") == 2
-        and "| **2 runs pooled** | **hazard_grid** | 4 |" in block
+        and "| **2 runs pooled** | **hazard_grid, shield** | 4 |" in block
     )
     saved = json.loads((tmp_path / "out" / "shield_truth.json").read_text())
     assert saved["pooled"][0]["decisions"] == 4 and len(saved["records"]) == 2
