@@ -35,7 +35,6 @@ from src.algos.shield.budget import BudgetShield
 from src.config.run import RunConfig, make_run_config
 from src.envs.registry import make_vector_env
 
-
 SEARCHES = ("coordinate", "exhaustive", "decentralised")
 """What is measured: the central shield's two searches and the decentralised shield."""
 
