@@ -3,8 +3,9 @@
 For trained v1 shield runs (`shield`, `shield_dec`) on the native grid tasks, the deployed
 shielded team (`load_actor(run, shielded=True)`) plays `--episodes` evaluation episodes (the
 run's evaluation reset seeds, capped at the constraint horizon); at `--steps` steps spread
-over the episode, every env copy is a *decision*. Per decision, with w its `remaining` steps of the shield's
-horizon (`Decision.remaining`: `horizon` = 10 with the default `receding` scope):
+over the episode, every env copy is a *decision*. Per decision, with w its `remaining` steps
+of the shield's horizon (`Decision.remaining`: `horizon` = 10 with the default `receding`
+scope):
 
 - certified U: the risk the shield reports for the joint action it executed,
   `shield.last.bound` = g(q) (the same number recomputed from the shield's models,

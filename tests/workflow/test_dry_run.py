@@ -29,7 +29,7 @@ def _expected(config_path: Path) -> dict[str, int]:
 @pytest.mark.parametrize(
     ("config_file", "runs"),
     [
-        ("config/config.yaml", 18),
+        ("config/config.yaml", 24),
         ("config/paper.yaml", 45),
         # The README's example (a task and an algorithm of examples/) and mpe2 from a config.
         ("examples/corridor.yaml", 8),
@@ -48,7 +48,7 @@ def test_dry_run_job_counts(config_file: str, runs: int, results_dir: Path):
 def test_default_config_is_used_without_configfile(results_dir: Path):
     done = snakemake("-n", "--config", f"results_dir={results_dir}")
     assert done.returncode == 0, done.stderr + done.stdout
-    assert job_counts(done.stdout)["train"] == 18
+    assert job_counts(done.stdout)["train"] == 24
     assert f"{results_dir}/default/runs/hazard_grid/ippo/run0/policy.pt" in done.stdout
 
 
