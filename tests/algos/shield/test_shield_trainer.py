@@ -328,8 +328,8 @@ def test_shield_dec_fits_its_opponent_model_and_trusts_it_as_the_mode_says(tmp_p
         assert all(b <= a for a, b in itertools.pairwise(weights)) and weights[-1] < 1.0
     else:
         assert weights == [{"model": 0.0, "uniform": 1.0}[mode]] * len(weights)
-    assert sum(row[M.SHIELD_INTERVENTIONS] for row in trainer.updates) > 0
-    # policy.pt rebuilds the same decentralised shield: same decisions on the same inputs.
+    # policy.pt rebuilds the same decentralised shield: same decisions on the same inputs
+    # (allowance 0: every agent not on its safest action is moved).
     state = {"config": trainer.config.to_dict(), **trainer.policy_state()}
     shield = load_shield(state, trainer.config, net=trainer.net)
     assert shield.config.coordination == "decentralised"
@@ -341,6 +341,7 @@ def test_shield_dec_fits_its_opponent_model_and_trusts_it_as_the_mode_says(tmp_p
     decisions = []
     for judge in (trainer.shield, shield):
         judge.reset(4, 7)
-        judge.allowance = 0.05
+        judge.allowance = 0.0
         decisions.append(judge.filter(obs, proposed, logits, np.ones(4, dtype=np.int64))[0])
     np.testing.assert_array_equal(*decisions)
+    assert (decisions[0] != proposed).any()
