@@ -9,10 +9,10 @@ case of the filter. Per decision it counts the joint actions judged (the options
 `BudgetShield.raw_risk_options` is called with) and times the filter (CPU seconds of this
 process, one torch thread), over `--steps` steps of `--copies` env copies acting with uniformly
 random proposals. The work of a search does not depend on what the models learned:
-`coordinate` judges at most 1 + A (n - 1) + sweeps A (n - 1) joint actions (the proposal, its
-one-agent changes and the descent's turns), `exhaustive` 1 + A (n - 1) + n ** A, the
-decentralised shield A n K (each agent's n actions against K = min(n ** (A - 1),
-`opponent_samples`) completions of the others' actions).
+`coordinate` judges at most 1 + A (n - 1) + sweeps A A (n - 1) joint actions (the proposal,
+its one-agent changes and the descent's steps, each of A (n - 1) changes), `exhaustive`
+1 + A (n - 1) + n ** A, the decentralised shield A n K (each agent's n actions against
+K = min(n ** (A - 1), `opponent_samples`) completions of the others' actions).
 
 Run: `python -m benchmarks.shield_scaling [--env intersection hazard_grid] [--write]`; the
 table goes to the section "shield_scaling" of BENCHMARKS.md with `--write`.

@@ -176,9 +176,7 @@ class IPPO:
                 self.collect_rollout()
                 batch = self.compute_advantages()
                 losses = self.update_policy(batch, callbacks=callbacks)
-                elapsed = time.perf_counter() - started
-                self.wall_time += elapsed
-                row = self.log_update(losses, elapsed=elapsed)
+                row = self.log_update(losses, started=started)
                 self.update += 1
                 bar.update(self.steps_per_update)
                 bar.set_postfix(
@@ -316,15 +314,17 @@ class IPPO:
         out[M.LEARNING_RATE] = float(self.optimizer.param_groups[0]["lr"])
         return out
 
-    def log_update(self, losses: dict[str, float | None], *, elapsed: float) -> dict[str, Any]:
-        """Record one row of updates.json (episode statistics of the rollout, losses, hooks)."""
+    def log_update(self, losses: dict[str, float | None], *, started: float) -> dict[str, Any]:
+        """Record one row of updates.json (episode statistics of the rollout, losses, hooks).
+
+        `started`: `time.perf_counter()` when the update began; its wall time and steps per
+        second count everything up to the end of the `after_update` hook (a shield's model
+        fits included)."""
         episodes, self._episodes_since_update = self._episodes_since_update, []
         row: dict[str, Any] = {
             "update": self.update,
             "global_step": self.vector_step * self.num_envs,
-            "wall_time": self.wall_time,
             M.GLOBAL_STEP: self.vector_step * self.num_envs,
-            M.STEPS_PER_SECOND: self.steps_per_update / max(elapsed, 1e-9),
             M.EPISODE_RETURN: _mean([ep.team_return for ep in episodes]),
             M.EPISODE_LENGTH: _mean([ep.length for ep in episodes]),
             M.EPISODE_COST: _mean([ep.cost for ep in episodes]),
@@ -332,6 +332,10 @@ class IPPO:
             **losses,
         }
         row.update(self.after_update(self.update))
+        elapsed = time.perf_counter() - started
+        self.wall_time += elapsed
+        row["wall_time"] = self.wall_time
+        row[M.STEPS_PER_SECOND] = self.steps_per_update / max(elapsed, 1e-9)
         self.updates.append(row)
         log(
             f"update {self.update + 1}/{self.num_updates} step {row['global_step']} "

@@ -211,12 +211,14 @@ class ShieldConfig(Section):
     search: str = "coordinate"
     """v1, `receding`: when neither the proposal nor a change of one agent's action is within
     the allowance, `coordinate` descends on the risk one agent at a time from the safest of
-    those options (at most `search_sweeps` * n_agents * (n_actions - 1) joint actions judged) and
-    executes the least risk found; `exhaustive` judges every joint action (n_actions **
+    those options, each step to the one-agent change of least risk (n_agents * (n_actions - 1)
+    joint actions judged per step, at most `search_sweeps` * n_agents steps), and executes the
+    least risk found; `exhaustive` judges every joint action (n_actions **
     n_agents) and executes the most likely one within the allowance, else the safest."""
     search_sweeps: int = 2
-    """v1: sweeps over the agents of the `coordinate` search (and of the critic's
-    `backup: coordinate`)."""
+    """v1: the `coordinate` search changes at most `search_sweeps` * n_agents agents' actions
+    (one per step); the critic's `backup: coordinate` sweeps over the agents at most this many
+    times."""
     backup: str = "exhaustive"
     """v1: how the safety critic's backup finds its least risk over joint actions:
     `exhaustive` judges all n_actions ** n_agents (exact), `coordinate` descends one agent at a

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 
+import numpy as np
 import pytest
 import torch
 
@@ -77,9 +78,14 @@ def test_tiny_benchmark_has_every_figure(results):
         parts = ("collect", "filter", "model")
         assert all(t[f"armed_{part}_seconds"] >= 0 for part in parts)
         assert t["armed_filter_seconds"] > 0 and t["armed_model_seconds"] > 0
+        # The floor judges the proposals of the armed updates' filter calls: a part of the
+        # filter's work, above ippo alone.
+        assert t["armed_proposal_seconds"] > 0 and t["ippo_armed_collect_seconds"] > 0
+        assert 1 < t["floor_judged"] <= t["floor_stored"]
     for e in results["evaluation"]:
         assert e["episodes"] == TINY.eval_episodes and e["max_steps"] == TINY.eval_steps
         assert e["off_seconds"] > 0 and e["on_seconds"] > 0 and math.isfinite(e["ratio"])
+        assert e["proposal_seconds"] > 0 and e["floor"] > 1
     machine = results["machine"]
     assert machine["torch_threads"] == 1 and machine["cpus"] >= 1
     json.dumps(results)  # the saved file is plain JSON
@@ -96,3 +102,19 @@ def test_section_states_machine_config_and_targets(results, tmp_path):
     write_section("shield", text, path=path)
     start, end = markers("shield")
     assert path.read_text().count(start) == 1 and end in path.read_text()
+
+
+def test_the_floor_judges_every_recorded_proposal_once():
+    judged = []
+
+    class Recording:
+        config = type("Config", (), {"horizon": 7})()
+
+        def raw_risk(self, joint, actions, remaining):
+            judged.append((joint.shape, actions.tolist(), remaining.tolist()))
+            return torch.zeros(len(actions))
+
+    obs = np.zeros((2, 3, 4), dtype=np.float32)  # 2 copies, 3 agents, 4 features
+    inputs = [(obs, np.array([[0, 1, 2], [3, 4, 0]]), None, None)] * 3
+    assert bench.proposal_seconds(Recording(), inputs) >= 0
+    assert judged == [((2, 12), [[0, 1, 2], [3, 4, 0]], [7.0, 7.0])] * 3

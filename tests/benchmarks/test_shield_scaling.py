@@ -15,10 +15,11 @@ def test_work_per_decision_follows_each_search(agents: int):
     one_change = 1 + agents * (n - 1)  # the proposal and its one-agent changes
     # With allowance 0 every decision enumerates every joint action after the one-agent changes.
     assert exhaustive["judged_per_decision"] == one_change + n**agents
-    # The descent from the safest one-agent change: at least one turn of each agent over its
-    # n - 1 other actions (a local minimum needs them all), at most two sweeps of them.
-    assert one_change + agents * (n - 1) <= coordinate["judged_per_decision"]
-    assert coordinate["judged_per_decision"] <= one_change + 2 * agents * (n - 1)
+    # The descent from the safest one-agent change: at least one step over every agent's
+    # n - 1 other actions (a local minimum needs them all), at most 2 x A such steps.
+    step = agents * (n - 1)
+    assert one_change + step <= coordinate["judged_per_decision"]
+    assert coordinate["judged_per_decision"] <= one_change + 2 * agents * step
 
 
 @pytest.mark.parametrize("agents", [2, 3, 4])

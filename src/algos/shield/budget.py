@@ -28,9 +28,10 @@ realized violation rate in training, chosen by the certificate for deployment):
 - `receding` (default): the proposal is executed if q(s, a) <= a; otherwise the most likely
   joint action with q <= a that changes one agent's proposed action (the policy's
   probability of that agent's new action); otherwise (`search: coordinate`) the least q
-  found by changing one agent's action at a time from the safest of those (executed whether
-  or not it is within a: the fallback), or (`search: exhaustive`) the most likely joint
-  action with q <= a, else the joint action of least q (the backup). This is Bastani et al.'s
+  found by changing one agent's action at a time from the safest of those, each time the
+  change of least q (executed whether or not it is within a: the fallback), or
+  (`search: exhaustive`) the most likely joint action with q <= a, else the joint action of
+  least q (the backup). This is Bastani et al.'s
   model-predictive shielding with the backup found by the models; what it promises about the
   real env is the certificate's statement, not the models'.
 - `receding` with `coordination: decentralised`: agent i's action b is allowed when the risk
@@ -50,8 +51,9 @@ realized violation rate in training, chosen by the certificate for deployment):
 
 Cost. With `receding` the proposals of all copies are judged first (one batched model call),
 then the A (n_actions - 1) one-agent changes of the proposals that failed, then, for the
-copies where none passed, at most `search_sweeps` * A * (n_actions - 1) joint actions
-(`coordinate`, which stops a copy once no single agent's change lowers its risk) or all
+copies where none passed, A * (n_actions - 1) joint actions per change, at most
+`search_sweeps` * A changes (`coordinate`, `search.best_change_descent`, which stops a copy
+once no single agent's change lowers its risk: one call for a copy already there) or all
 n_actions ** A (`exhaustive`). With `episode` every joint action of every copy is judged
 each step. With `coordination: decentralised`, n_agents proposals and, for the agents whose
 proposal is over the allowance, n_actions - 1 other actions, each against at most
@@ -75,7 +77,7 @@ from src.algos.shield.critic import RiskCritic, joint_actions
 from src.algos.shield.decentral import mixed_probs, opponent_completions, own_action_risk
 from src.algos.shield.ensemble import every_member
 from src.algos.shield.opponent_model import OpponentModel
-from src.algos.shield.search import coordinate_descent
+from src.algos.shield.search import best_change_descent
 from src.algos.shield.world_model import TeamWorldModel, predict_options
 from src.config.shield import ShieldConfig
 
@@ -449,19 +451,19 @@ class BudgetShield(RiskFilter):
     def _descend(
         self, joint: torch.Tensor, start: np.ndarray, start_raw: np.ndarray, remaining: torch.Tensor
     ) -> tuple[np.ndarray, torch.Tensor]:
-        """`search.coordinate_descent` on the raw risk from `start` [N, A] (of raw risk
-        `start_raw` [N]), for at most `search_sweeps` sweeps, each copy until its one-agent
-        local minimum. Returns the joint actions [N, A] and their raw risks [N]."""
+        """`search.best_change_descent` on the raw risk from `start` [N, A] (of raw risk
+        `start_raw` [N]), at most `search_sweeps` * n_agents changes, each copy until its
+        one-agent local minimum. Returns the joint actions [N, A] and their raw risks [N]."""
 
         def risk(rows: torch.Tensor, options: torch.Tensor) -> torch.Tensor:
             return self.raw_risk_options(joint[rows], options, remaining[rows])
 
-        actions, q = coordinate_descent(
+        actions, q = best_change_descent(
             risk,
             torch.from_numpy(np.asarray(start, dtype=np.int64)),
             torch.from_numpy(np.asarray(start_raw, dtype=np.float64)),
             n_actions=self.n_actions,
-            sweeps=self.config.search_sweeps,
+            moves=self.config.search_sweeps * self.n_agents,
         )
         return actions.numpy(), q
 

@@ -197,14 +197,13 @@ class RiskCritic(OptimizerState, nn.Module):
             start = torch.zeros(m, b, a, dtype=torch.int64)
         first = q_of(start.unsqueeze(2)).reshape(m * b)
         _, best = coordinate_descent(
-            # Without settling every row takes every turn (`rows` is all of them): the members
-            # judge their rows together, in the world model's member-major layout.
+            # Every row takes every turn (`rows` is all of them): the members judge their rows
+            # together, in the world model's member-major layout.
             lambda rows, options: q_of(options.view(m, b, *options.shape[1:])).view(m * b, -1),
             start.reshape(m * b, a),
             first,
             n_actions=self.n_actions,
             sweeps=self.sweeps,
-            settle=False,
         )
         return best.view(m, b).to(joint_obs.dtype)
 

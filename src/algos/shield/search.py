@@ -1,15 +1,21 @@
-"""Coordinate descent over joint actions: a joint action of low risk without judging all of them.
+"""Descents over joint actions: a joint action of low risk without judging all of them.
 
-The least risk over the n ** A joint actions of A agents is searched one agent at a time: each
-agent in turn (0, 1, ..., A - 1, 0, ...) takes, of its n - 1 other actions with the others'
-fixed, the one of least risk when that is lower than the current one, for at most `sweeps`
-sweeps over the team. A row whose last A turns changed nothing is at a one-agent local minimum
-(no single agent's change lowers its risk) and stops there. Work per row: at most
-sweeps * A * (n - 1) joint actions judged, linear in the team; the result is the least risk
-found, an upper bound on the least risk of all joint actions.
+Both change one agent's action at a time and end at a one-agent local minimum (no single
+agent's change lowers the risk) or when their budget is spent; the result is the least risk
+found, an upper bound on the least risk of all n ** A joint actions of A agents.
 
-Used by the v1 shield's search for an action within the allowance (`BudgetShield`) and by its
-safety critic's backup (`RiskCritic`, `backup: coordinate`).
+- `coordinate_descent` (cyclic): each agent in turn (0, 1, ..., A - 1, 0, ...) takes, of its
+  n - 1 other actions with the others' fixed, the one of least risk when that is lower than
+  the current one, for at most `sweeps` sweeps over the team. A row whose last A turns
+  changed nothing has settled. Work per row: at most sweeps * A * (n - 1) joint actions
+  judged, linear in the team, in up to sweeps * A calls of `risk`. Used by the v1 safety
+  critic's backup (`RiskCritic`, `backup: coordinate`), which judges all its rows together.
+- `best_change_descent` (greedy, the Gauss-Southwell rule): each step judges every one-agent
+  change of a row (A * (n - 1) joint actions) and takes the least when it is lower. A row
+  stops at its first step without a lower change, so a row at a local minimum costs one call,
+  not A. Work per row: at most `moves` * A * (n - 1) joint actions judged in `moves` calls.
+  Used by the v1 shield's search for an action within the allowance (`BudgetShield`), whose
+  few undecided rows make each call's fixed cost count more than its rows.
 """
 
 from __future__ import annotations
@@ -18,7 +24,7 @@ from collections.abc import Callable
 
 import torch
 
-__all__ = ["coordinate_descent"]
+__all__ = ["best_change_descent", "coordinate_descent"]
 
 
 def coordinate_descent(
@@ -28,15 +34,14 @@ def coordinate_descent(
     *,
     n_actions: int,
     sweeps: int,
-    settle: bool = True,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Descend from `start` [R, A] (int64, of risk `start_risk` [R]); returns the joint actions
     [R, A] and their risks [R] (float64).
 
     `risk(rows, options)` judges the joint actions `options` [R', K, A] of the rows `rows` [R']
-    (int64 indices into the R rows) and returns their risks [R', K]. With `settle` a row leaves
-    the search at its one-agent local minimum; without it every row takes every turn (for a
-    caller that can only judge all rows together).
+    (int64 indices into the R rows) and returns their risks [R', K]. Every row takes every
+    turn (for a caller that judges all its rows together, as the critic's member-major
+    batches) until every row has settled.
     """
     rows_total, a = start.shape
     current = start.clone()
@@ -45,18 +50,52 @@ def coordinate_descent(
     shift = torch.arange(1, n_actions)
     every = torch.arange(rows_total)
     for turn in range(sweeps * a):
-        active = every[unchanged < a] if settle else every
-        if not len(active):
-            break
+        if bool((unchanged >= a).all()):
+            break  # every row is at a one-agent local minimum: no turn would change it
         agent = turn % a
         # The agent's other actions: n - 1 options per row (its current one is `best`).
-        options = current[active].unsqueeze(1).repeat(1, n_actions - 1, 1)  # [R', n - 1, A]
-        options[:, :, agent] = (current[active, agent].unsqueeze(1) + shift) % n_actions
+        options = current.unsqueeze(1).repeat(1, n_actions - 1, 1)  # [R, n - 1, A]
+        options[:, :, agent] = (current[:, agent].unsqueeze(1) + shift) % n_actions
+        low = risk(every, options).to(torch.float64).min(dim=1)
+        lower = low.values < best
+        current[lower] = options[lower, low.indices[lower]]
+        best[lower] = low.values[lower]
+        unchanged += 1
+        unchanged[lower] = 1  # the agent that moved is at its best for the others' actions
+    return current, best
+
+
+def best_change_descent(
+    risk: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
+    start: torch.Tensor,
+    start_risk: torch.Tensor,
+    *,
+    n_actions: int,
+    moves: int,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Descend from `start` [R, A] (int64, of risk `start_risk` [R]) by the best one-agent
+    change, at most `moves` changes per row; returns the joint actions [R, A] and their risks
+    [R] (float64). `risk(rows, options)` as for `coordinate_descent`.
+
+    Ties between changes of equal risk go to the first in (agent, action shift) order.
+    """
+    rows_total, a = start.shape
+    current = start.clone()
+    best = start_risk.to(torch.float64).clone()
+    # Every (agent, other action) pair: option o changes agent[o] by shift[o].
+    agent = torch.arange(a).repeat_interleave(n_actions - 1)
+    shift = torch.arange(1, n_actions).repeat(a)
+    option = torch.arange(len(agent))
+    active = torch.arange(rows_total)
+    for _ in range(moves):
+        if not len(active):
+            break
+        now = current[active]
+        options = now.unsqueeze(1).repeat(1, len(agent), 1)  # [R', A (n - 1), A]
+        options[:, option, agent] = (now[:, agent] + shift) % n_actions
         low = risk(active, options).to(torch.float64).min(dim=1)
         lower = low.values < best[active]
-        moved = active[lower]
-        current[moved] = options[lower, low.indices[lower]]
-        best[moved] = low.values[lower]
-        unchanged[active] += 1
-        unchanged[moved] = 1  # the agent that moved is at its best for the others' actions
+        active = active[lower]  # the rows that moved go on; the others have settled
+        current[active] = options[lower, low.indices[lower]]
+        best[active] = low.values[lower]
     return current, best

@@ -4,7 +4,8 @@ Only the trainer's extension points are used:
 
 - `action_filter`: the identity for the first `shield_patience` policy updates (the shield
   only watches and its models learn), then the shield;
-- `observe`: every real transition goes into the models' replay (also while watching);
+- `observe`: every real transition goes into the models' replay (also while watching), the
+  rollout's steps together when the update's fits begin (one replay write per update);
 - `observe`, v1: every executed decision of the armed shield opens an entry of the outcome
   ledger, closed by what the real env does within the shield's horizon;
 - `after_update`: fits the models on the replay (world model; v0's opponent model and its
@@ -108,6 +109,8 @@ class ShieldedIPPO(IPPO):
         )
         # Minibatches of model training draw from this generator only (not the policy's).
         self.fit_generator = torch.Generator().manual_seed(fit_seed)
+        # The current rollout's transitions, stored in the replay by `after_update`.
+        self._unstored: list[dict[str, torch.Tensor]] = []
         if self.critic is not None:
             # v1: real outcomes of the executed decisions, the allowance that tracks the
             # constraint in training, and the certificate of the deployed shield.
@@ -172,15 +175,28 @@ class ShieldedIPPO(IPPO):
                 np.asarray(result.terminated).any(axis=1),
                 np.asarray(result.truncated).any(axis=1),
             )
-        self.replay.add(
-            obs=torch.as_tensor(joint_observation(obs), dtype=torch.float32),
-            action=torch.as_tensor(np.asarray(executed), dtype=torch.int64),
-            next_obs=torch.as_tensor(joint_observation(result.final_obs), dtype=torch.float32),
-            cost=torch.from_numpy((np.asarray(result.cost) > 0).astype(np.float32)),
-            # Truncation by the hidden cap is not predictable from observations: only
-            # termination is a "done" for the world model.
-            done=torch.from_numpy(np.asarray(result.terminated).any(axis=1).astype(np.float32)),
+        self._unstored.append(
+            {
+                "obs": torch.as_tensor(joint_observation(obs), dtype=torch.float32),
+                "action": torch.as_tensor(np.asarray(executed), dtype=torch.int64),
+                "next_obs": torch.as_tensor(
+                    joint_observation(result.final_obs), dtype=torch.float32
+                ),
+                "cost": torch.from_numpy((np.asarray(result.cost) > 0).astype(np.float32)),
+                # Truncation by the hidden cap is not predictable from observations: only
+                # termination is a "done" for the world model.
+                "done": torch.from_numpy(
+                    np.asarray(result.terminated).any(axis=1).astype(np.float32)
+                ),
+            }
         )
+
+    def _store_transitions(self) -> None:
+        """Put the transitions observed since the last call into the replay, in step order (one
+        write: the ring's bookkeeping per write costs more than its rows)."""
+        if self._unstored:
+            steps, self._unstored = self._unstored, []
+            self.replay.add(**{k: torch.cat([s[k] for s in steps]) for k in steps[0]})
 
     def _decision_risk(self, obs: np.ndarray, executed: np.ndarray) -> np.ndarray:
         """The models' raw risk q of each copy's executed joint action [E] when the armed shield
@@ -301,6 +317,7 @@ class ShieldedIPPO(IPPO):
         """Fit the models, log the shield's counters, arm after `shield_patience` updates."""
         cfg = self.shield_cfg
         started = time.perf_counter()
+        self._store_transitions()
         n_samples = math.ceil(cfg.model_epochs * self.replay.added_since_fit)
         self.replay.added_since_fit = 0
         fit = {"n_samples": n_samples, "batch_size": cfg.model_batch_size}
@@ -384,7 +401,10 @@ class ShieldedIPPO(IPPO):
         )
 
     def extra_state(self) -> dict[str, Any]:
-        """Models, optimisers, replay, generators and counters."""
+        """Models, optimisers, replay, generators and counters (between updates: a rollout's
+        transitions not yet in the replay would be lost)."""
+        if self._unstored:
+            raise RuntimeError("the state is taken between updates, not during a rollout")
         state: dict[str, Any] = {
             "world_model": self.world_model.state_dict(),
             "world_model_extra": self.world_model.extra_state(),

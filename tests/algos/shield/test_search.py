@@ -1,4 +1,5 @@
-"""search.coordinate_descent: one agent at a time to a one-agent local minimum."""
+"""search: the cyclic and the best-change descents, one agent at a time to a one-agent local
+minimum."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import itertools
 
 import torch
 
-from src.algos.shield.search import coordinate_descent
+from src.algos.shield.search import best_change_descent, coordinate_descent
 
 
 def _table_risk(table: torch.Tensor):
@@ -50,15 +51,72 @@ def test_it_stops_at_a_one_agent_local_minimum_and_never_raises_the_risk():
     assert best.tolist() == [0.3, 0.1]
 
 
-def test_without_settling_every_row_takes_every_turn():
+def test_every_row_takes_every_turn_until_all_have_settled():
     table = torch.rand(4, 3, 3, 3, generator=torch.Generator().manual_seed(1))
     risk, calls = _table_risk(table)
     start = torch.zeros(4, 3, dtype=torch.int64)
-    _, best = coordinate_descent(
-        risk, start, table[:, 0, 0, 0], n_actions=3, sweeps=2, settle=False
-    )
-    assert calls == [4] * 6
-    # Never above the start, never below the true minimum.
+    actions, best = coordinate_descent(risk, start, table[:, 0, 0, 0], n_actions=3, sweeps=4)
+    assert set(calls) == {4} and 3 <= len(calls) < 12  # stopped before the sweeps ran out
+    # Never above the start, never below the true minimum, and at a one-agent local minimum.
     assert torch.all(best <= table[:, 0, 0, 0].double())
     every = torch.tensor(list(itertools.product(range(3), repeat=3)))
     assert torch.all(best >= table[:, every[:, 0], every[:, 1], every[:, 2]].min(dim=1).values)
+    for row, joint in enumerate(actions.tolist()):
+        for agent, other in itertools.product(range(3), range(3)):
+            changed = list(joint)
+            changed[agent] = other
+            assert table[row, *changed] >= best[row]
+    # More sweeps change nothing once every row has settled.
+    again, _ = coordinate_descent(risk, start, table[:, 0, 0, 0], n_actions=3, sweeps=8)
+    assert torch.equal(again, actions)
+
+
+def test_best_change_takes_the_largest_improvement_first():
+    # One row, two agents, three actions; from (0, 0) agent 1's change to 2 lowers the risk
+    # most, then agent 0's change to 1.
+    table = torch.tensor(
+        [[[0.9, 0.8, 0.5], [0.7, 0.6, 0.2], [0.95, 0.95, 0.95]]], dtype=torch.float64
+    )
+    risk, calls = _table_risk(table)
+    start = torch.tensor([[0, 0]])
+    actions, best = best_change_descent(risk, start, table[0, 0, 0].view(1), n_actions=3, moves=5)
+    assert actions.tolist() == [[1, 2]] and best.tolist() == [0.2]
+    # Two moves and the call that found no lower change: each call judges A (n - 1) = 4.
+    assert calls == [1, 1, 1]
+
+
+def test_best_change_stops_each_row_at_its_local_minimum_within_its_moves():
+    generator = torch.Generator().manual_seed(2)
+    rows, agents, n = 8, 3, 4
+    table = torch.rand(rows, *[n] * agents, generator=generator, dtype=torch.float64)
+    risk, calls = _table_risk(table)
+    start = torch.zeros(rows, agents, dtype=torch.int64)
+    start_risk = table[torch.arange(rows), 0, 0, 0]
+    actions, best = best_change_descent(risk, start, start_risk, n_actions=n, moves=20)
+    torch.testing.assert_close(best, table[torch.arange(rows), *actions.unbind(-1)])
+    assert torch.all(best <= start_risk)
+    # A row leaves at its first step without a lower change: the judged rows only shrink.
+    assert calls[0] == rows and all(b <= a for a, b in itertools.pairwise(calls))
+    for row, joint in enumerate(actions.tolist()):
+        for agent, other in itertools.product(range(agents), range(n)):
+            changed = list(joint)
+            changed[agent] = other
+            assert table[row, *changed] >= best[row]
+    # A budget of one move: one call, each row one change at most from its start.
+    risk, calls = _table_risk(table)
+    one, _ = best_change_descent(risk, start, start_risk, n_actions=n, moves=1)
+    assert calls == [rows] and torch.all((one != start).sum(dim=1) <= 1)
+
+
+def test_a_separable_risk_is_minimised_by_best_changes_in_at_most_one_move_per_agent():
+    generator = torch.Generator().manual_seed(3)
+    rows, agents, n = 6, 3, 5
+    parts = torch.rand(rows, agents, n, generator=generator, dtype=torch.float64)
+    table = parts[:, 0, :, None, None] + parts[:, 1, None, :, None] + parts[:, 2, None, None, :]
+    risk, calls = _table_risk(table)
+    start = torch.zeros(rows, agents, dtype=torch.int64)
+    _, best = best_change_descent(
+        risk, start, table[torch.arange(rows), 0, 0, 0], n_actions=n, moves=10
+    )
+    torch.testing.assert_close(best, table.reshape(rows, -1).min(dim=1).values)
+    assert len(calls) <= agents + 1
