@@ -776,8 +776,9 @@ def render_markdown(r: Mapping[str, Any], *, command: str = "python -m benchmark
         "updates: ippo's own work plus each step's proposals judged once (q of the proposed "
         "joint action of every copy, one batched model call per step, timed on the armed "
         "updates' recorded filter inputs; nothing searched, no model fitted); *with storage*: "
-        "also the shield's collection time beyond ippo's (the real transitions and decisions "
-        "kept for the model fits and the calibration).",
+        "also the shield's collection time beyond ippo's (the transitions and decisions it "
+        "keeps during the rollout; their one replay write per update counts in model "
+        "fitting).",
         "",
         "| env | ippo s | shield s | ratio, all updates | ratio, armed updates | "
         "collection s (ippo's) | filter s (proposals judged once) | model fitting s | rest s | "
