@@ -212,8 +212,9 @@ class ShieldConfig(Section):
     """v1, `receding`: when neither the proposal nor a change of one agent's action is within
     the allowance, `coordinate` descends on the risk one agent at a time from the safest of
     those options, each step to the one-agent change of least risk (n_agents * (n_actions - 1)
-    joint actions judged per step, at most `search_sweeps` * n_agents steps), and executes the
-    least risk found; `exhaustive` judges every joint action (n_actions **
+    joint actions judged per step, at most `search_sweeps` * n_agents steps) until one is
+    within the allowance, which it executes, else the least risk found (the fallback);
+    `exhaustive` judges every joint action (n_actions **
     n_agents) and executes the most likely one within the allowance, else the safest."""
     search_sweeps: int = 2
     """v1: the `coordinate` search changes at most `search_sweeps` * n_agents agents' actions

@@ -27,9 +27,10 @@ realized violation rate in training, chosen by the certificate for deployment):
 
 - `receding` (default): the proposal is executed if q(s, a) <= a; otherwise the most likely
   joint action with q <= a that changes one agent's proposed action (the policy's
-  probability of that agent's new action); otherwise (`search: coordinate`) the least q
-  found by changing one agent's action at a time from the safest of those, each time the
-  change of least q (executed whether or not it is within a: the fallback), or
+  probability of that agent's new action); otherwise (`search: coordinate`) one agent's
+  action changed at a time from the safest of those, each time the change of least q, until
+  q <= a (that joint action is executed) or no change lowers q (the least q found is executed:
+  the fallback), or
   (`search: exhaustive`) the most likely joint action with q <= a, else the joint action of
   least q (the backup). This is Bastani et al.'s
   model-predictive shielding with the backup found by the models; what it promises about the
@@ -53,7 +54,7 @@ Cost. With `receding` the proposals of all copies are judged first (one batched 
 then the A (n_actions - 1) one-agent changes of the proposals that failed, then, for the
 copies where none passed, A * (n_actions - 1) joint actions per change, at most
 `search_sweeps` * A changes (`coordinate`, `search.best_change_descent`, which stops a copy
-once no single agent's change lowers its risk: one call for a copy already there) or all
+once its q is within the allowance or no single agent's change lowers it) or all
 n_actions ** A (`exhaustive`). With `episode` every joint action of every copy is judged
 each step. With `coordination: decentralised`, n_agents proposals and, for the agents whose
 proposal is over the allowance, n_actions - 1 other actions, each against at most
@@ -291,9 +292,9 @@ class BudgetShield(RiskFilter):
                     raw[judge[found]] = raws[found]
                     judge, start, start_raw = judge[~found], start[~found], start_raw[~found]
                 if len(judge) and self.config.search == "coordinate":
-                    # The least risk found by changing one agent at a time from the safest
-                    # option so far: within the allowance it is executed, else it is the
-                    # fallback.
+                    # One agent's action changed at a time from the safest option so far,
+                    # until a joint action is within the allowance (executed); the least risk
+                    # found where none is, the fallback.
                     actions, q = self._descend(joint[judge], start, start_raw, remaining[judge])
                     executed[judge] = actions
                     raw[judge] = safest[judge] = q.double().numpy()
@@ -452,8 +453,9 @@ class BudgetShield(RiskFilter):
         self, joint: torch.Tensor, start: np.ndarray, start_raw: np.ndarray, remaining: torch.Tensor
     ) -> tuple[np.ndarray, torch.Tensor]:
         """`search.best_change_descent` on the raw risk from `start` [N, A] (of raw risk
-        `start_raw` [N]), at most `search_sweeps` * n_agents changes, each copy until its
-        one-agent local minimum. Returns the joint actions [N, A] and their raw risks [N]."""
+        `start_raw` [N]), at most `search_sweeps` * n_agents changes, each copy until its raw
+        risk is within the allowance or it reaches a one-agent local minimum. Returns the
+        joint actions [N, A] and their raw risks [N]."""
 
         def risk(rows: torch.Tensor, options: torch.Tensor) -> torch.Tensor:
             return self.raw_risk_options(joint[rows], options, remaining[rows])
@@ -464,6 +466,7 @@ class BudgetShield(RiskFilter):
             torch.from_numpy(np.asarray(start_raw, dtype=np.float64)),
             n_actions=self.n_actions,
             moves=self.config.search_sweeps * self.n_agents,
+            target=self.allowance,
         )
         return actions.numpy(), q
 

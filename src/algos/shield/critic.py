@@ -30,6 +30,7 @@ from __future__ import annotations
 import copy
 import itertools
 import math
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -39,7 +40,12 @@ from src.algos.shield.ensemble import every_member, fit_normalisation, run_stack
 from src.algos.shield.optimizer_state import OptimizerState
 from src.algos.shield.replay import TransitionReplay
 from src.algos.shield.search import coordinate_descent
-from src.algos.shield.world_model import TeamWorldModel, predict_options
+from src.algos.shield.world_model import (
+    EnsembleWorldModel,
+    TeamWorldModel,
+    WorldModel,
+    predict_options,
+)
 from src.config.shield import BACKUPS
 
 __all__ = ["RiskCritic", "joint_actions"]
@@ -120,6 +126,9 @@ class RiskCritic(OptimizerState, nn.Module):
         self.register_buffer("obs_std", torch.ones(self.joint_dim))
         self.register_buffer("actions", joint_actions(n_agents, n_actions))
         self.optimizer = torch.optim.Adam(self.members.parameters(), lr=learning_rate)
+        # `_composed`'s cache, per net: (world model, version key, layers).
+        self._composition: dict[str, tuple[Any, ...]] = {}
+        self._tracked: dict[str, tuple[torch.Tensor, ...]] = {}  # the tensors of its key
 
     def _inputs(self, joint_obs: torch.Tensor, remaining: torch.Tensor) -> torch.Tensor:
         """[M, N, J] and remaining steps [M, N] (or broadcastable) -> the members' inputs."""
@@ -162,13 +171,81 @@ class RiskCritic(OptimizerState, nn.Module):
     ) -> torch.Tensor:
         """Member m's r + (1 - r)(1 - d) V_m(s', left) of each state [M, S, J] under each of its
         K joint actions [M, S, K, A] (row (m, s) by member m), `left` [M, S] steps after this
-        one: [M, S, K]. V is the live critic, or its slowly moving target with `target`."""
+        one: [M, S, K]. V is the live critic, or its slowly moving target with `target`.
+
+        s' is never formed: it is s + u W + c, for the world model's last hidden layer u and
+        the obs part (W, c) of its output layer, so V's first layer on it, s' W1, is s W1 (once
+        per state) plus u (W W1) (per option, H x H' instead of H x J and J x H'), with W W1
+        cached while neither model changes. Same numbers as predicting s' and valuing it, up
+        to float rounding. A world model without these layers (any other with `predict`) has
+        its successors predicted and valued.
+        """
+        dynamics = getattr(world_model, "dynamics", None)
+        if not isinstance(dynamics, EnsembleWorldModel):
+            return self.valued_successors(world_model, joint_obs, options, left, target=target)
+        hidden = dynamics.option_hidden(joint_obs, options)  # [M, S, K, H]
+        m, s, k, h = hidden.shape
+        flat = hidden.view(m, s * k, h)
+        composed = self._composed("target" if target else "live", dynamics)
+        state_w, hidden_w, bias, steps_w, rest = composed
+        out_w, out_b = dynamics.output_layer()
+        done = torch.sigmoid(torch.baddbmm(out_b[..., -1:], flat, out_w[..., -1:])).view(m, s, k)
+        # V's first layer on s' = s + u W + c: a per-state and a per-option term.
+        after = left.unsqueeze(2).expand(m, s, k)
+        x = torch.baddbmm(bias, flat, hidden_w).view(m, s, k, -1)
+        x += torch.bmm(joint_obs, state_w).unsqueeze(2)
+        x += (after / self.horizon).unsqueeze(-1) * steps_w.unsqueeze(1)
+        x = x.view(m, s * k, -1)
+        for w, b in rest:
+            x = torch.baddbmm(b, x.relu_(), w)
+        value = torch.sigmoid(x).view(m, s, k)
+        value = torch.where(after > 0, value, torch.zeros_like(value))
+        risk = world_model.option_risk(joint_obs, options)
+        return risk + (1.0 - risk) * (1.0 - done) * value
+
+    def valued_successors(
+        self,
+        world_model: WorldModel,
+        joint_obs: torch.Tensor,
+        options: torch.Tensor,
+        left: torch.Tensor,
+        *,
+        target: bool = False,
+    ) -> torch.Tensor:
+        """`option_q` by predicting the successors [M, S, K, J] (`predict_options`) and valuing
+        them: the definition, for any world model with the team-risk interface."""
         next_obs, risk, done = predict_options(world_model, joint_obs, options)
         m, s, k, j = next_obs.shape
         after = left.unsqueeze(2).expand(m, s, k).reshape(m, s * k)
         net = self.target if target else self.members
         value = self._values(net, next_obs.reshape(m, s * k, j), after).view(m, s, k)
         return risk + (1.0 - risk) * (1.0 - done) * value
+
+    def _composed(self, which: str, dynamics: EnsembleWorldModel) -> tuple[Any, ...]:
+        """`option_q`'s layers of the live (`which="live"`) or target net, composed with the
+        output layer of `dynamics`: (state weight [M, J, H'], hidden weight [M, H, H'], bias
+        [M, 1, H'], steps weight [M, 1, H'], the later layers' (weight, bias)). Cached until
+        either model changes (their version counters) or another world model is passed."""
+        net = self.target if which == "target" else self.members
+        tracked = self._tracked.get(which)
+        if tracked is None:
+            tracked = self._tracked[which] = (*net.parameters(), self.obs_mean, self.obs_std)
+        key = (tuple(t._version for t in tracked), dynamics.version())
+        cached = self._composition.get(which)
+        if cached is not None and cached[0] is dynamics and cached[1] == key:
+            return cached[2]
+        j = self.joint_dim
+        first = net.weights[0].detach()
+        # ((s - mu) / sigma) W1 + b1 = s (W1 / sigma) + (b1 - (mu / sigma) W1)
+        state_w = first[:, :j] / self.obs_std[:, None]
+        bias = net.biases[0].detach() - ((self.obs_mean / self.obs_std) @ first[:, :j]).unsqueeze(1)
+        out_w, out_b = dynamics.output_layer()
+        hidden_w = out_w[..., :j] @ state_w  # [M, H, H']
+        bias = bias + out_b[..., :j] @ state_w
+        rest = [(w.detach(), b.detach()) for w, b in zip(net.weights, net.biases, strict=True)]
+        composed = (state_w, hidden_w, bias, first[:, j:], rest[1:])
+        self._composition[which] = (dynamics, key, composed)
+        return composed
 
     def backup_targets(
         self,

@@ -104,11 +104,17 @@ class _Ring:
 
     def latest(self, n: int) -> dict[str, torch.Tensor]:
         n = min(n, self.size)
-        idx = (self.ptr - n + torch.arange(n)) % self.capacity
-        return {name: getattr(self, name)[idx] for name in _FIELDS}
+        return self.gather((self.ptr - n + torch.arange(n)) % self.capacity)
 
     def gather(self, idx: torch.Tensor) -> dict[str, torch.Tensor]:
-        return {name: getattr(self, name)[idx] for name in _FIELDS}
+        """The rows at `idx` (any shape S) of every field: [*S, ...] each (`index_select` on
+        the flat indices: a few times faster than indexing with an S-shaped tensor)."""
+        flat = idx.reshape(-1)
+        rows = {}
+        for name in _FIELDS:
+            field = getattr(self, name)
+            rows[name] = field.index_select(0, flat).view(*idx.shape, *field.shape[1:])
+        return rows
 
     def state_dict(self) -> dict[str, Any]:
         return {

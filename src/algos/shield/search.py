@@ -3,6 +3,7 @@
 Both change one agent's action at a time and end at a one-agent local minimum (no single
 agent's change lowers the risk) or when their budget is spent; the result is the least risk
 found, an upper bound on the least risk of all n ** A joint actions of A agents.
+`best_change_descent` can also stop a row as soon as its risk is within a target.
 
 - `coordinate_descent` (cyclic): each agent in turn (0, 1, ..., A - 1, 0, ...) takes, of its
   n - 1 other actions with the others' fixed, the one of least risk when that is lower than
@@ -14,8 +15,9 @@ found, an upper bound on the least risk of all n ** A joint actions of A agents.
   change of a row (A * (n - 1) joint actions) and takes the least when it is lower. A row
   stops at its first step without a lower change, so a row at a local minimum costs one call,
   not A. Work per row: at most `moves` * A * (n - 1) joint actions judged in `moves` calls.
-  Used by the v1 shield's search for an action within the allowance (`BudgetShield`), whose
-  few undecided rows make each call's fixed cost count more than its rows.
+  Used by the v1 shield's search for an action within the allowance (`BudgetShield`, the
+  allowance as the target), whose few undecided rows make each call's fixed cost count more
+  than its rows.
 """
 
 from __future__ import annotations
@@ -72,12 +74,16 @@ def best_change_descent(
     *,
     n_actions: int,
     moves: int,
+    target: float | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Descend from `start` [R, A] (int64, of risk `start_risk` [R]) by the best one-agent
     change, at most `moves` changes per row; returns the joint actions [R, A] and their risks
     [R] (float64). `risk(rows, options)` as for `coordinate_descent`.
 
-    Ties between changes of equal risk go to the first in (agent, action shift) order.
+    With a `target`, a row also stops as soon as its risk is at most `target` (a search for an
+    acceptable joint action, not for the least risk: only the rows that find none descend to
+    their local minimum). Ties between changes of equal risk go to the first in (agent, action
+    shift) order.
     """
     rows_total, a = start.shape
     current = start.clone()
@@ -87,6 +93,8 @@ def best_change_descent(
     shift = torch.arange(1, n_actions).repeat(a)
     option = torch.arange(len(agent))
     active = torch.arange(rows_total)
+    if target is not None:
+        active = active[best > target]
     for _ in range(moves):
         if not len(active):
             break
@@ -98,4 +106,6 @@ def best_change_descent(
         active = active[lower]  # the rows that moved go on; the others have settled
         current[active] = options[lower, low.indices[lower]]
         best[active] = low.values[lower]
+        if target is not None:
+            active = active[best[active] > target]  # the rows that found one are done
     return current, best

@@ -108,6 +108,7 @@ class EnsembleWorldModel(OptimizerState, nn.Module):
         self._workspace = Workspace()
         self._flip = 0  # which of the two input buffers the next inference call fills
         self._folded: tuple[tuple[int, ...], list] | None = None
+        self._tracked: tuple[torch.Tensor, ...] | None = None  # what `version` reads
 
     @property
     def layer_shapes(self) -> list[tuple[int, int]]:
@@ -122,6 +123,14 @@ class EnsembleWorldModel(OptimizerState, nn.Module):
         x[..., self.joint_dim :].scatter_(2, joint_action + self.action_offset, 1.0)
         return run_stacked(x, self.weights, self.biases)
 
+    def version(self) -> tuple[int, ...]:
+        """The version counters of the parameters and statistics: optimiser steps, fits and
+        `load_state_dict` all bump them, so an unchanged tuple means an unchanged model (the
+        key of caches derived from it)."""
+        if self._tracked is None:
+            self._tracked = (*self.parameters(), *self.buffers())
+        return tuple(t._version for t in self._tracked)
+
     def _folded_layers(self) -> list[tuple[torch.Tensor, torch.Tensor]]:
         """The members' (weight, bias) with the normalisations folded in (inference only).
 
@@ -130,9 +139,7 @@ class EnsembleWorldModel(OptimizerState, nn.Module):
         change, so scaling its columns by the change's std and adding its mean to the bias
         makes the last layer emit the raw change. Two passes over the rows saved per call.
         """
-        # Cached until a parameter or statistic changes (optimiser steps, fits and
-        # load_state_dict all bump the tensors' version counters).
-        key = tuple(t._version for t in (*self.parameters(), *self.buffers()))
+        key = self.version()
         if self._folded is not None and self._folded[0] == key:
             return self._folded[1]
         d = self.joint_dim
@@ -191,6 +198,23 @@ class EnsembleWorldModel(OptimizerState, nn.Module):
         The state's part of the first layer is computed once per state; each option adds the
         first-layer rows its actions' one-hots select (`ensemble.selected_rows`).
         """
+        hidden = self.option_hidden(joint_obs, options)
+        m, s, k, h = hidden.shape
+        d = self.joint_dim
+        w, b = self.output_layer()
+        x = torch.baddbmm(b, hidden.view(m, s * k, h), w).view(m, s, k, -1)
+        next_obs = x[..., :d] + joint_obs.unsqueeze(2)
+        cost_prob = torch.sigmoid(x[..., d : d + self.n_agents])
+        return next_obs, cost_prob, torch.sigmoid(x[..., -1])
+
+    def option_hidden(self, joint_obs: torch.Tensor, options: torch.Tensor) -> torch.Tensor:
+        """Without gradients: the last hidden layer [M, S, K, H] of each state [M, S, A*D]
+        under each of its K joint actions [M, S, K, A] (row (m, s, k) by member m), which
+        `output_layer` maps to the outputs of `predict_options`.
+
+        The state's part of the first layer is computed once per state; each option adds the
+        first-layer rows its actions' one-hots select (`ensemble.selected_rows`).
+        """
         m, s, k, _ = options.shape
         d = self.joint_dim
         layers = self._folded_layers()
@@ -198,14 +222,16 @@ class EnsembleWorldModel(OptimizerState, nn.Module):
         first = torch.baddbmm(b0, joint_obs, w0[:, :d])  # [M, S, H]
         x = first.unsqueeze(2) + selected_rows(w0[:, d:], options + self.action_offset)
         x = x.relu_().view(m, s * k, -1)
-        for i, (w, b) in enumerate(layers[1:], start=1):
-            x = torch.baddbmm(b, x, w)
-            if i < len(layers) - 1:
-                x = x.relu_()
-        x = x.view(m, s, k, -1)
-        next_obs = x[..., :d] + joint_obs.unsqueeze(2)
-        cost_prob = torch.sigmoid(x[..., d : d + self.n_agents])
-        return next_obs, cost_prob, torch.sigmoid(x[..., -1])
+        for w, b in layers[1:-1]:
+            x = torch.baddbmm(b, x, w).relu_()
+        return x.view(m, s, k, -1)
+
+    def output_layer(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """The last layer of the inference path, weight [M, H, A*D + A + 1] and bias
+        [M, 1, A*D + A + 1], with the normalisation folded in: from the last hidden layer, the
+        raw change of the joint obs (first A*D outputs), the per-agent cost logits and the done
+        logit (last)."""
+        return self._folded_layers()[-1]
 
     def predict(
         self, joint_obs: torch.Tensor, joint_action: torch.Tensor
@@ -414,8 +440,13 @@ class TeamWorldModel(nn.Module):
         probability [M, S, K]); as `predict` on the states repeated K times, with the state's
         share of each first layer computed once."""
         next_obs, _, done = self.dynamics.predict_options(joint_obs, options)
+        return next_obs, self.option_risk(joint_obs, options), done
+
+    def option_risk(self, joint_obs: torch.Tensor, options: torch.Tensor) -> torch.Tensor:
+        """Without gradients: the team risk [M, S, K] of each state [M, S, A*D] under each of
+        its K joint actions [M, S, K, A]."""
         agent = torch.sigmoid(self.costs.option_logits(joint_obs, options))
-        return next_obs, 1.0 - (1.0 - agent).prod(dim=-1), done
+        return 1.0 - (1.0 - agent).prod(dim=-1)
 
     def fit(
         self,

@@ -120,3 +120,24 @@ def test_a_separable_risk_is_minimised_by_best_changes_in_at_most_one_move_per_a
     )
     torch.testing.assert_close(best, table.reshape(rows, -1).min(dim=1).values)
     assert len(calls) <= agents + 1
+
+
+def test_best_change_with_a_target_stops_each_row_once_its_risk_is_within_it():
+    # From (0, 0): (1, 2) of risk 0.2 is two moves away, (0, 2) of risk 0.5 one move.
+    table = torch.tensor(
+        [[[0.9, 0.8, 0.5], [0.7, 0.6, 0.2], [0.95, 0.95, 0.95]]] * 2, dtype=torch.float64
+    )
+    start = torch.tensor([[0, 2], [0, 0]])
+    start_risk = table[torch.arange(2), *start.unbind(-1)]
+    # Target 0.55: row 0 starts within it and is never judged; row 1 stops after one move,
+    # at (0, 2), not at the minimum two moves away.
+    risk, calls = _table_risk(table)
+    actions, best = best_change_descent(risk, start, start_risk, n_actions=3, moves=5, target=0.55)
+    assert actions.tolist() == [[0, 2], [0, 2]] and best.tolist() == [0.5, 0.5]
+    assert calls == [1]
+    # Target 0.1, below every risk: both rows descend to (1, 2) as with no target.
+    risk, calls = _table_risk(table)
+    actions, best = best_change_descent(risk, start, start_risk, n_actions=3, moves=5, target=0.1)
+    untargeted, _ = best_change_descent(risk, start, start_risk, n_actions=3, moves=5)
+    assert actions.tolist() == untargeted.tolist() == [[1, 2], [1, 2]]
+    assert best.tolist() == [0.2, 0.2]

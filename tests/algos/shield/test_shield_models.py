@@ -346,6 +346,54 @@ def test_predict_options_matches_predict_on_repeated_states():
         torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
 
 
+def test_option_q_is_the_critic_on_the_predicted_successors():
+    """The critic's first layer composed with the world model's output layer gives the numbers
+    of predicting s' and valuing it, for the live and the target net, and follows every change
+    of either model (no stale cache)."""
+    from src.algos.shield.critic import RiskCritic
+    from src.algos.shield.world_model import TeamWorldModel, predict_options
+
+    dims = {"n_agents": 3, "obs_dim": 5, "n_actions": 4, "ensemble_size": 2}
+    model = TeamWorldModel(**dims, hidden=(16, 16), learning_rate=1e-3, seed=0)
+    critic = RiskCritic(**dims, hidden=(8, 8), learning_rate=1e-3, tau=0.1, horizon=10, seed=1)
+    gen = torch.Generator().manual_seed(2)
+    with torch.no_grad():
+        for p in (*model.parameters(), *critic.parameters(), *critic.target.parameters()):
+            p.add_(0.3 * torch.randn(p.shape, generator=gen))
+    for buffer in (model.dynamics.obs_mean, model.dynamics.delta_mean, critic.obs_mean):
+        buffer.copy_(torch.randn(buffer.shape, generator=gen))
+    for buffer in (model.dynamics.obs_std, model.dynamics.delta_std, critic.obs_std):
+        buffer.copy_(torch.rand(buffer.shape, generator=gen) + 0.5)
+    obs = torch.randn(2, 6, 15, generator=gen)
+    options = torch.randint(0, 4, (2, 6, 7, 3), generator=gen)
+    left = torch.randint(-1, 10, (2, 6), generator=gen).float()  # h <= 0 values nothing
+
+    def valued(target: bool) -> torch.Tensor:
+        next_obs, risk, done = predict_options(model, obs, options)
+        after = left.unsqueeze(2).expand(2, 6, 7).reshape(2, 42)
+        net = critic.target if target else critic.members
+        value = critic._values(net, next_obs.reshape(2, 42, 15), after).view(2, 6, 7)
+        expected = risk + (1.0 - risk) * (1.0 - done) * value
+        generic = critic.valued_successors(model, obs, options, left, target=target)
+        torch.testing.assert_close(generic, expected, atol=0, rtol=0)
+        return expected
+
+    def check() -> torch.Tensor:
+        with torch.inference_mode():
+            for target in (False, True):
+                q = critic.option_q(model, obs, options, left, target=target)
+                torch.testing.assert_close(q, valued(target), atol=1e-6, rtol=1e-5)
+            return critic.option_q(model, obs, options, left).clone()
+
+    before = check()
+    with torch.no_grad():
+        model.dynamics.weights[-1].add_(0.5)  # the world model's output layer moves
+    moved = check()
+    critic.obs_std.mul_(1.5)  # the critic's normalisation moves
+    rescaled = check()
+    assert not torch.equal(before, moved) and not torch.equal(moved, rescaled)
+
+
 def test_selected_rows_is_the_one_hot_product():
     from src.algos.shield.ensemble import selected_rows
 
