@@ -36,7 +36,13 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from src.algos.shield.ensemble import every_member, fit_normalisation, run_stacked, stacked_layers
+from src.algos.shield.ensemble import (
+    every_member,
+    fit_normalisation,
+    fold_normalisation,
+    run_stacked,
+    stacked_layers,
+)
 from src.algos.shield.optimizer_state import OptimizerState
 from src.algos.shield.replay import TransitionReplay
 from src.algos.shield.search import coordinate_descent
@@ -235,15 +241,13 @@ class RiskCritic(OptimizerState, nn.Module):
         if cached is not None and cached[0] is dynamics and cached[1] == key:
             return cached[2]
         j = self.joint_dim
-        first = net.weights[0].detach()
-        # ((s - mu) / sigma) W1 + b1 = s (W1 / sigma) + (b1 - (mu / sigma) W1)
-        state_w = first[:, :j] / self.obs_std[:, None]
-        bias = net.biases[0].detach() - ((self.obs_mean / self.obs_std) @ first[:, :j]).unsqueeze(1)
+        layers = [(w.detach(), b.detach()) for w, b in zip(net.weights, net.biases, strict=True)]
+        first, bias = fold_normalisation(*layers[0], self.obs_mean, self.obs_std)
+        state_w = first[:, :j]  # the joint obs; the last row takes the steps h / horizon
         out_w, out_b = dynamics.output_layer()
         hidden_w = out_w[..., :j] @ state_w  # [M, H, H']
         bias = bias + out_b[..., :j] @ state_w
-        rest = [(w.detach(), b.detach()) for w, b in zip(net.weights, net.biases, strict=True)]
-        composed = (state_w, hidden_w, bias, first[:, j:], rest[1:])
+        composed = (state_w, hidden_w, bias, first[:, j:], layers[1:])
         self._composition[which] = (dynamics, key, composed)
         return composed
 

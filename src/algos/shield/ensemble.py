@@ -21,6 +21,7 @@ __all__ = [
     "every_member",
     "fit_normalisation",
     "fit_steps",
+    "fold_normalisation",
     "init_stack",
     "run_stacked",
     "selected_rows",
@@ -88,6 +89,19 @@ def fit_normalisation(mean: torch.Tensor, std: torch.Tensor, moments: Moments) -
     m, s = moments.mean_std()
     mean.copy_(m)
     std.copy_(s)
+
+
+def fold_normalisation(
+    weight: torch.Tensor, bias: torch.Tensor, mean: torch.Tensor, std: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """A stacked layer (weight [M, F, H], bias [M, 1, H]) whose first D = len(mean) inputs are
+    normalised, ((x - mean) / std) W + b, as the same layer on the raw inputs:
+    x (W / std) + (b - (mean / std) W), the first D rows of W divided by std (for inference:
+    one pass over the rows saved per call)."""
+    d = mean.shape[0]
+    folded = weight.clone()
+    folded[:, :d] /= std[:, None]
+    return folded, bias - ((mean / std) @ weight[:, :d]).unsqueeze(1)
 
 
 def fit_steps(n_samples: int, batch_size: int) -> int:

@@ -31,6 +31,7 @@ from src.algos.shield.ensemble import (
     every_member,
     fit_normalisation,
     fit_steps,
+    fold_normalisation,
     run_stacked,
     selected_rows,
     stacked_layers,
@@ -134,8 +135,8 @@ class EnsembleWorldModel(OptimizerState, nn.Module):
     def _folded_layers(self) -> list[tuple[torch.Tensor, torch.Tensor]]:
         """The members' (weight, bias) with the normalisations folded in (inference only).
 
-        Input: ((x - mu) / sigma) W + b = x (W / sigma) + (b - (mu / sigma) W), so the raw joint
-        obs goes straight into the first layer. Output: the obs part predicts the normalised
+        Input: `ensemble.fold_normalisation`, so the raw joint obs goes straight into the first
+        layer. Output: the obs part predicts the normalised
         change, so scaling its columns by the change's std and adding its mean to the bias
         makes the last layer emit the raw change. Two passes over the rows saved per call.
         """
@@ -144,11 +145,7 @@ class EnsembleWorldModel(OptimizerState, nn.Module):
             return self._folded[1]
         d = self.joint_dim
         layers = [(w.detach(), b.detach()) for w, b in zip(self.weights, self.biases, strict=True)]
-        w0, b0 = layers[0]
-        w0 = w0.clone()
-        w0[:, :d] /= self.obs_std[:, None]
-        b0 = b0 - ((self.obs_mean / self.obs_std) @ layers[0][0][:, :d]).unsqueeze(1)
-        layers[0] = (w0, b0)
+        layers[0] = fold_normalisation(*layers[0], self.obs_mean, self.obs_std)
         wl, bl = layers[-1]
         wl, bl = wl.clone(), bl.clone()
         wl[..., :d] *= self.delta_std
