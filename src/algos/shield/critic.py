@@ -191,21 +191,24 @@ class RiskCritic(OptimizerState, nn.Module):
             return self.valued_successors(world_model, joint_obs, options, left, target=target)
         hidden = dynamics.option_hidden(joint_obs, options)  # [M, S, K, H]
         m, s, k, h = hidden.shape
-        flat = hidden.view(m, s * k, h)
-        composed = self._composed("target" if target else "live", dynamics)
-        state_w, hidden_w, bias, steps_w, rest = composed
-        out_w, out_b = dynamics.output_layer()
-        done = torch.sigmoid(torch.baddbmm(out_b[..., -1:], flat, out_w[..., -1:])).view(m, s, k)
-        # V's first layer on s' = s + u W + c: a per-state and a per-option term.
-        after = left.unsqueeze(2).expand(m, s, k)
-        x = torch.baddbmm(bias, flat, hidden_w).view(m, s, k, -1)
-        x += torch.bmm(joint_obs, state_w).unsqueeze(2)
-        x += (after / self.horizon).unsqueeze(-1) * steps_w.unsqueeze(1)
-        x = x.view(m, s * k, -1)
-        for w, b in rest:
-            x = torch.baddbmm(b, x.relu_(), w)
-        value = torch.sigmoid(x).view(m, s, k)
-        value = torch.where(after > 0, value, torch.zeros_like(value))
+        state_w, hidden_w, bias, steps_w, rest = self._composed(
+            "target" if target else "live", dynamics
+        )
+        width = state_w.shape[-1]
+        # Per option: u (W W1) and, in the last column, the done logit.
+        per_option = torch.baddbmm(bias, hidden.view(m, s * k, h), hidden_w)
+        done = torch.sigmoid(per_option[..., width]).view(m, s, k)
+        # Per state: s W1 and the steps h / horizon.
+        per_state = torch.baddbmm((left / self.horizon).unsqueeze(-1) * steps_w, joint_obs, state_w)
+        x = per_option[..., :width].view(m, s, k, width) + per_state.unsqueeze(2)
+        x = x.relu_().view(m, s * k, width)
+        last = len(rest) - 1
+        for i, (w, b) in enumerate(rest):
+            x = torch.baddbmm(b, x, w)
+            if i < last:
+                x = x.relu_()
+        # No steps left, no risk (V_0 = 0).
+        value = torch.sigmoid(x).view(m, s, k) * (left > 0).unsqueeze(2)
         risk = world_model.option_risk(joint_obs, options)
         return risk + (1.0 - risk) * (1.0 - done) * value
 
@@ -229,9 +232,11 @@ class RiskCritic(OptimizerState, nn.Module):
 
     def _composed(self, which: str, dynamics: EnsembleWorldModel) -> tuple[Any, ...]:
         """`option_q`'s layers of the live (`which="live"`) or target net, composed with the
-        output layer of `dynamics`: (state weight [M, J, H'], hidden weight [M, H, H'], bias
-        [M, 1, H'], steps weight [M, 1, H'], the later layers' (weight, bias)). Cached until
-        either model changes (their version counters) or another world model is passed."""
+        output layer of `dynamics`: (state weight [M, J, H'], hidden weight [M, H, H' + 1],
+        bias [M, 1, H' + 1], steps weight [M, 1, H'], the later layers' (weight, bias)); the
+        last column of the hidden weight and bias is the world model's done logit. Cached
+        until either model changes (their version counters) or another world model is
+        passed."""
         net = self.target if which == "target" else self.members
         tracked = self._tracked.get(which)
         if tracked is None:
@@ -245,8 +250,8 @@ class RiskCritic(OptimizerState, nn.Module):
         first, bias = fold_normalisation(*layers[0], self.obs_mean, self.obs_std)
         state_w = first[:, :j]  # the joint obs; the last row takes the steps h / horizon
         out_w, out_b = dynamics.output_layer()
-        hidden_w = out_w[..., :j] @ state_w  # [M, H, H']
-        bias = bias + out_b[..., :j] @ state_w
+        hidden_w = torch.cat([out_w[..., :j] @ state_w, out_w[..., -1:]], dim=-1)
+        bias = torch.cat([bias + out_b[..., :j] @ state_w, out_b[..., -1:]], dim=-1)
         composed = (state_w, hidden_w, bias, first[:, j:], layers[1:])
         self._composition[which] = (dynamics, key, composed)
         return composed

@@ -18,6 +18,7 @@ from torch import nn
 from src.algos.shield.replay import Moments
 
 __all__ = [
+    "Versioned",
     "every_member",
     "fit_normalisation",
     "fit_steps",
@@ -27,6 +28,21 @@ __all__ = [
     "selected_rows",
     "stacked_layers",
 ]
+
+
+class Versioned:
+    """A module whose derived inference tensors are cached until it changes (`version`)."""
+
+    def version(self) -> tuple[int, ...]:
+        """The version counters of the parameters and buffers: optimiser steps, fits and
+        `load_state_dict` all bump them, so an unchanged tuple means an unchanged model (the
+        key of caches derived from it)."""
+        tracked = self.__dict__.get("_version_tracked")
+        if tracked is None:
+            module: nn.Module = self  # type: ignore[assignment]
+            tracked = (*module.parameters(), *module.buffers())
+            self.__dict__["_version_tracked"] = tracked
+        return tuple(t._version for t in tracked)
 
 
 def init_stack(

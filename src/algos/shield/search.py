@@ -12,9 +12,11 @@ found, an upper bound on the least risk of all n ** A joint actions of A agents.
   judged, linear in the team, in up to sweeps * A calls of `risk`. Used by the v1 safety
   critic's backup (`RiskCritic`, `backup: coordinate`), which judges all its rows together.
 - `best_change_descent` (greedy, the Gauss-Southwell rule): each step judges every one-agent
-  change of a row (A * (n - 1) joint actions) and takes the least when it is lower. A row
-  stops at its first step without a lower change, so a row at a local minimum costs one call,
-  not A. Work per row: at most `moves` * A * (n - 1) joint actions judged in `moves` calls.
+  change of a row (A * (n - 1) joint actions; after the first move, the (A - 1) (n - 1) of
+  the agents that did not just move) and takes the least when it is lower. A row stops at its
+  first step without a lower change, so a row at a local minimum costs one call, not A. Work
+  per row: at most (1 + (`moves` - 1) (A - 1) / A) A (n - 1) joint actions judged in `moves`
+  calls.
   Used by the v1 shield's search for an action within the allowance (`BudgetShield`, the
   allowance as the target), whose few undecided rows make each call's fixed cost count more
   than its rows.
@@ -84,6 +86,11 @@ def best_change_descent(
     acceptable joint action, not for the least risk: only the rows that find none descend to
     their local minimum). Ties between changes of equal risk go to the first in (agent, action
     shift) order.
+
+    After a row's first move, the agent that just moved is not judged again: its other
+    actions, with the others' as they are, are the joint actions the move chose among, none
+    of lower risk than the one it took. From then on a row judges (A - 1) (n - 1) changes per
+    move, not A (n - 1).
     """
     rows_total, a = start.shape
     current = start.clone()
@@ -91,21 +98,37 @@ def best_change_descent(
     # Every (agent, other action) pair: option o changes agent[o] by shift[o].
     agent = torch.arange(a).repeat_interleave(n_actions - 1)
     shift = torch.arange(1, n_actions).repeat(a)
-    option = torch.arange(len(agent))
+    # After a move of agent i: the pairs of the other agents (row i of these tables).
+    others = torch.tensor(
+        [[j for j in range(a) if j != i] for i in range(a)], dtype=torch.int64
+    ).view(a, a - 1)
+    other_agent = others.repeat_interleave(n_actions - 1, dim=1)  # [A, (A - 1) (n - 1)]
+    other_shift = torch.arange(1, n_actions).repeat(a - 1)
+    moved = torch.zeros(rows_total, dtype=torch.int64)  # the agent of each row's last move
     active = torch.arange(rows_total)
     if target is not None:
         active = active[best > target]
-    for _ in range(moves):
-        if not len(active):
-            break
+    for step in range(moves):
+        if not len(active) or (step > 0 and a == 1):
+            break  # a lone agent's other actions were all judged by its move
         now = current[active]
-        options = now.unsqueeze(1).repeat(1, len(agent), 1)  # [R', A (n - 1), A]
-        options[:, option, agent] = (now[:, agent] + shift) % n_actions
+        if step == 0:
+            changed = agent.expand(len(active), -1)  # [R', A (n - 1)]
+            by = shift
+        else:
+            changed = other_agent[moved[active]]  # [R', (A - 1) (n - 1)]
+            by = other_shift
+        options = now.unsqueeze(1).repeat(1, changed.shape[1], 1)  # [R', O, A]
+        options.scatter_(
+            2, changed.unsqueeze(2), ((now.gather(1, changed) + by) % n_actions).unsqueeze(2)
+        )
         low = risk(active, options).to(torch.float64).min(dim=1)
         lower = low.values < best[active]
+        taken = low.indices[lower]
         active = active[lower]  # the rows that moved go on; the others have settled
-        current[active] = options[lower, low.indices[lower]]
+        current[active] = options[lower, taken]
         best[active] = low.values[lower]
+        moved[active] = changed[lower, taken]
         if target is not None:
             active = active[best[active] > target]  # the rows that found one are done
     return current, best

@@ -28,6 +28,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from src.algos.shield.ensemble import (
+    Versioned,
     every_member,
     fit_normalisation,
     fit_steps,
@@ -66,7 +67,7 @@ class WorldModel(Protocol):
         ...
 
 
-class EnsembleWorldModel(OptimizerState, nn.Module):
+class EnsembleWorldModel(Versioned, OptimizerState, nn.Module):
     """v0: an ensemble of M ReLU MLPs, evaluated together with batched matmuls.
 
     Each member maps [normalised joint obs, one-hot joint action] to the normalised change of
@@ -109,7 +110,6 @@ class EnsembleWorldModel(OptimizerState, nn.Module):
         self._workspace = Workspace()
         self._flip = 0  # which of the two input buffers the next inference call fills
         self._folded: tuple[tuple[int, ...], list] | None = None
-        self._tracked: tuple[torch.Tensor, ...] | None = None  # what `version` reads
 
     @property
     def layer_shapes(self) -> list[tuple[int, int]]:
@@ -123,14 +123,6 @@ class EnsembleWorldModel(OptimizerState, nn.Module):
         x[..., : self.joint_dim] = (joint_obs - self.obs_mean) / self.obs_std
         x[..., self.joint_dim :].scatter_(2, joint_action + self.action_offset, 1.0)
         return run_stacked(x, self.weights, self.biases)
-
-    def version(self) -> tuple[int, ...]:
-        """The version counters of the parameters and statistics: optimiser steps, fits and
-        `load_state_dict` all bump them, so an unchanged tuple means an unchanged model (the
-        key of caches derived from it)."""
-        if self._tracked is None:
-            self._tracked = (*self.parameters(), *self.buffers())
-        return tuple(t._version for t in self._tracked)
 
     def _folded_layers(self) -> list[tuple[torch.Tensor, torch.Tensor]]:
         """The members' (weight, bias) with the normalisations folded in (inference only).
@@ -310,7 +302,7 @@ class EnsembleWorldModel(OptimizerState, nn.Module):
         return metrics
 
 
-class AgentCostModel(OptimizerState, nn.Module):
+class AgentCostModel(Versioned, OptimizerState, nn.Module):
     """An ensemble of M agent-shared MLPs: P(agent a's cost > 0 at this step), [M, N, A].
 
     Agent a's input is its own normalised observation, the one-hot of its own action, the
@@ -345,6 +337,7 @@ class AgentCostModel(OptimizerState, nn.Module):
         self.register_buffer("obs_mean", torch.zeros(d))
         self.register_buffer("obs_std", torch.ones(d))
         self.optimizer = torch.optim.Adam(self.parameters(), lr=learning_rate)
+        self._inference: tuple[tuple[int, ...], tuple[Any, ...]] | None = None
 
     def logits(self, joint_obs: torch.Tensor, joint_action: torch.Tensor) -> torch.Tensor:
         """[M, N, A*D], [M, N, A] -> logits [M, N, A] (row (m, n) by member m)."""
@@ -358,23 +351,37 @@ class AgentCostModel(OptimizerState, nn.Module):
         x = run_stacked(x.view(m, n * a, self.in_dim), self.weights, self.biases)
         return x.view(m, n, a)
 
+    def _inference_layers(self) -> tuple[Any, ...]:
+        """`option_logits`' layers, cached until the model changes (`version`): the first
+        layer's obs rows with the normalisation folded in [M, D, H], its bias plus each agent's
+        index row [M, 1, A, H], its action rows [M, A * n_actions, H], and the later layers'
+        (weight, bias)."""
+        key = self.version()
+        if self._inference is not None and self._inference[0] == key:
+            return self._inference[1]
+        a, d, n = self.n_agents, self.obs_dim, self.n_actions
+        layers = [(w.detach(), b.detach()) for w, b in zip(self.weights, self.biases, strict=True)]
+        w0, b0 = fold_normalisation(*layers[0], self.obs_mean, self.obs_std)
+        agent_bias = (b0 + w0[:, d + a * n :]).unsqueeze(1)  # [M, 1, A, H]
+        built = (w0[:, :d], agent_bias, w0[:, d : d + a * n], layers[1:])
+        self._inference = (key, built)
+        return built
+
     def option_logits(self, joint_obs: torch.Tensor, options: torch.Tensor) -> torch.Tensor:
         """Without gradients: `logits` of each state [M, S, A*D] under each of its K joint
         actions [M, S, K, A] -> [M, S, K, A]. Each agent's observation and index enter the
         first layer once per state; each option adds the rows its actions' one-hots select."""
         m, s, k, a = options.shape
-        d, n = self.obs_dim, self.n_actions
-        w0, b0 = self.weights[0].detach(), self.biases[0].detach()
-        obs = (joint_obs.view(m, s * a, d) - self.obs_mean) / self.obs_std
-        first = torch.baddbmm(b0, obs, w0[:, :d]).view(m, s, a, -1)
-        first = first + w0[:, d + a * n :].unsqueeze(1)  # the agent's index: [M, 1, A, H]
+        obs_w, agent_bias, action_w, rest = self._inference_layers()
+        first = torch.bmm(joint_obs.view(m, s * a, self.obs_dim), obs_w).view(m, s, a, -1)
+        first += agent_bias
         actions = options[..., self.order] + self.offset  # [M, S, K, A, A]: own action first
-        x = first.unsqueeze(2) + selected_rows(w0[:, d : d + a * n], actions)
+        x = first.unsqueeze(2) + selected_rows(action_w, actions)
         x = x.relu_().view(m, s * k * a, -1)
-        rest = [(w.detach(), b.detach()) for w, b in zip(self.weights, self.biases, strict=True)]
-        for i, (w, b) in enumerate(rest[1:], start=1):
+        last = len(rest) - 1
+        for i, (w, b) in enumerate(rest):
             x = torch.baddbmm(b, x, w)
-            if i < len(rest) - 1:
+            if i < last:
                 x = x.relu_()
         return x.view(m, s, k, a)
 

@@ -141,3 +141,48 @@ def test_best_change_with_a_target_stops_each_row_once_its_risk_is_within_it():
     untargeted, _ = best_change_descent(risk, start, start_risk, n_actions=3, moves=5)
     assert actions.tolist() == untargeted.tolist() == [[1, 2], [1, 2]]
     assert best.tolist() == [0.2, 0.2]
+
+
+def test_best_change_never_judges_again_the_agent_that_just_moved():
+    """Each move after the first judges only the other agents' changes, and the descent ends
+    where a descent that judges every change each move ends."""
+    generator = torch.Generator().manual_seed(4)
+    rows, agents, n = 16, 3, 4
+    table = torch.rand(rows, *[n] * agents, generator=generator, dtype=torch.float64)
+    start = torch.zeros(rows, agents, dtype=torch.int64)
+    start_risk = table[torch.arange(rows), 0, 0, 0]
+    widths = []
+
+    def risk(rows_: torch.Tensor, options: torch.Tensor) -> torch.Tensor:
+        widths.append(options.shape[1])
+        index = (rows_.unsqueeze(1).expand(-1, options.shape[1]), *options.unbind(-1))
+        return table[index]
+
+    actions, best = best_change_descent(risk, start, start_risk, n_actions=n, moves=20)
+    assert widths[0] == agents * (n - 1) and len(widths) > 2
+    assert set(widths[1:]) == {(agents - 1) * (n - 1)}
+    # The reference: every one-agent change judged at every move, the least taken if lower.
+    current, low = start.clone(), start_risk.clone()
+    for _ in range(20):
+        for row in range(rows):
+            changes = []
+            for agent, shift in itertools.product(range(agents), range(1, n)):
+                changed = current[row].clone()
+                changed[agent] = (changed[agent] + shift) % n
+                changes.append(changed)
+            values = torch.stack([table[row, *c] for c in changes])
+            if values.min() < low[row]:
+                current[row], low[row] = changes[int(values.argmin())], values.min()
+    assert torch.equal(actions, current) and torch.equal(best, low)
+    # One agent: its move judged all its other actions; nothing is left to judge.
+    single = torch.rand(3, n, generator=generator, dtype=torch.float64)
+    _, lone_best = best_change_descent(
+        lambda r, o: single[r.unsqueeze(1), o[..., 0]],
+        torch.zeros(3, 1, dtype=torch.int64),
+        single[:, 0],
+        n_actions=n,
+        moves=5,
+    )
+    torch.testing.assert_close(
+        lone_best, torch.minimum(single[:, 0], single[:, 1:].min(dim=1).values)
+    )

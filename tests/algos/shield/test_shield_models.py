@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import numpy as np
@@ -391,7 +392,13 @@ def test_option_q_is_the_critic_on_the_predicted_successors():
     moved = check()
     critic.obs_std.mul_(1.5)  # the critic's normalisation moves
     rescaled = check()
-    assert not torch.equal(before, moved) and not torch.equal(moved, rescaled)
+    with torch.no_grad():
+        model.costs.weights[-1].add_(0.5)  # the cost model moves
+    costlier = check()
+    model.costs.obs_std.mul_(1.5)  # and its normalisation
+    renormalised = check()
+    steps = [before, moved, rescaled, costlier, renormalised]
+    assert all(not torch.equal(a, b) for a, b in itertools.pairwise(steps))
 
 
 def test_selected_rows_is_the_one_hot_product():
