@@ -36,6 +36,7 @@ from src.checks import lookup
 from src.config.run import RunConfig
 from src.core.io import create_dir, save_to_file
 from src.core.logging import log
+from src.numerics import kernels
 from src.runfiles import RunFiles
 
 __all__ = [
@@ -160,7 +161,8 @@ class CheckpointEvery:
 
 
 def run_metadata() -> dict[str, Any]:
-    """Git commit (and whether the tree had changes) and the versions of key packages."""
+    """Git commit (and whether the tree had changes), the versions of key packages and the
+    CPU kernels torch ran on (`src.numerics.kernels`)."""
     root = Path(__file__).resolve().parents[2]
 
     def git(*args: str) -> str | None:
@@ -184,6 +186,7 @@ def run_metadata() -> dict[str, Any]:
         "git_commit": commit or "unknown",
         "git_dirty": None if status is None else bool(status),
         "package_versions": versions,
+        "kernels": kernels(),
     }
 
 

@@ -54,7 +54,7 @@ OPTIONAL_RUN_KEYS = ("custom",)
 # uses no more than the threads it is granted and the machine's CPUs).
 MAX_THREADS = 256
 # Keys config.json adds after training (provenance); they are not part of the config.
-METADATA_KEYS = ("git_commit", "git_dirty", "package_versions")
+METADATA_KEYS = ("git_commit", "git_dirty", "package_versions", "kernels")
 # Section name (as in AlgorithmSpec.sections) -> its dataclass.
 SECTIONS: dict[str, type[Section]] = {
     "ppo": PPOConfig,

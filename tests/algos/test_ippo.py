@@ -33,6 +33,7 @@ def test_train_run_writes_every_output(tmp_path, algo):
     written = json.loads((tmp_path / "config.json").read_text())
     assert written["algo"] == algo and written["seed"] == config["seed"]
     assert written["git_commit"] and "torch" in written["package_versions"]
+    assert written["kernels"]["torch_cpu_capability"]  # the kernels the run's numbers came from
 
     policy = torch.load(tmp_path / "policy.pt", weights_only=True)
     assert set(policy) >= {"actor_critic", "network", "config", "algo_config"}

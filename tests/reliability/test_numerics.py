@@ -1,0 +1,62 @@
+"""src.numerics: torch's CPU kernels pinned to one code path on x86-64, and recorded."""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from src import numerics
+
+ROOT = Path(__file__).resolve().parents[2]
+X86 = platform.machine().lower() in ("x86_64", "amd64")
+
+
+def _clean_environment() -> dict[str, str]:
+    return {k: v for k, v in os.environ.items() if k not in numerics.PINNED}
+
+
+def _kernels_of_a_fresh_process(env: dict[str, str]) -> dict[str, str | None]:
+    """`numerics.kernels()` in a new interpreter that imports src, then runs torch."""
+    code = (
+        "import json, src, torch; from src.numerics import kernels; "
+        "torch.ones(64, 64) @ torch.ones(64, 64); print(json.dumps(kernels()))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, check=True
+    )
+    return json.loads(out.stdout)
+
+
+def test_pin_kernels_sets_what_is_unset_and_keeps_what_is_set(monkeypatch):
+    for name in numerics.PINNED:
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("MKL_CBWR", "COMPATIBLE")
+    monkeypatch.setattr(numerics.platform, "machine", lambda: "x86_64")
+    numerics.pin_kernels()
+    assert os.environ["ATEN_CPU_CAPABILITY"] == "avx2"
+    assert os.environ["ONEDNN_MAX_CPU_ISA"] == "AVX2"
+    assert os.environ["MKL_CBWR"] == "COMPATIBLE"  # the user's choice stands
+
+
+def test_pin_kernels_leaves_other_machines_alone(monkeypatch):
+    for name in numerics.PINNED:
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setattr(numerics.platform, "machine", lambda: "aarch64")
+    numerics.pin_kernels()
+    assert not any(name in os.environ for name in numerics.PINNED)
+
+
+@pytest.mark.skipif(not X86, reason="kernels are pinned on x86-64 only")
+def test_importing_src_pins_torch_to_avx2_unless_told_otherwise():
+    pinned = _kernels_of_a_fresh_process(_clean_environment())
+    assert pinned["torch_cpu_capability"] == "AVX2"
+    assert pinned["MKL_CBWR"] == "AVX2" and pinned["ATEN_CPU_CAPABILITY"] == "avx2"
+    own = _kernels_of_a_fresh_process({**_clean_environment(), "ATEN_CPU_CAPABILITY": "default"})
+    assert own["ATEN_CPU_CAPABILITY"] == "default"
+    assert own["torch_cpu_capability"] in ("DEFAULT", "AVX2", "AVX512")
