@@ -245,8 +245,9 @@ class ShieldConfig(Section):
     held-out factor once 100 labelled decisions per bin are there."""
     adapt_rate: float = 0.1
     """v1: step of the log-allowance per finished training episode after arming,
-    log a += adapt_rate * (max_risk - violated), starting at max_risk; 0 keeps the allowance
-    at max_risk."""
+    log a += adapt_rate * (max_risk - violated), violated: within the episode's first 100
+    steps (the certificate's horizon); starting at max_risk; 0 keeps the allowance at
+    max_risk."""
     calibration_episodes: int = 200
     """v1: calibration episodes n per tested allowance of the certificate (run r uses reset
     seeds calibration_seed_offset + r * n + i); 0: no test, the run has no certificate."""

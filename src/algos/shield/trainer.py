@@ -70,8 +70,9 @@ from src.config.base import CONSTRAINT_HORIZON
 from src.config.run import RunConfig
 from src.core.logging import log
 from src.envs.base import joint_observation
+from src.records import EpisodeLog
 
-__all__ = ["ShieldedIPPO"]
+__all__ = ["ShieldedIPPO", "constraint_outcomes"]
 
 
 class ShieldedIPPO(IPPO):
@@ -232,7 +233,7 @@ class ShieldedIPPO(IPPO):
         finished = self.history[self.episodes_seen :]
         self.episodes_seen = len(self.history)
         if self.armed:
-            self.adaptive.update([ep.violated for ep in finished if ep.t_start >= self.armed_at])
+            self.adaptive.update(constraint_outcomes(finished, since=self.armed_at))
         self.shield.allowance = self.adaptive.value
         row[M.SHIELD_ALLOWANCE] = self.shield.allowance
 
@@ -480,6 +481,18 @@ class ShieldedIPPO(IPPO):
             if self.certificate is not None:
                 saved["certificate"] = self.certificate.to_dict()
         return {POLICY_STATE_KEY: saved}
+
+
+def constraint_outcomes(
+    episodes: Sequence[EpisodeLog], *, since: int, horizon: int = CONSTRAINT_HORIZON
+) -> list[bool]:
+    """Whether each episode that started at global step `since` or later violated within its
+    first `horizon` steps, in order: the event the certificate tests (P(violation within 100
+    steps)), which the training allowance adapts to; a later violation of a longer episode
+    does not count, an episode that ended earlier counts as safe after its end."""
+    return [
+        ep.violated and ep.first_violation_step <= horizon for ep in episodes if ep.t_start >= since
+    ]
 
 
 def _registry_env(config: RunConfig, copies: int, max_steps: int) -> Any:

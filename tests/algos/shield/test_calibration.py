@@ -228,3 +228,39 @@ def test_two_looks_keep_the_error_at_delta_at_the_limit():
         for k1 in range(first_cut + 1, second_cut + 1)
     )
     assert early + late <= delta
+
+
+def test_the_allowance_adapts_to_violations_within_the_certificates_horizon():
+    """A training episode counts as violating when it violated within its first 100 steps
+    (what the certificate tests), not later; episodes that began before arming do not count."""
+    from src.algos.shield.trainer import constraint_outcomes
+    from src.records import EpisodeLog
+
+    def episode(t_start: int, length: int, first: int) -> EpisodeLog:
+        return EpisodeLog(
+            env="intersection",
+            algo="shield",
+            run=0,
+            episode=t_start,
+            env_copy=0,
+            t_start=t_start,
+            t_end=t_start + length,
+            length=length,
+            team_return=0.0,
+            agent_returns=(0.0, 0.0),
+            cost=float(first > 0),
+            violated=first > 0,
+            first_violation_step=first,
+            truncated_by_cap=True,
+            shield_interventions=0,
+        )
+
+    episodes = [
+        episode(5, 200, 40),  # before arming
+        episode(10, 200, 100),  # at the horizon's last step
+        episode(11, 200, 101),  # one step after it
+        episode(12, 200, -1),  # safe
+        episode(13, 60, 60),  # a short episode's violation
+    ]
+    assert constraint_outcomes(episodes, since=10) == [True, False, False, True]
+    assert constraint_outcomes(episodes, since=10, horizon=200) == [True, True, False, True]
