@@ -212,7 +212,9 @@ class ShieldConfig(Section):
     """v1, `receding`: when neither the proposal nor a change of one agent's action is within
     the allowance, `coordinate` descends on the risk one agent at a time from the safest of
     those options, each step to the one-agent change of least risk (n_agents * (n_actions - 1)
-    joint actions judged per step, at most `search_sweeps` * n_agents steps) until one is
+    joint actions judged at the first step, (n_agents - 1) * (n_actions - 1) at later ones:
+    the agent that just moved is not judged again; at most `search_sweeps` * n_agents steps)
+    until one is
     within the allowance, which it executes, else the least risk found (the fallback);
     `exhaustive` judges every joint action (n_actions **
     n_agents) and executes the most likely one within the allowance, else the safest."""

@@ -17,6 +17,13 @@ ROOT = Path(__file__).resolve().parents[2]
 X86 = platform.machine().lower() in ("x86_64", "amd64")
 
 
+def _has_avx2() -> bool:
+    try:
+        return "avx2" in Path("/proc/cpuinfo").read_text().split()
+    except OSError:
+        return False
+
+
 def _clean_environment() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if k not in numerics.PINNED}
 
@@ -52,7 +59,7 @@ def test_pin_kernels_leaves_other_machines_alone(monkeypatch):
     assert not any(name in os.environ for name in numerics.PINNED)
 
 
-@pytest.mark.skipif(not X86, reason="kernels are pinned on x86-64 only")
+@pytest.mark.skipif(not (X86 and _has_avx2()), reason="kernels are pinned to AVX2 on x86-64")
 def test_importing_src_pins_torch_to_avx2_unless_told_otherwise():
     pinned = _kernels_of_a_fresh_process(_clean_environment())
     assert pinned["torch_cpu_capability"] == "AVX2"

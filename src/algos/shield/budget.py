@@ -52,9 +52,11 @@ realized violation rate in training, chosen by the certificate for deployment):
 
 Cost. With `receding` the proposals of all copies are judged first (one batched model call),
 then the A (n_actions - 1) one-agent changes of the proposals that failed, then, for the
-copies where none passed, A * (n_actions - 1) joint actions per change, at most
-`search_sweeps` * A changes (`coordinate`, `search.best_change_descent`, which stops a copy
-once its q is within the allowance or no single agent's change lowers it) or all
+copies where none passed, A * (n_actions - 1) joint actions at the first change and
+(A - 1) * (n_actions - 1) at each later one (the agent that just moved is not judged
+again), at most `search_sweeps` * A changes (`coordinate`, `search.best_change_descent`,
+which stops a copy once its q is within the allowance or no single agent's change lowers
+it) or all
 n_actions ** A (`exhaustive`). With `episode` every joint action of every copy is judged
 each step. With `coordination: decentralised`, n_agents proposals and, for the agents whose
 proposal is over the allowance, n_actions - 1 other actions, each against at most
