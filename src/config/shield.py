@@ -42,6 +42,8 @@ BACKUPS = ("exhaustive", "coordinate")
 (ShieldConfig.backup)."""
 COORDINATIONS = ("central", "decentralised")
 """Who decides in the v1 shield (ShieldConfig.coordination)."""
+CONTINUATIONS = ("team", "opponent")
+"""Who acts beyond the current step in the v1 critic's risk (ShieldConfig.continuation)."""
 LEARN_FROM = ("executed", "proposals")
 """Which action of a shielded step the v1 base policy learns from (ShieldConfig.learn_from)."""
 
@@ -117,6 +119,7 @@ class ShieldConfig(Section):
         "backup": partial(check_choice, choices=BACKUPS),
         "coordination": partial(check_choice, choices=COORDINATIONS),
         "opponent_samples": partial(check_int, low=1, high=100_000),
+        "continuation": partial(check_choice, choices=CONTINUATIONS),
         "calibration_window": partial(check_int, low=1, high=10_000_000),
         "calibration_bins": partial(check_int, low=1, high=1000),
         "adapt_rate": partial(check_float, low=0.0, open_low=False),
@@ -239,6 +242,12 @@ class ShieldConfig(Section):
     """v1, `decentralised`: completions of the others' actions per judged own action: all
     n_actions ** (n_agents - 1), weighted by their probability, when there are at most this
     many; else this many by Latin hypercube sampling (the work per decision is proportional)."""
+    continuation: str = "team"
+    """v1: how the safety critic continues beyond the current step. `team`: the team's safest
+    continuation (every agent acts for safety). `opponent` (needs `decentralised`): each agent
+    its own safest continuation, the others acting as the opponent model predicts them (mixed
+    with uniform as `shield_opponent_mode` says), one critic value per agent (docs/design.md,
+    section 6.3)."""
     calibration_window: int = 8192
     """v1: most recent executed decisions with a known outcome that the per-decision
     calibration map g is fitted on (src/algos/shield/calibration.py)."""
@@ -301,6 +310,13 @@ class ShieldConfig(Section):
                     raise fail(key, value, f"{needs!r} for coordination 'decentralised'")
             if n_agents < 2:
                 raise fail("n_agents", n_agents, "at least 2 for coordination 'decentralised'")
+        elif self.continuation == "opponent":
+            raise fail(
+                "continuation",
+                self.continuation,
+                "'team' for coordination 'central' (the opponent model is the decentralised "
+                "shield's)",
+            )
         joint = n_actions**n_agents
         if joint > MAX_JOINT_ACTIONS:
             raise fail(

@@ -130,6 +130,8 @@ def _build_v1(
         seed=critic_seed,
         backup=config.backup,
         sweeps=config.search_sweeps,
+        continuation=config.continuation,
+        opponent_samples=config.opponent_samples,
     )
     shield = BudgetShield(
         config=config,

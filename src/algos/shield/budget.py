@@ -76,11 +76,11 @@ import torch
 from src.algos.filters import RiskFilter
 from src.algos.seeding import derived_seeds
 from src.algos.shield.calibration import CalibrationMap
-from src.algos.shield.critic import RiskCritic, joint_actions
+from src.algos.shield.critic import RiskCritic
 from src.algos.shield.decentral import mixed_probs, opponent_completions, own_action_risk
 from src.algos.shield.ensemble import every_member
 from src.algos.shield.opponent_model import OpponentModel
-from src.algos.shield.search import best_change_descent
+from src.algos.shield.search import best_change_descent, joint_actions
 from src.algos.shield.world_model import TeamWorldModel, predict_options
 from src.config.shield import ShieldConfig
 
@@ -193,16 +193,26 @@ class BudgetShield(RiskFilter):
         return self.member_q_options(joint_obs, actions.unsqueeze(1), remaining).squeeze(2)
 
     def member_q_options(
-        self, joint_obs: torch.Tensor, options: torch.Tensor, remaining: torch.Tensor
+        self,
+        joint_obs: torch.Tensor,
+        options: torch.Tensor,
+        remaining: torch.Tensor,
+        agents: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """Q_m(s, a) of each state [N, J] under each of its K joint actions [N, K, A], over the
         `remaining` [N] steps -> [M, N, K].
 
         `lookahead` imagined steps: after the first, the member follows its own safest joint
-        action; its critic values the last successor over the steps then left.
+        action; its critic values the last successor over the steps then left. With
+        `continuation: opponent` the critic's value is that of the judging agent of each state,
+        `agents` [N] int64 (the decentralised shield, `lookahead` 1).
         """
         m = self.world_model.ensemble_size
         obs, act, left = (every_member(t, m) for t in (joint_obs, options, remaining))
+        if agents is not None:
+            return self.critic.option_q(
+                self.world_model, obs, act, left - 1, agents=every_member(agents, m)
+            )
         return self._member_q(obs, act, left, self.config.lookahead)
 
     def _member_q(
@@ -226,11 +236,16 @@ class BudgetShield(RiskFilter):
         return self.raw_risk_options(joint_obs, actions.unsqueeze(1), remaining).squeeze(1)
 
     def raw_risk_options(
-        self, joint_obs: torch.Tensor, options: torch.Tensor, remaining: torch.Tensor
+        self,
+        joint_obs: torch.Tensor,
+        options: torch.Tensor,
+        remaining: torch.Tensor,
+        agents: torch.Tensor | None = None,
     ) -> torch.Tensor:
-        """q of each state [N, J] under each of its K joint actions [N, K, A]: [N, K]. Every
-        risk the filter judges goes through here."""
-        return self.member_q_options(joint_obs, options, remaining).amax(dim=0)
+        """q of each state [N, J] under each of its K joint actions [N, K, A] (`continuation:
+        opponent`: judged by the agents [N]): [N, K]. Every risk the filter judges goes through
+        here."""
+        return self.member_q_options(joint_obs, options, remaining, agents).amax(dim=0)
 
     def calibrate(self, raw: torch.Tensor) -> torch.Tensor:
         """U = g(q) with the calibration map, or c * q capped at 1 with a factor."""
@@ -369,8 +384,13 @@ class BudgetShield(RiskFilter):
                 generator=self.generator,
             )
 
-            def risk(copies: torch.Tensor, options: torch.Tensor) -> torch.Tensor:
-                return self.raw_risk_options(joint[copies], options, remaining[copies])
+            per_agent = self.config.continuation == "opponent"
+
+            def risk(
+                copies: torch.Tensor, agents: torch.Tensor, options: torch.Tensor
+            ) -> torch.Tensor:
+                judges = agents if per_agent else None
+                return self.raw_risk_options(joint[copies], options, remaining[copies], judges)
 
             def rho(copies: np.ndarray, agents: np.ndarray, own: np.ndarray) -> np.ndarray:
                 c, i = torch.from_numpy(copies), torch.from_numpy(agents)

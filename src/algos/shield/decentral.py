@@ -24,7 +24,7 @@ from collections.abc import Callable
 
 import torch
 
-from src.algos.shield.critic import joint_actions
+from src.algos.shield.search import joint_actions
 
 __all__ = ["mixed_probs", "opponent_completions", "own_action_risk"]
 
@@ -75,7 +75,7 @@ def opponent_completions(
 
 
 def own_action_risk(
-    risk_options: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
+    risk_options: Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor],
     completions: torch.Tensor,
     weights: torch.Tensor,
     copies: torch.Tensor,
@@ -84,8 +84,9 @@ def own_action_risk(
 ) -> torch.Tensor:
     """rho_i(s, b) of agent `agents[r]` of copy `copies[r]` for each own action own[r] [R, B].
 
-    `risk_options(copies, options)` returns q of the copies' states [R] under options
-    [R, O, A] -> [R, O]; completions [E, A, K, A] and weights [E, A, K] are
+    `risk_options(copies, agents, options)` returns q of the copies' states [R] under options
+    [R, O, A], for the agents [R] that judge them (the `opponent` continuation values the
+    future for the judging agent), -> [R, O]; completions [E, A, K, A] and weights [E, A, K] are
     `opponent_completions`' output. Returns [R, B] float64.
     """
     r, b = own.shape
@@ -94,5 +95,5 @@ def own_action_risk(
     options = chosen[:, None].expand(r, b, k, a).clone()
     slot = agents.view(r, 1, 1, 1).expand(r, b, k, 1)
     options.scatter_(3, slot, own.view(r, b, 1, 1).expand(r, b, k, 1))
-    q = risk_options(copies, options.view(r, b * k, a)).double().view(r, b, k)
+    q = risk_options(copies, agents, options.view(r, b * k, a)).double().view(r, b, k)
     return (q * weights[copies, agents][:, None, :]).sum(dim=2)

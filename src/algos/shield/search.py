@@ -24,11 +24,22 @@ found, an upper bound on the least risk of all n ** A joint actions of A agents.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable
 
 import torch
 
-__all__ = ["best_change_descent", "coordinate_descent"]
+__all__ = ["best_change_descent", "coordinate_descent", "joint_actions"]
+
+
+def joint_actions(n_agents: int, n_actions: int) -> torch.Tensor:
+    """Every joint action, [n_actions ** n_agents, n_agents] int64, agent 0 slowest-varying.
+
+    >>> joint_actions(2, 2).tolist()
+    [[0, 0], [0, 1], [1, 0], [1, 1]]
+    """
+    grid = itertools.product(range(n_actions), repeat=n_agents)
+    return torch.tensor(list(grid), dtype=torch.int64).reshape(-1, n_agents)
 
 
 def coordinate_descent(

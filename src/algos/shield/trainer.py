@@ -64,6 +64,8 @@ from src.algos.shield.calibration import (
     fit_calibration,
     fixed_sequence_test,
 )
+from src.algos.shield.critic import OpponentPolicy
+from src.algos.shield.decentral import mixed_probs
 from src.algos.shield.opponent_model import opponent_weight
 from src.algos.shield.replay import TransitionReplay
 from src.config.base import CONSTRAINT_HORIZON
@@ -350,6 +352,7 @@ class ShieldedIPPO(IPPO):
                 steps=cfg.critic_steps,
                 batch_size=cfg.critic_batch_size,
                 generator=self.fit_generator,
+                opponent=self._opponent_policy() if cfg.continuation == "opponent" else None,
             )
             row[M.CRITIC_LOSS] = critic["loss"]
             self._recalibrate(row)
@@ -370,6 +373,14 @@ class ShieldedIPPO(IPPO):
         self._armed_this_update = self.armed
         # Undefined values (nothing to validate yet, no decision made) are nulls, as in IPPO.
         return {k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in row.items()}
+
+    def _opponent_policy(self) -> OpponentPolicy:
+        """The others' continuation of the `opponent` critic: the opponent model's predictions
+        mixed with uniform by the shield's current weight (`shield_opponent_mode`)."""
+        model, weight = self.opponent_model, self.shield.opponent_weight
+        if model is None:
+            raise ValueError("continuation 'opponent' needs the opponent model")
+        return lambda joint_obs: mixed_probs(model.probs(joint_obs), weight)
 
     def _calibration(self) -> float:
         """v1: the calibration factor of the world model's team risk on held-out transitions.

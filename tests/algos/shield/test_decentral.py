@@ -183,8 +183,9 @@ def test_own_action_risk_is_the_weighted_mean_of_the_judged_risks():
     completions = torch.tensor([[[[0, 1], [0, 2]], [[3, 0], [4, 0]]]])  # [1, 2, 2, 2]
     weights = torch.tensor([[[0.25, 0.75], [0.5, 0.5]]], dtype=torch.float64)
 
-    def risk(copies: torch.Tensor, options: torch.Tensor) -> torch.Tensor:
-        return (options[..., 0] * 10 + options[..., 1]).double() / 100  # any function of a
+    def risk(copies: torch.Tensor, agents: torch.Tensor, options: torch.Tensor) -> torch.Tensor:
+        # Any function of a, and of the judging agent (the `opponent` continuation's).
+        return (options[..., 0] * 10 + options[..., 1]).double() / 100 + agents[:, None] / 1000
 
     rho = own_action_risk(
         risk,
@@ -196,7 +197,7 @@ def test_own_action_risk_is_the_weighted_mean_of_the_judged_risks():
     )
     expected = [
         [0.25 * 0.11 + 0.75 * 0.12, 0.25 * 0.21 + 0.75 * 0.22],  # agent 0 takes 1, 2
-        [0.5 * 0.30 + 0.5 * 0.40, 0.5 * 0.31 + 0.5 * 0.41],  # agent 1 takes 0, 1
+        [0.5 * 0.30 + 0.5 * 0.40 + 0.001, 0.5 * 0.31 + 0.5 * 0.41 + 0.001],  # agent 1: 0, 1
     ]
     np.testing.assert_allclose(rho.numpy(), expected, atol=1e-12)
 
@@ -222,6 +223,12 @@ def test_decentralised_coordination_needs_an_opponent_model_and_a_receding_one_s
             bad.check_against(**dims)
     with pytest.raises(ValueError, match="coordination"):
         shield_config(shield_version="v1", wm_version="v1", coordination="anarchic")
+    # The opponent continuation is the decentralised shield's.
+    central = shield_config(shield_version="v1", wm_version="v1", continuation="opponent")
+    with pytest.raises(ValueError, match=r"continuation.*'team' for coordination 'central'"):
+        central.check_against(**dims)
+    with pytest.raises(ValueError, match="continuation"):
+        shield_config(shield_version="v1", wm_version="v1", continuation="everyone")
 
 
 def test_shield_dec_is_the_shield_with_decentralised_coordination_fixed():

@@ -409,3 +409,43 @@ def test_selected_rows_is_the_one_hot_product():
     index = torch.randint(0, 10, (3, 5, 2), generator=gen)
     one_hot = torch.nn.functional.one_hot(index, 10).sum(dim=-2).float()  # [3, 5, 10]
     torch.testing.assert_close(selected_rows(table, index), torch.bmm(one_hot, table))
+
+
+def test_opponent_option_q_is_each_agents_critic_on_the_predicted_successors():
+    """With `continuation: opponent` the composed layers add the judging agent's row: the same
+    numbers as predicting s' and valuing it for that agent, and different agents differ."""
+    from src.algos.shield.critic import RiskCritic
+    from src.algos.shield.world_model import TeamWorldModel
+
+    dims = {"n_agents": 3, "obs_dim": 5, "n_actions": 4, "ensemble_size": 2}
+    model = TeamWorldModel(**dims, hidden=(16, 16), learning_rate=1e-3, seed=0)
+    critic = RiskCritic(
+        **dims,
+        hidden=(8, 8),
+        learning_rate=1e-3,
+        tau=0.1,
+        horizon=10,
+        seed=1,
+        continuation="opponent",
+    )
+    gen = torch.Generator().manual_seed(2)
+    with torch.no_grad():
+        for p in (*model.parameters(), *critic.parameters(), *critic.target.parameters()):
+            p.add_(0.3 * torch.randn(p.shape, generator=gen))
+    critic.obs_mean.copy_(torch.randn(critic.obs_mean.shape, generator=gen))
+    obs = torch.randn(2, 6, 15, generator=gen)
+    options = torch.randint(0, 4, (2, 6, 7, 3), generator=gen)
+    left = torch.randint(1, 10, (2, 6), generator=gen).float()
+    agents = torch.randint(0, 3, (2, 6), generator=gen)
+    with torch.inference_mode():
+        for target in (False, True):
+            q = critic.option_q(model, obs, options, left, target=target, agents=agents)
+            expected = critic.valued_successors(
+                model, obs, options, left, target=target, agents=agents
+            )
+            torch.testing.assert_close(q, expected, atol=1e-6, rtol=1e-5)
+        live = critic.option_q(model, obs, options, left, agents=agents)
+        other = critic.option_q(model, obs, options, left, agents=(agents + 1) % 3)
+        assert not torch.allclose(other, live)
+        with pytest.raises(ValueError, match="agent of every row"):
+            critic.option_q(model, obs, options, left)

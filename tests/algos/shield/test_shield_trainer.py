@@ -239,9 +239,15 @@ def _v1_config(*, max_risk: float = 0.1, calibration_episodes: int = 6) -> dict:
     return config
 
 
-@pytest.mark.parametrize("algo", ["shield", "shield_dec"])
-def test_v1_resume_is_bit_for_bit_with_the_ledger_the_allowance_and_the_certificate(tmp_path, algo):
+@pytest.mark.parametrize(
+    ("algo", "continuation"),
+    [("shield", "team"), ("shield_dec", "team"), ("shield_dec", "opponent")],
+)
+def test_v1_resume_is_bit_for_bit_with_the_ledger_the_allowance_and_the_certificate(
+    tmp_path, algo, continuation
+):
     config = {**_v1_config(), "algo": algo}
+    config["algo_params"]["continuation"] = continuation
     full = _v1_trainer(config)
     full.train(progress=False)
     first = _v1_trainer(config)
@@ -345,3 +351,45 @@ def test_shield_dec_fits_its_opponent_model_and_trusts_it_as_the_mode_says(tmp_p
         decisions.append(judge.filter(obs, proposed, logits, np.ones(4, dtype=np.int64))[0])
     np.testing.assert_array_equal(*decisions)
     assert (decisions[0] != proposed).any()
+
+
+def test_shield_dec_with_the_opponent_continuation_judges_each_agent_by_its_own_critic():
+    """Each agent's rho_i(s, b) = sum over the other's action x of p(x) max_m Q_m,i(s, (b, x)),
+    Q_m,i valued by agent i's row of the trained `opponent` critic; the decision's q is the
+    largest over the agents. Worked out here from the parts, against the filter."""
+    config = {**_v1_config(), "algo": "shield_dec"}
+    config["algo_params"]["continuation"] = "opponent"
+    trainer = _v1_trainer(config)
+    trainer.train(progress=False)
+    shield, critic = trainer.shield, trainer.critic
+    assert critic.per_agent and trainer.updates[-1][M.CRITIC_LOSS] is not None
+    # A few updates leave every value near its start (about 0.001): spread them apart, and
+    # the agents' values with them, so that valuing the future for the wrong agent shows.
+    gen = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for w in (critic.members.weights[0], critic.members.weights[-1]):
+            w.add_(torch.randn(w.shape, generator=gen))
+    env = GridVectorEnv(num_envs=4)
+    obs = env.reset(seed=[1, 2, 3, 4])
+    proposed = np.array([[0, 1], [2, 3], [4, 0], [1, 1]])
+    shield.reset(4, 7)
+    shield.allowance = 1.0  # every proposal kept: the decision's q is max_i rho_i(proposal_i)
+    shield.filter(obs, proposed, torch.zeros(4, 2, 5), np.ones(4, dtype=np.int64))
+    joint = torch.as_tensor(obs, dtype=torch.float32).reshape(4, -1)
+    m = critic.ensemble_size
+    with torch.inference_mode():
+        probs = torch.softmax(trainer.opponent_model.joint_logits(joint), dim=-1).double()
+        probs = probs * (1 - shield.opponent_weight) + shield.opponent_weight / 5
+        rho = np.zeros((4, 2))
+        for i in range(2):
+            options = torch.from_numpy(proposed).repeat_interleave(5, dim=0).view(4, 5, 2).clone()
+            options[:, :, 1 - i] = torch.arange(5)  # every action x of the other agent
+            q = critic.option_q(
+                trainer.world_model,
+                joint.expand(m, 4, joint.shape[1]),
+                options.expand(m, 4, 5, 2),
+                torch.full((m, 4), float(shield.config.horizon - 1)),
+                agents=torch.full((m, 4), i),
+            ).amax(dim=0)
+            rho[:, i] = (q.double() * probs[:, 1 - i]).sum(dim=1).numpy()
+    np.testing.assert_allclose(shield.last.raw, rho.max(axis=1), rtol=1e-5, atol=1e-7)
