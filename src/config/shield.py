@@ -42,7 +42,7 @@ BACKUPS = ("exhaustive", "coordinate")
 (ShieldConfig.backup)."""
 COORDINATIONS = ("central", "decentralised")
 """Who decides in the v1 shield (ShieldConfig.coordination)."""
-CONTINUATIONS = ("team", "opponent")
+CONTINUATIONS = ("team", "opponent", "auto")
 """Who acts beyond the current step in the v1 critic's risk (ShieldConfig.continuation)."""
 LEARN_FROM = ("executed", "proposals")
 """Which action of a shielded step the v1 base policy learns from (ShieldConfig.learn_from)."""
@@ -246,8 +246,10 @@ class ShieldConfig(Section):
     """v1: how the safety critic continues beyond the current step. `team`: the team's safest
     continuation (every agent acts for safety). `opponent` (needs `decentralised`): each agent
     its own safest continuation, the others acting as the opponent model predicts them (mixed
-    with uniform as `shield_opponent_mode` says), one critic value per agent (docs/design.md,
-    section 6.3)."""
+    with uniform as `shield_opponent_mode` says), one critic value per agent. `auto` (needs
+    `decentralised`): both critics are trained and every decision is scored by both; after each
+    update the shield decides with the one whose risks rank the real outcomes of the latest
+    labelled decisions better (AUC), starting with `team` (docs/design.md, section 6.3)."""
     calibration_window: int = 8192
     """v1: most recent executed decisions with a known outcome that the per-decision
     calibration map g is fitted on (src/algos/shield/calibration.py)."""
@@ -310,7 +312,7 @@ class ShieldConfig(Section):
                     raise fail(key, value, f"{needs!r} for coordination 'decentralised'")
             if n_agents < 2:
                 raise fail("n_agents", n_agents, "at least 2 for coordination 'decentralised'")
-        elif self.continuation == "opponent":
+        elif self.continuation != "team":
             raise fail(
                 "continuation",
                 self.continuation,

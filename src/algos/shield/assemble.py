@@ -79,6 +79,8 @@ class ShieldParts:
     world_model: EnsembleWorldModel
     opponent_model: OpponentMLP | None = None
     critic: RiskCritic | None = None
+    rival: RiskCritic | None = None
+    """`continuation: auto`: the critic of the continuation the shield starts without."""
 
 
 def _build_v0(
@@ -120,29 +122,44 @@ def _build_v1(
     opponent_model = None
     if config.coordination == "decentralised":
         opponent_model = make_opponent_model(config.om_version, **dims, config=config, seed=om_seed)
-    critic = RiskCritic(
-        **dims,
-        ensemble_size=config.ensemble_size,
-        hidden=tuple(config.critic_hidden),
-        learning_rate=config.critic_learning_rate,
-        tau=config.critic_tau,
-        horizon=config.horizon,
-        seed=critic_seed,
-        backup=config.backup,
-        sweeps=config.search_sweeps,
-        continuation=config.continuation,
-        opponent_samples=config.opponent_samples,
-    )
+
+    def make_critic(continuation: str, seed: int) -> RiskCritic:
+        return RiskCritic(
+            **dims,
+            ensemble_size=config.ensemble_size,
+            hidden=tuple(config.critic_hidden),
+            learning_rate=config.critic_learning_rate,
+            tau=config.critic_tau,
+            horizon=config.horizon,
+            seed=seed,
+            backup=config.backup,
+            sweeps=config.search_sweeps,
+            continuation=continuation,
+            opponent_samples=config.opponent_samples,
+        )
+
+    rival = None
+    if config.continuation == "auto":
+        # Both continuations, the team's deciding first.
+        critic = make_critic("team", critic_seed)
+        rival = make_critic("opponent", derived_seeds(critic_seed, 1)[0])
+    else:
+        critic = make_critic(config.continuation, critic_seed)
     shield = BudgetShield(
         config=config,
         world_model=world_model,
         critic=critic,
         opponent_model=opponent_model,
+        rival=rival,
         seed=om_seed,
         **dims,
     )
     return ShieldParts(
-        shield=shield, world_model=world_model, opponent_model=opponent_model, critic=critic
+        shield=shield,
+        world_model=world_model,
+        opponent_model=opponent_model,
+        critic=critic,
+        rival=rival,
     )
 
 
@@ -201,7 +218,15 @@ def load_shield(
         parts.opponent_model.load_state_dict(saved["opponent_model"])
         parts.shield.opponent_weight = float(saved["opponent_weight"])
     if parts.critic is not None:
-        parts.critic.load_state_dict(saved["critic"])
+        shield = parts.shield
+        assert isinstance(shield, BudgetShield)
+        if shield.rival is not None:
+            # `continuation: auto`: the deployed shield decides with the critic training chose
+            # (policy.pt keeps that one only).
+            if shield.rival.continuation == saved.get("continuation"):
+                shield.swap_critics()
+            shield.rival = None
+        shield.critic.load_state_dict(saved["critic"])
         calibration = saved["calibration"]
         if isinstance(calibration, dict):
             parts.shield.calibration = CalibrationMap.from_dict(calibration)

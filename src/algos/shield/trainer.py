@@ -64,7 +64,7 @@ from src.algos.shield.calibration import (
     fit_calibration,
     fixed_sequence_test,
 )
-from src.algos.shield.critic import OpponentPolicy
+from src.algos.shield.critic import OpponentPolicy, RiskCritic
 from src.algos.shield.decentral import mixed_probs
 from src.algos.shield.opponent_model import opponent_weight
 from src.algos.shield.replay import TransitionReplay
@@ -73,6 +73,7 @@ from src.config.run import RunConfig
 from src.core.logging import log
 from src.envs.base import joint_observation
 from src.records import EpisodeLog
+from src.stats import rank_auc
 
 __all__ = ["ShieldedIPPO", "constraint_outcomes"]
 
@@ -98,7 +99,6 @@ class ShieldedIPPO(IPPO):
         self.shield = parts.shield
         self.world_model = parts.world_model
         self.opponent_model = parts.opponent_model
-        self.critic = parts.critic
         self.fits = 0  # model fits so far (the calibration's confidence schedule counts them)
         if self.critic is not None:
             self.learns_from_proposals = cfg.learn_from == "proposals"
@@ -117,7 +117,14 @@ class ShieldedIPPO(IPPO):
         if self.critic is not None:
             # v1: real outcomes of the executed decisions, the allowance that tracks the
             # constraint in training, and the certificate of the deployed shield.
-            self.ledger = OutcomeLedger(horizon=cfg.horizon, capacity=cfg.calibration_window)
+            # One ledger per critic (two with `continuation: auto`): the same decisions and
+            # outcomes, each critic's q.
+            self.ledgers = {
+                critic.continuation: OutcomeLedger(
+                    horizon=cfg.horizon, capacity=cfg.calibration_window
+                )
+                for critic in self._critics()
+            }
             start = cfg.max_risk
             self.adaptive = AdaptiveAllowance(
                 value=start, target=cfg.max_risk, rate=cfg.adapt_rate, low=1e-4, high=1.0
@@ -131,6 +138,23 @@ class ShieldedIPPO(IPPO):
             )
         self._set_armed(cfg.shield_patience == 0)
         self._armed_this_update = self.armed
+
+    @property
+    def critic(self) -> RiskCritic | None:
+        """v1: the critic the shield decides with (None for v0)."""
+        return getattr(self.shield, "critic", None)
+
+    @property
+    def ledger(self) -> OutcomeLedger:
+        """v1: the outcome ledger of the deciding critic's q."""
+        assert self.critic is not None
+        return self.ledgers[self.critic.continuation]
+
+    def _critics(self) -> list[RiskCritic]:
+        """v1: the deciding critic and the rival (`continuation: auto`), in a fixed order (by
+        continuation), whichever decides."""
+        critics = [getattr(self.shield, name, None) for name in ("critic", "rival")]
+        return sorted((c for c in critics if c is not None), key=lambda c: c.continuation)
 
     def _set_armed(self, armed: bool) -> None:
         """Arm the shield (it filters the proposals) or let it only watch."""
@@ -172,12 +196,14 @@ class ShieldedIPPO(IPPO):
         """Store the real transition (obs -> final_obs, executed actions) in the replay; v1:
         open the executed decision in the outcome ledger and close what the step decided."""
         if self.critic is not None:
-            self.ledger.open(self._decision_risk(obs, executed))
-            self.ledger.close(
+            outcome = (
                 (np.asarray(result.cost) > 0).any(axis=1),
                 np.asarray(result.terminated).any(axis=1),
                 np.asarray(result.truncated).any(axis=1),
             )
+            for name, risk in self._decision_risks(obs).items():
+                self.ledgers[name].open(risk)
+                self.ledgers[name].close(*outcome)
         self._unstored.append(
             {
                 "obs": torch.as_tensor(joint_observation(obs), dtype=torch.float32),
@@ -201,21 +227,27 @@ class ShieldedIPPO(IPPO):
             steps, self._unstored = self._unstored, []
             self.replay.add(**{k: torch.cat([s[k] for s in steps]) for k in steps[0]})
 
-    def _decision_risk(self, obs: np.ndarray, executed: np.ndarray) -> np.ndarray:
-        """The models' raw risk q of each copy's executed joint action [E] when the armed shield
-        decided it (its latest decision); NaN while the shield only watches (the calibration
-        is about the decisions the shield takes, not about the unshielded policy's)."""
+    def _decision_risks(self, obs: np.ndarray) -> dict[str, np.ndarray]:
+        """Per critic continuation, the models' raw risk q of each copy's executed joint action
+        [E] when the armed shield decided it (its latest decision: the deciding critic's q and
+        the rival's); NaN while the shield only watches (the calibration is about the
+        decisions the shield takes, not about the unshielded policy's)."""
         e = np.asarray(obs).shape[0]
         last = self.shield.last
-        if self.armed and last is not None and last.raw.shape == (e,):
-            return last.raw
-        return np.full(e, math.nan)
+        decided = self.armed and last is not None and last.raw.shape == (e,)
+        risks = {name: np.full(e, math.nan) for name in self.ledgers}
+        if decided:
+            risks[self.critic.continuation] = last.raw
+            if self.shield.rival is not None and last.rival_raw is not None:
+                risks[self.shield.rival.continuation] = last.rival_raw
+        return risks
 
     def _recalibrate(self, row: dict[str, float | None]) -> None:
         """v1: the calibration (the map g on labelled decisions once there are enough, the
         held-out factor before) and the allowance adapted to the episodes finished since the
         last update that started with the shield armed."""
         cfg = self.shield_cfg
+        self._choose_continuation(row)
         risk, outcome = self.ledger.labelled()
         if risk.size >= 100 * cfg.calibration_bins:
             schedule = cfg.shield_credible_schedule
@@ -238,6 +270,23 @@ class ShieldedIPPO(IPPO):
             self.adaptive.update(constraint_outcomes(finished, since=self.armed_at))
         self.shield.allowance = self.adaptive.value
         row[M.SHIELD_ALLOWANCE] = self.shield.allowance
+
+    def _choose_continuation(self, row: dict[str, float | None]) -> None:
+        """v1: each critic's AUC over the labelled decisions (once there are as many as the
+        calibration map needs); `continuation: auto` then decides with the rival from now on
+        if its AUC is higher (ties keep the deciding critic)."""
+        enough = 100 * self.shield_cfg.calibration_bins
+        auc: dict[str, float] = {}
+        for name, ledger in self.ledgers.items():
+            risk, outcome = ledger.labelled()
+            auc[name] = rank_auc(risk, outcome) if risk.size >= enough else math.nan
+            row[M.SHIELD_AUC[name]] = auc[name]
+        rival = self.shield.rival
+        if rival is None:
+            return
+        if auc[rival.continuation] > auc[self.critic.continuation]:  # False with a NaN
+            self.shield.swap_critics()
+        row[M.SHIELD_OPPONENT_CONTINUATION] = float(self.critic.continuation == "opponent")
 
     def train(self, *, callbacks: Sequence[TrainingCallback] = (), progress: bool = True) -> None:
         """IPPO's training; then, v1, the certificate of the deployed shield."""
@@ -300,7 +349,13 @@ class ShieldedIPPO(IPPO):
             )
             return violations, total
 
-        certificate = test(allowances, outcomes, episodes=len(seeds))
+        # The deployed shield decides and scores with its deciding critic only (as policy.pt
+        # rebuilds it): the rival's scores would go nowhere.
+        rival, self.shield.rival = self.shield.rival, None
+        try:
+            certificate = test(allowances, outcomes, episodes=len(seeds))
+        finally:
+            self.shield.rival = rival
         self.shield.allowance = certificate.allowance
         self.net.train()
         return certificate
@@ -346,15 +401,17 @@ class ShieldedIPPO(IPPO):
             row[M.OM_VALID_LOSS] = om["valid_loss"]
             row[M.OM_VALID_ACCURACY] = om["valid_accuracy"]
         if self.critic is not None:
-            critic = self.critic.fit(
-                self.replay,
-                self.world_model,
-                steps=cfg.critic_steps,
-                batch_size=cfg.critic_batch_size,
-                generator=self.fit_generator,
-                opponent=self._opponent_policy() if cfg.continuation == "opponent" else None,
-            )
-            row[M.CRITIC_LOSS] = critic["loss"]
+            for critic in self._critics():
+                fitted = critic.fit(
+                    self.replay,
+                    self.world_model,
+                    steps=cfg.critic_steps,
+                    batch_size=cfg.critic_batch_size,
+                    generator=self.fit_generator,
+                    opponent=self._opponent_policy() if critic.per_agent else None,
+                )
+                key = M.CRITIC_LOSS if critic is self.critic else M.RIVAL_CRITIC_LOSS
+                row[key] = fitted["loss"]
             self._recalibrate(row)
         stats = self.shield.stats
         self.shield.stats = type(stats)()
@@ -438,6 +495,11 @@ class ShieldedIPPO(IPPO):
             state["calibration"] = _calibration_state(self.shield.calibration)
             state["budget"] = self.shield.budget.copy()
             state["ledger"] = self.ledger.state_dict()
+            if self.shield.rival is not None:
+                state["continuation"] = self.critic.continuation
+                state["rival"] = self.shield.rival.state_dict()
+                state["rival_extra"] = self.shield.rival.extra_state()
+                state["rival_ledger"] = self.ledgers[self.shield.rival.continuation].state_dict()
             state["allowance"] = self.adaptive.value
             state["episodes_seen"] = self.episodes_seen
             state["armed_at"] = self.armed_at
@@ -459,6 +521,13 @@ class ShieldedIPPO(IPPO):
             self.shield.generator.set_state(state["shield_generator"])
             self.shield.opponent_weight = float(state["opponent_weight"])
         if self.critic is not None:
+            rival = self.shield.rival
+            if rival is not None:
+                if state["continuation"] == rival.continuation:
+                    self.shield.swap_critics()
+                self.shield.rival.load_state_dict(state["rival"])
+                self.shield.rival.load_extra_state(state["rival_extra"])
+                self.ledgers[self.shield.rival.continuation].load_state_dict(state["rival_ledger"])
             self.critic.load_state_dict(state["critic"])
             self.critic.load_extra_state(state["critic_extra"])
             self.shield.calibration = _calibration_from(state["calibration"])
@@ -487,6 +556,7 @@ class ShieldedIPPO(IPPO):
             saved["opponent_weight"] = float(self.shield.opponent_weight)
         if self.critic is not None:
             saved["critic"] = self.critic.state_dict()
+            saved["continuation"] = self.critic.continuation
             saved["calibration"] = _calibration_state(self.shield.calibration)
             saved["allowance"] = float(self.shield.allowance)
             if self.certificate is not None:

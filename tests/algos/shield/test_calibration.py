@@ -264,3 +264,17 @@ def test_the_allowance_adapts_to_violations_within_the_certificates_horizon():
     ]
     assert constraint_outcomes(episodes, since=10) == [True, False, False, True]
     assert constraint_outcomes(episodes, since=10, horizon=200) == [True, True, False, True]
+
+
+def test_rank_auc_is_the_share_of_positive_negative_pairs_ranked_right_ties_half():
+    from src.stats import rank_auc
+
+    rng = np.random.default_rng(0)
+    scores = rng.integers(0, 6, 80) / 5.0  # many ties
+    labels = rng.random(80) < 0.3
+    pairs = [(p > n) + 0.5 * (p == n) for p in scores[labels] for n in scores[~labels]]
+    assert rank_auc(scores, labels) == pytest.approx(np.mean(pairs), abs=1e-12)
+    assert rank_auc(np.exp(scores), labels) == pytest.approx(rank_auc(scores, labels))
+    assert np.isnan(rank_auc([0.1, 0.2], [True, True]))
+    with pytest.raises(ValueError, match="differ in length"):
+        rank_auc([0.1, 0.2], [True])

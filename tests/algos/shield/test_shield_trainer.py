@@ -241,7 +241,12 @@ def _v1_config(*, max_risk: float = 0.1, calibration_episodes: int = 6) -> dict:
 
 @pytest.mark.parametrize(
     ("algo", "continuation"),
-    [("shield", "team"), ("shield_dec", "team"), ("shield_dec", "opponent")],
+    [
+        ("shield", "team"),
+        ("shield_dec", "team"),
+        ("shield_dec", "opponent"),
+        ("shield_dec", "auto"),
+    ],
 )
 def test_v1_resume_is_bit_for_bit_with_the_ledger_the_allowance_and_the_certificate(
     tmp_path, algo, continuation
@@ -393,3 +398,69 @@ def test_shield_dec_with_the_opponent_continuation_judges_each_agent_by_its_own_
             ).amax(dim=0)
             rho[:, i] = (q.double() * probs[:, 1 - i]).sum(dim=1).numpy()
     np.testing.assert_allclose(shield.last.raw, rho.max(axis=1), rtol=1e-5, atol=1e-7)
+
+
+def _label(ledger, risk: np.ndarray, outcome: np.ndarray) -> None:
+    """Labelled decisions straight away: a violation now, or an episode that ends now."""
+    ledger.open(risk)
+    ledger.close(outcome, np.ones(len(risk), dtype=bool), np.zeros(len(risk), dtype=bool))
+
+
+def test_auto_continuation_scores_every_decision_with_both_critics_and_decides_with_the_better():
+    config = {**_v1_config(), "algo": "shield_dec"}
+    config["algo_params"]["continuation"] = "auto"
+    trainer = _v1_trainer(config)
+    shield = trainer.shield
+    assert (shield.critic.continuation, shield.rival.continuation) == ("team", "opponent")
+    trainer.train(progress=False)
+    # Both ledgers hold the same decisions and outcomes, each critic's q.
+    team, opponent = (trainer.ledgers[name].labelled() for name in ("team", "opponent"))
+    assert team[0].size == opponent[0].size > 0
+    np.testing.assert_array_equal(team[1], opponent[1])
+    assert not np.array_equal(team[0], opponent[0])
+    assert all(M.RIVAL_CRITIC_LOSS in row for row in trainer.updates[1:])
+
+    # The choice: the rival's q ranks the outcomes perfectly, the deciding critic's not at all.
+    deciding = trainer.critic.continuation
+    other = shield.rival.continuation
+    for name in trainer.ledgers:
+        trainer.ledgers[name] = type(trainer.ledgers[name])(horizon=5, capacity=1000)
+    outcome = np.arange(400) % 4 == 0
+    _label(trainer.ledgers[deciding], np.full(400, 0.1), outcome)
+    _label(trainer.ledgers[other], np.where(outcome, 0.3, 0.1), outcome)
+    row: dict = {}
+    trainer._recalibrate(row)
+    assert trainer.critic.continuation == other and shield.rival.continuation == deciding
+    assert row[M.SHIELD_AUC[other]] == 1.0 and row[M.SHIELD_AUC[deciding]] == 0.5
+    assert row[M.SHIELD_OPPONENT_CONTINUATION] == float(other == "opponent")
+    assert trainer.ledger is trainer.ledgers[other]
+    trainer._recalibrate(row)  # the rival is no better now: the deciding critic stays
+    assert trainer.critic.continuation == other
+    # A checkpoint restores which critic decides, both critics and both ledgers.
+    resumed = _v1_trainer(config)
+    resumed.load_extra_state(trainer.extra_state())
+    assert resumed.critic.continuation == other
+    for a, b in ((resumed.critic, trainer.critic), (resumed.shield.rival, shield.rival)):
+        assert all(torch.equal(x, y) for x, y in zip(a.parameters(), b.parameters(), strict=True))
+    for name in trainer.ledgers:
+        np.testing.assert_array_equal(
+            resumed.ledgers[name].labelled()[0], trainer.ledgers[name].labelled()[0]
+        )
+
+    # policy.pt keeps the deciding critic only; the loaded shield decides as the trainer's.
+    state = {"config": trainer.config.to_dict(), **trainer.policy_state()}
+    loaded = load_shield(state, trainer.config, net=trainer.net)
+    assert loaded.rival is None and loaded.critic.continuation == other
+    env = GridVectorEnv(num_envs=4)
+    obs = env.reset(seed=[1, 2, 3, 4])
+    proposed = np.array([[0, 1], [2, 3], [4, 0], [1, 1]])
+    decisions = []
+    for judge in (shield, loaded):
+        judge.reset(4, 7)
+        judge.allowance = 0.0
+        decisions.append(
+            judge.filter(obs, proposed, torch.zeros(4, 2, 5), np.ones(4, dtype=int))[0]
+        )
+        decisions.append(judge.last.raw)
+    np.testing.assert_array_equal(decisions[0], decisions[2])
+    np.testing.assert_allclose(decisions[1], decisions[3], rtol=1e-6)
