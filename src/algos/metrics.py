@@ -41,7 +41,9 @@ SHIELD_CALIBRATION = "shield/calibration"
 SHIELD_ALLOWANCE = "shield/allowance"
 SHIELD_REALIZED = "shield/realized_risk"
 SHIELD_LABELLED = "shield/labelled_decisions"
-SHIELD_AUC = {"team": "shield/auc_team", "opponent": "shield/auc_opponent"}
+SHIELD_AUC_TEAM = "shield/auc_team"
+SHIELD_AUC_OPPONENT = "shield/auc_opponent"
+SHIELD_AUC = {"team": SHIELD_AUC_TEAM, "opponent": SHIELD_AUC_OPPONENT}
 """Per critic continuation: AUC of its q over the real outcomes of the latest labelled
 decisions (how well its risks rank them)."""
 SHIELD_OPPONENT_CONTINUATION = "shield/opponent_continuation"

@@ -22,7 +22,13 @@ import numpy as np
 import pandas as pd
 import yaml
 
-from src.algos.metrics import LAMBDA, SHIELD_INTERVENTIONS, SHIELD_SECONDS
+from src.algos.metrics import (
+    LAMBDA,
+    SHIELD_AUC,
+    SHIELD_INTERVENTIONS,
+    SHIELD_OPPONENT_CONTINUATION,
+    SHIELD_SECONDS,
+)
 from src.algos.registry import get_algorithm
 from src.analysis.aggregate import load_table
 from src.analysis.constraint import CONSTRAINT_HORIZON, run_configs
@@ -258,6 +264,27 @@ def _coordination(config: dict) -> str:
     return str(fixed.get("coordination", params.get("coordination", "central")))
 
 
+def _continuation(config: dict, mine: pd.DataFrame) -> tuple[str, str]:
+    """Who acts after the current step in a shielded run's critic, and the critics' AUCs.
+
+    The setting (`team`, `opponent`, or `auto` with the runs whose shield decided with the
+    opponent continuation at the end of training), and per continuation the mean over the
+    runs of its AUC at the last update that has one ("–" where none was computed)."""
+    params = config.get("algo_params") or {}
+    setting = str(params.get("continuation", "team"))
+    last = mine.sort_values("update").groupby("run").last()
+    if setting == "auto" and SHIELD_OPPONENT_CONTINUATION in last:
+        chose = last[SHIELD_OPPONENT_CONTINUATION].dropna()
+        setting = f"auto: opponent in {int((chose > 0.5).sum())} of {len(chose)} runs"
+    scores = []
+    for name, key in SHIELD_AUC.items():
+        if key in mine:
+            per_run = mine.dropna(subset=[key]).sort_values("update").groupby("run")[key].last()
+            if len(per_run):
+                scores.append(f"{name} {per_run.mean():.2f}")
+    return setting, ", ".join(scores) or "–"
+
+
 def _cpu_seconds(source: Path, env: str, algo: str, runs: Sequence[int], stage: str) -> float:
     """Mean CPU seconds of the runs' `stage` job (the Snakemake benchmark file in each run's
     logs; NaN when none is there). Only regular files inside `source` are read."""
@@ -283,9 +310,9 @@ def shield_comparison(source: Path, configs: Sequence[dict]) -> list[str]:
     summary = pd.read_csv(source / "tables" / "summary.csv")
     updates = load_table(source / "tables", "updates").to_pandas()
     rows = [
-        "| env | algorithm | coordination | P(viol. ≤ H) | return (eval) | x ippo | certified "
-        "| train CPU s | filter s | evaluate CPU s |",
-        "|---|---|---|---:|---:|---:|---|---:|---:|---:|",
+        "| env | algorithm | coordination | continuation | AUC | P(viol. ≤ H) | return (eval) "
+        "| x ippo | certified | train CPU s | filter s | evaluate CPU s |",
+        "|---|---|---|---|---|---:|---:|---:|---|---:|---:|---:|",
     ]
     for env, group in summary.groupby("env", sort=True):
         horizon = int(group["constraint_horizon"].iloc[0])
@@ -305,8 +332,10 @@ def shield_comparison(source: Path, configs: Sequence[dict]) -> list[str]:
             filter_seconds = mine.groupby("run")[SHIELD_SECONDS].sum().mean()
             cpu = [_cpu_seconds(source, env, algo, runs, stage) for stage in ("train", "evaluate")]
             cells = [f"{v:.0f}" if np.isfinite(v) else "–" for v in (*cpu, filter_seconds)]
+            continuation, auc = _continuation(config, mine)
             rows.append(
-                f"| {env} | {algo} | {_coordination(config)} | {r[column]:.3f} "
+                f"| {env} | {algo} | {_coordination(config)} | {continuation} | {auc} "
+                f"| {r[column]:.3f} "
                 f"[{r[column + '_low']:.3f}, {r[column + '_high']:.3f}] "
                 f"| {r['eval_return_mean']:.1f} | {ratio} | {r['certificate']} "
                 f"| {cells[0]} | {cells[2]} | {cells[1]} |"
@@ -452,10 +481,17 @@ def write_results_doc(
             "`central`: one shield judges the team's joint action with every agent's actual "
             "proposal; `decentralised`: each agent's shield sees only its own proposal and "
             "predicts the others with the opponent model ([design.md](design.md), section "
-            "6.3). Train and evaluate CPU s: CPU seconds of each run's training job "
-            "(calibration episodes included) and evaluation job, mean over the runs, from the "
-            "Snakemake benchmark files (the jobs ran side by side, so CPU, not wall time); "
-            "filter s: wall seconds inside the shield during training, mean over the runs.",
+            "6.3). Continuation: who acts after the current step in the critic's risk (`team`: "
+            "every agent for safety; `opponent`: the others as the opponent model predicts "
+            "them; `auto`: both critics trained, the shield decides with the one whose risks "
+            "rank the real outcomes better, and how many runs ended with the opponent's). AUC: "
+            "per critic, how well its risks of the executed decisions rank their real outcomes "
+            "(a violation within the shield's horizon or not; 0.5 is chance), at the last "
+            "update, mean over the runs. Train and evaluate CPU s: CPU seconds of each run's "
+            "training job (calibration episodes included) and evaluation job, mean over the "
+            "runs, from the Snakemake benchmark files (the jobs ran side by side, so CPU, not "
+            "wall time); filter s: wall seconds inside the shield during training, mean over "
+            "the runs.",
             "",
             *compared,
             "",

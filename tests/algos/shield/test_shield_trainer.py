@@ -17,6 +17,7 @@ from src.algos.policy import load_actor
 from src.algos.shield.assemble import load_shield
 from src.algos.shield.trainer import ShieldedIPPO
 from src.algos.train import train_run
+from src.analysis.export import updates_table
 from src.config.run import RunConfig, make_run_config
 from src.config.shield import ShieldConfig
 from tests.algos.shield.shield_toys import GridVectorEnv
@@ -419,6 +420,9 @@ def test_auto_continuation_scores_every_decision_with_both_critics_and_decides_w
     np.testing.assert_array_equal(team[1], opponent[1])
     assert not np.array_equal(team[0], opponent[0])
     assert all(M.RIVAL_CRITIC_LOSS in row for row in trainer.updates[1:])
+    # Every metric it logs is a column of updates.parquet.
+    table = updates_table(trainer.updates, trainer.config.to_dict())
+    assert {M.RIVAL_CRITIC_LOSS, M.SHIELD_OPPONENT_CONTINUATION} <= set(table.column_names)
 
     # The choice: the rival's q ranks the outcomes perfectly, the deciding critic's not at all.
     deciding = trainer.critic.continuation
