@@ -247,9 +247,10 @@ class ShieldConfig(Section):
     continuation (every agent acts for safety). `opponent` (needs `decentralised`): each agent
     its own safest continuation, the others acting as the opponent model predicts them (mixed
     with uniform as `shield_opponent_mode` says), one critic value per agent. `auto` (needs
-    `decentralised`): both critics are trained and every decision is scored by both; after each
-    update the shield decides with the one whose risks rank the real outcomes of the latest
-    labelled decisions better (AUC), starting with `team` (docs/design.md, section 6.3)."""
+    `decentralised`): both critics are trained and every decision is scored by both; starting
+    with `team`, the shield decides with the other from the update on which its risks rank the
+    real outcomes of the latest labelled decisions better beyond noise (paired AUC test;
+    docs/design.md, section 6.3)."""
     calibration_window: int = 8192
     """v1: most recent executed decisions with a known outcome that the per-decision
     calibration map g is fitted on (src/algos/shield/calibration.py)."""

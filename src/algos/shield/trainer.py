@@ -73,9 +73,13 @@ from src.config.run import RunConfig
 from src.core.logging import log
 from src.envs.base import joint_observation
 from src.records import EpisodeLog
-from src.stats import rank_auc
+from src.stats import paired_auc_test, rank_auc
 
-__all__ = ["ShieldedIPPO", "constraint_outcomes"]
+__all__ = ["CONTINUATION_SWITCH_LEVEL", "ShieldedIPPO", "constraint_outcomes"]
+
+CONTINUATION_SWITCH_LEVEL = 0.05
+"""`continuation: auto`: the rival critic takes over when DeLong's one-sided test of its AUC
+being higher than the deciding critic's, on the same labelled decisions, gives p below this."""
 
 
 class ShieldedIPPO(IPPO):
@@ -274,18 +278,27 @@ class ShieldedIPPO(IPPO):
     def _choose_continuation(self, row: dict[str, float | None]) -> None:
         """v1: each critic's AUC over the labelled decisions (once there are as many as the
         calibration map needs); `continuation: auto` then decides with the rival from now on
-        if its AUC is higher (ties keep the deciding critic)."""
+        when its AUC is higher beyond noise: DeLong's paired test on the same decisions,
+        one-sided p < `CONTINUATION_SWITCH_LEVEL` (a difference within the noise keeps the
+        deciding critic, so the choice does not follow noise back and forth)."""
         enough = 100 * self.shield_cfg.calibration_bins
-        auc: dict[str, float] = {}
-        for name, ledger in self.ledgers.items():
-            risk, outcome = ledger.labelled()
-            auc[name] = rank_auc(risk, outcome) if risk.size >= enough else math.nan
-            row[M.SHIELD_AUC[name]] = auc[name]
-        rival = self.shield.rival
+        labelled = {name: ledger.labelled() for name, ledger in self.ledgers.items()}
+        deciding, rival = self.critic, self.shield.rival
         if rival is None:
+            risk, outcome = labelled[deciding.continuation]
+            row[M.SHIELD_AUC[deciding.continuation]] = (
+                rank_auc(risk, outcome) if risk.size >= enough else math.nan
+            )
             return
-        if auc[rival.continuation] > auc[self.critic.continuation]:  # False with a NaN
-            self.shield.swap_critics()
+        (mine, outcome), (theirs, same) = (labelled[c.continuation] for c in (deciding, rival))
+        if mine.shape != theirs.shape or not np.array_equal(outcome, same):
+            raise RuntimeError("the critics' ledgers hold different decisions")
+        if mine.size >= enough:
+            auc_mine, auc_theirs, p_value = paired_auc_test(mine, theirs, outcome)
+            row[M.SHIELD_AUC[deciding.continuation]] = auc_mine
+            row[M.SHIELD_AUC[rival.continuation]] = auc_theirs
+            if p_value < CONTINUATION_SWITCH_LEVEL:  # False with a NaN
+                self.shield.swap_critics()
         row[M.SHIELD_OPPONENT_CONTINUATION] = float(self.critic.continuation == "opponent")
 
     def train(self, *, callbacks: Sequence[TrainingCallback] = (), progress: bool = True) -> None:

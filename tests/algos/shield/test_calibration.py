@@ -278,3 +278,37 @@ def test_rank_auc_is_the_share_of_positive_negative_pairs_ranked_right_ties_half
     assert np.isnan(rank_auc([0.1, 0.2], [True, True]))
     with pytest.raises(ValueError, match="differ in length"):
         rank_auc([0.1, 0.2], [True])
+
+
+def test_paired_auc_test_is_delongs_from_the_pairwise_components():
+    from scipy.stats import norm
+
+    from src.stats import paired_auc_test
+
+    rng = np.random.default_rng(1)
+    labels = rng.random(120) < 0.25
+    first = np.round(labels * 0.3 + rng.random(120), 1)  # ties
+    second = first + rng.normal(0.0, 0.2, 120) + 0.2 * labels
+    # DeLong by its definition: psi over every (positive, negative) pair.
+    components = []
+    for x in (first, second):
+        psi = (x[labels][:, None] > x[~labels][None, :]) + 0.5 * (
+            x[labels][:, None] == x[~labels][None, :]
+        )
+        components.append((psi.mean(axis=1), psi.mean(axis=0)))
+    auc = [c[0].mean() for c in components]
+    s10 = np.cov(np.stack([c[0] for c in components]))
+    s01 = np.cov(np.stack([c[1] for c in components]))
+    contrast = np.array([-1.0, 1.0])
+    variance = (
+        contrast @ s10 @ contrast / labels.sum() + contrast @ s01 @ contrast / (~labels).sum()
+    )
+    expected = norm.sf((auc[1] - auc[0]) / np.sqrt(variance))
+    result = paired_auc_test(first, second, labels)
+    np.testing.assert_allclose(result, (auc[0], auc[1], expected), rtol=1e-9)
+    assert result[2] < 0.05  # the second ranks better, beyond noise
+    # The same scores: no evidence either way; one class only: undefined.
+    assert paired_auc_test(first, first, labels)[2] == 1.0
+    assert np.isnan(paired_auc_test(first, second, np.ones(120, dtype=bool))[2])
+    # Perfect separation against ties: no variance, the better one wins outright.
+    assert paired_auc_test(np.zeros(120), labels * 1.0, labels)[2] == 0.0
