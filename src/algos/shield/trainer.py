@@ -78,8 +78,10 @@ from src.stats import paired_auc_test, rank_auc
 __all__ = ["CONTINUATION_SWITCH_LEVEL", "ShieldedIPPO", "constraint_outcomes"]
 
 CONTINUATION_SWITCH_LEVEL = 0.05
-"""`continuation: auto`: the rival critic takes over when DeLong's one-sided test of its AUC
-being higher than the deciding critic's, on the same labelled decisions, gives p below this."""
+"""`continuation: auto`: the probability that any switch of the run is on noise alone. The
+rival critic takes over when DeLong's one-sided test of its AUC being higher than the deciding
+critic's, on the same labelled decisions, gives p below the t-th test's share of this level,
+6 level / (pi^2 t^2) (summable over the run's tests, which look again after every update)."""
 
 
 class ShieldedIPPO(IPPO):
@@ -136,6 +138,7 @@ class ShieldedIPPO(IPPO):
             self.shield.allowance = start
             self.certificate: Certificate | None = None
             self.episodes_seen = 0  # finished episodes the allowance has adapted to
+            self.continuation_tests = 0  # `continuation: auto`: paired AUC tests so far
             self.armed_at = 0  # first global env step of the armed shield
             self.make_calibration_env: Callable[[int, int], Any] = partial(
                 _registry_env, self.config
@@ -278,9 +281,9 @@ class ShieldedIPPO(IPPO):
     def _choose_continuation(self, row: dict[str, float | None]) -> None:
         """v1: each critic's AUC over the labelled decisions (once there are as many as the
         calibration map needs); `continuation: auto` then decides with the rival from now on
-        when its AUC is higher beyond noise: DeLong's paired test on the same decisions,
-        one-sided p < `CONTINUATION_SWITCH_LEVEL` (a difference within the noise keeps the
-        deciding critic, so the choice does not follow noise back and forth)."""
+        when its AUC is higher beyond noise: DeLong's paired test on the same decisions, at
+        the t-th test's share of `CONTINUATION_SWITCH_LEVEL` (a difference within the noise
+        keeps the deciding critic, so the choice does not follow noise back and forth)."""
         enough = 100 * self.shield_cfg.calibration_bins
         labelled = {name: ledger.labelled() for name, ledger in self.ledgers.items()}
         deciding, rival = self.critic, self.shield.rival
@@ -297,7 +300,11 @@ class ShieldedIPPO(IPPO):
             auc_mine, auc_theirs, p_value = paired_auc_test(mine, theirs, outcome)
             row[M.SHIELD_AUC[deciding.continuation]] = auc_mine
             row[M.SHIELD_AUC[rival.continuation]] = auc_theirs
-            if p_value < CONTINUATION_SWITCH_LEVEL:  # False with a NaN
+            self.continuation_tests += 1
+            level = credible_delta(
+                self.continuation_tests, delta=CONTINUATION_SWITCH_LEVEL, schedule="summable"
+            )
+            if p_value < float(level):  # False with a NaN
                 self.shield.swap_critics()
         row[M.SHIELD_OPPONENT_CONTINUATION] = float(self.critic.continuation == "opponent")
 
@@ -510,6 +517,7 @@ class ShieldedIPPO(IPPO):
             state["ledger"] = self.ledger.state_dict()
             if self.shield.rival is not None:
                 state["continuation"] = self.critic.continuation
+                state["continuation_tests"] = self.continuation_tests
                 state["rival"] = self.shield.rival.state_dict()
                 state["rival_extra"] = self.shield.rival.extra_state()
                 state["rival_ledger"] = self.ledgers[self.shield.rival.continuation].state_dict()
@@ -538,6 +546,7 @@ class ShieldedIPPO(IPPO):
             if rival is not None:
                 if state["continuation"] == rival.continuation:
                     self.shield.swap_critics()
+                self.continuation_tests = int(state["continuation_tests"])
                 self.shield.rival.load_state_dict(state["rival"])
                 self.shield.rival.load_extra_state(state["rival_extra"])
                 self.ledgers[self.shield.rival.continuation].load_state_dict(state["rival_ledger"])

@@ -457,6 +457,7 @@ def test_auto_continuation_scores_every_decision_with_both_critics_and_decides_w
     resumed = _v1_trainer(config)
     resumed.load_extra_state(trainer.extra_state())
     assert resumed.critic.continuation == other
+    assert resumed.continuation_tests == trainer.continuation_tests > 0
     for a, b in ((resumed.critic, trainer.critic), (resumed.shield.rival, shield.rival)):
         assert all(torch.equal(x, y) for x, y in zip(a.parameters(), b.parameters(), strict=True))
     for name in trainer.ledgers:
