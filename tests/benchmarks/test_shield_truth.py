@@ -179,6 +179,32 @@ def test_check_run_of_a_tiny_run(run_dir: Path, monkeypatch: pytest.MonkeyPatch)
     assert record["bound_gap"] < 1e-5  # the reported U is the models' g(q)
 
 
+def test_check_run_of_a_shield_deciding_with_the_opponent_continuation(tmp_path: Path) -> None:
+    """Its q assumes no joint backup: the deployed truth is measured, the backup's is empty."""
+    config = tiny_run_config(
+        "shield_dec",
+        shield_version="v1",
+        wm_version="v1",
+        shield_patience=1,
+        algo_params={
+            "calibration_episodes": 2,
+            "certify_multiples": [1.0],
+            "critic_steps": 2,
+            "horizon": 4,
+            "continuation": "opponent",
+        },
+    )
+    train_run(config, tmp_path / "run0", progress=False)
+    record = shield_truth.check_run(
+        tmp_path / "run0", episodes=2, steps=2, rollouts=4, backup_rollouts=4, seed=0
+    )
+    per = {k: np.asarray(v, dtype=np.float64) for k, v in record["per_decision"].items()}
+    assert record["decisions"] == 4 and record["backup_rollouts"] == 0
+    assert np.isnan(per["backup"]).all() and np.isnan(record["backup_mean"])
+    assert ((per["deployed"] >= 0) & (per["deployed"] <= 1)).all()
+    assert record["deployed_mean"] == pytest.approx(per["deployed"].mean())
+
+
 def test_backup_actions_share_one_call_per_distinct_state(
     run_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

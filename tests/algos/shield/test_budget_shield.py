@@ -297,18 +297,24 @@ class ChainModel:
         return next_cell.unsqueeze(-1), risk.unsqueeze(-1), done
 
 
-def test_value_iteration_finds_the_least_risk_to_go_of_a_known_model():
-    critic = RiskCritic(
-        n_agents=1,
+def _known_model_critic(*, n_agents: int, horizon: int, **options: str) -> RiskCritic:
+    """A small critic of one-number observations and two actions, for the known models."""
+    return RiskCritic(
+        n_agents=n_agents,
         obs_dim=1,
         n_actions=2,
         ensemble_size=2,
         hidden=(32, 32),
         learning_rate=3e-3,
         tau=0.2,
-        horizon=8,
+        horizon=horizon,
         seed=0,
+        **options,
     )
+
+
+def test_value_iteration_finds_the_least_risk_to_go_of_a_known_model():
+    critic = _known_model_critic(n_agents=1, horizon=8)
     replay = TransitionReplay(capacity=400, n_agents=1, obs_dim=1, valid_fraction=0.1, seed=0)
     cells = torch.arange(5, dtype=torch.float32).repeat(60)[:, None]
     zeros = torch.zeros(len(cells), 1)
@@ -470,18 +476,7 @@ def test_opponent_value_iteration_finds_each_agents_risk_against_the_predicted_o
         p = predicted.expand(joint_obs.shape[0], 2)
         return torch.stack([1.0 - p, p], dim=-1)  # [N, A, 2]
 
-    critic = RiskCritic(
-        n_agents=2,
-        obs_dim=1,
-        n_actions=2,
-        ensemble_size=2,
-        hidden=(32, 32),
-        learning_rate=3e-3,
-        tau=0.2,
-        horizon=6,
-        seed=0,
-        continuation="opponent",
-    )
+    critic = _known_model_critic(n_agents=2, horizon=6, continuation="opponent")
     replay = TransitionReplay(capacity=400, n_agents=2, obs_dim=1, valid_fraction=0.1, seed=0)
     cells = torch.arange(4, dtype=torch.float32).repeat(100).view(-1, 2)
     zeros = torch.zeros(len(cells), 2)
