@@ -74,10 +74,12 @@ def measure(env_name: str, n_agents: int, search: str, *, copies: int, steps: in
     judged = 0
     original = shield.raw_risk_options
 
-    def counted(joint: torch.Tensor, options: torch.Tensor, remaining: torch.Tensor) -> Any:
+    def counted(
+        joint: torch.Tensor, options: torch.Tensor, remaining: torch.Tensor, *args: Any, **kw: Any
+    ) -> Any:
         nonlocal judged
         judged += int(options.shape[0] * options.shape[1])
-        return original(joint, options, remaining)
+        return original(joint, options, remaining, *args, **kw)
 
     shield.raw_risk_options = counted  # type: ignore[method-assign]
     rng = np.random.default_rng(0)
