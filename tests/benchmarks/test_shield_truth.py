@@ -118,8 +118,14 @@ def test_sampled_steps_leave_every_window_before_the_cap() -> None:
 @pytest.fixture(scope="module")
 def run_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A tiny trained v1 shield run on hazard_grid (two policy updates, horizon 4)."""
+    return _tiny_v1_run(tmp_path_factory.mktemp("truth") / "run0", "shield")
+
+
+def _tiny_v1_run(path: Path, algo: str, **params: Any) -> Path:
+    """Train a tiny v1 run of `algo` on hazard_grid into `path` (horizon 4, extra shield
+    `params`)."""
     config = tiny_run_config(
-        "shield",
+        algo,
         shield_version="v1",
         wm_version="v1",
         shield_patience=1,
@@ -128,9 +134,9 @@ def run_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
             "certify_multiples": [1.0],
             "critic_steps": 2,
             "horizon": 4,
+            **params,
         },
     )
-    path = tmp_path_factory.mktemp("truth") / "run0"
     train_run(config, path, progress=False)
     return path
 
@@ -181,23 +187,8 @@ def test_check_run_of_a_tiny_run(run_dir: Path, monkeypatch: pytest.MonkeyPatch)
 
 def test_check_run_of_a_shield_deciding_with_the_opponent_continuation(tmp_path: Path) -> None:
     """Its q assumes no joint backup: the deployed truth is measured, the backup's is empty."""
-    config = tiny_run_config(
-        "shield_dec",
-        shield_version="v1",
-        wm_version="v1",
-        shield_patience=1,
-        algo_params={
-            "calibration_episodes": 2,
-            "certify_multiples": [1.0],
-            "critic_steps": 2,
-            "horizon": 4,
-            "continuation": "opponent",
-        },
-    )
-    train_run(config, tmp_path / "run0", progress=False)
-    record = shield_truth.check_run(
-        tmp_path / "run0", episodes=2, steps=2, rollouts=4, backup_rollouts=4, seed=0
-    )
+    run = _tiny_v1_run(tmp_path / "run0", "shield_dec", continuation="opponent")
+    record = shield_truth.check_run(run, episodes=2, steps=2, rollouts=4, backup_rollouts=4, seed=0)
     per = {k: np.asarray(v, dtype=np.float64) for k, v in record["per_decision"].items()}
     assert record["decisions"] == 4 and record["backup_rollouts"] == 0
     assert np.isnan(per["backup"]).all() and np.isnan(record["backup_mean"])

@@ -313,18 +313,25 @@ def _known_model_critic(*, n_agents: int, horizon: int, **options: str) -> RiskC
     )
 
 
-def test_value_iteration_finds_the_least_risk_to_go_of_a_known_model():
-    critic = _known_model_critic(n_agents=1, horizon=8)
-    replay = TransitionReplay(capacity=400, n_agents=1, obs_dim=1, valid_fraction=0.1, seed=0)
-    cells = torch.arange(5, dtype=torch.float32).repeat(60)[:, None]
-    zeros = torch.zeros(len(cells), 1)
+def _standing_replay(cells: torch.Tensor) -> TransitionReplay:
+    """A replay of the joint observations `cells` [N, A] (one number per agent), each a
+    transition to itself with action 0, no cost and no end: the states the critic learns on."""
+    n, agents = cells.shape
+    replay = TransitionReplay(capacity=400, n_agents=agents, obs_dim=1, valid_fraction=0.1, seed=0)
+    zeros = torch.zeros(n, agents)
     replay.add(
         obs=cells,
-        action=torch.zeros(len(cells), 1, dtype=torch.int64),
+        action=torch.zeros(n, agents, dtype=torch.int64),
         next_obs=cells,
         cost=zeros,
         done=zeros[:, 0],
     )
+    return replay
+
+
+def test_value_iteration_finds_the_least_risk_to_go_of_a_known_model():
+    critic = _known_model_critic(n_agents=1, horizon=8)
+    replay = _standing_replay(torch.arange(5, dtype=torch.float32).repeat(60)[:, None])
     generator = torch.Generator().manual_seed(0)
     for _ in range(30):
         critic.fit(replay, ChainModel(), steps=20, batch_size=32, generator=generator)
@@ -477,16 +484,7 @@ def test_opponent_value_iteration_finds_each_agents_risk_against_the_predicted_o
         return torch.stack([1.0 - p, p], dim=-1)  # [N, A, 2]
 
     critic = _known_model_critic(n_agents=2, horizon=6, continuation="opponent")
-    replay = TransitionReplay(capacity=400, n_agents=2, obs_dim=1, valid_fraction=0.1, seed=0)
-    cells = torch.arange(4, dtype=torch.float32).repeat(100).view(-1, 2)
-    zeros = torch.zeros(len(cells), 2)
-    replay.add(
-        obs=cells,
-        action=torch.zeros(len(cells), 2, dtype=torch.int64),
-        next_obs=cells,
-        cost=zeros,
-        done=zeros[:, 0],
-    )
+    replay = _standing_replay(torch.arange(4, dtype=torch.float32).repeat(100).view(-1, 2))
     generator = torch.Generator().manual_seed(0)
     with pytest.raises(ValueError, match="needs opponent policy"):
         critic.fit(replay, OthersModel(), steps=1, batch_size=8, generator=generator)
