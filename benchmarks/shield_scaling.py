@@ -11,8 +11,9 @@ process, one torch thread), over `--steps` steps of `--copies` env copies acting
 random proposals. The work of a search does not depend on what the models learned:
 `coordinate` judges at most 1 + A (n - 1) + sweeps A A (n - 1) joint actions (the proposal,
 its one-agent changes and the descent's steps, each of A (n - 1) changes), `exhaustive`
-1 + A (n - 1) + n ** A, the decentralised shield A n K (each agent's n actions against
-K = min(n ** (A - 1), `opponent_samples`) completions of the others' actions).
+1 + A (n - 1) + n ** A, the decentralised shield at most A n K (each agent's n actions against
+K = min(n ** (A - 1), `opponent_samples`) completions of the others' actions; a joint action
+several agents or repeated completions ask for is judged once, so fewer).
 
 Run: `python -m benchmarks.shield_scaling [--env intersection hazard_grid] [--write]`; the
 table goes to the section "shield_scaling" of BENCHMARKS.md with `--write`.
@@ -130,7 +131,8 @@ def markdown(records: Sequence[dict], command: str, machine: dict) -> str:
         "filter's worst case); fresh models (the work does not depend on training).",
         "",
         "Judged: joint actions per decision (a decision is one env copy's step); the "
-        "decentralised shield's are its agents' actions against the completions of the others'.",
+        "decentralised shield's are its agents' actions against the completions of the others', "
+        "each distinct joint action once.",
         "",
         "| env | agents | joint actions | judged: coordinate | exhaustive | decentralised "
         "| ms / decision: coordinate | exhaustive | decentralised | exhaustive / coordinate |",

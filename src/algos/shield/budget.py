@@ -215,6 +215,7 @@ class BudgetShield(RiskFilter):
         agents: torch.Tensor | None = None,
         *,
         critic: RiskCritic | None = None,
+        state_index: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """Q_m(s, a) of each state [N, J] under each of its K joint actions [N, K, A], over the
         `remaining` [N] steps -> [M, N, K], valued by `critic` (the shield's when None).
@@ -224,13 +225,24 @@ class BudgetShield(RiskFilter):
         critic (`continuation: opponent`) values it for the judging agent of each state,
         `agents` [N] int64 (the decentralised shield, `lookahead` 1); a team critic needs no
         agents and ignores them.
+
+        With `state_index` [P] int64, row p of `options` [P, K, A], `remaining` [P] and
+        `agents` [P] is of state `state_index[p]` of `joint_obs` -> [M, P, K]
+        (`RiskCritic.option_q`).
         """
         critic = self.critic if critic is None else critic
         m = self.world_model.ensemble_size
+        if state_index is not None and not critic.per_agent and self.config.lookahead > 1:
+            # The imagined steps beyond the first are taken per row.
+            joint_obs, state_index = joint_obs[state_index], None
         obs, act, left = (every_member(t, m) for t in (joint_obs, options, remaining))
         if critic.per_agent:
             judges = None if agents is None else every_member(agents, m)
-            return critic.option_q(self.world_model, obs, act, left - 1, agents=judges)
+            return critic.option_q(
+                self.world_model, obs, act, left - 1, agents=judges, state_index=state_index
+            )
+        if state_index is not None:
+            return critic.option_q(self.world_model, obs, act, left - 1, state_index=state_index)
         return self._member_q(obs, act, left, self.config.lookahead, critic)
 
     def _member_q(
@@ -266,11 +278,15 @@ class BudgetShield(RiskFilter):
         agents: torch.Tensor | None = None,
         *,
         critic: RiskCritic | None = None,
+        state_index: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """q of each state [N, J] under each of its K joint actions [N, K, A] (a per-agent
         critic: judged by the agents [N]), valued by `critic` (the shield's when None):
-        [N, K]. Every risk the filter judges goes through here."""
-        q = self.member_q_options(joint_obs, options, remaining, agents, critic=critic)
+        [N, K]; with `state_index`, rows of options of the states it names, as
+        `member_q_options`. Every risk the filter judges goes through here."""
+        q = self.member_q_options(
+            joint_obs, options, remaining, agents, critic=critic, state_index=state_index
+        )
         return q.amax(dim=0)
 
     def calibrate(self, raw: torch.Tensor) -> torch.Tensor:
@@ -416,12 +432,19 @@ class BudgetShield(RiskFilter):
                 own: np.ndarray,
                 critic: RiskCritic | None = None,
             ) -> np.ndarray:
+                judge = self.critic if critic is None else critic
+
                 def risk(c: torch.Tensor, i: torch.Tensor, options: torch.Tensor) -> torch.Tensor:
-                    return self.raw_risk_options(joint[c], options, remaining[c], i, critic=critic)
+                    q = self.raw_risk_options(
+                        joint, options.unsqueeze(1), remaining[c], i, critic=judge, state_index=c
+                    )
+                    return q[:, 0]
 
                 c, i = torch.from_numpy(copies), torch.from_numpy(agents)
                 own_t = torch.from_numpy(np.ascontiguousarray(own, dtype=np.int64))
-                return own_action_risk(risk, completions, weights, c, i, own_t).numpy()
+                return own_action_risk(
+                    risk, completions, weights, c, i, own_t, by_agent=judge.per_agent
+                ).numpy()
 
             copies, agents = np.repeat(np.arange(e), a), np.tile(np.arange(a), e)
             chosen = rho(copies, agents, proposed.reshape(-1, 1))[:, 0]  # [E * A]

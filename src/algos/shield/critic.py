@@ -221,11 +221,17 @@ class RiskCritic(OptimizerState, nn.Module):
         *,
         target: bool = False,
         agents: torch.Tensor | None = None,
+        state_index: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """Member m's r + (1 - r)(1 - d) V_m(s', left) of each state [M, S, J] under each of its
         K joint actions [M, S, K, A] (row (m, s) by member m), `left` [M, S] steps after this
         one: [M, S, K]. V is the live critic, or its slowly moving target with `target`;
         `opponent`: W_m,i for the agent i of each state, `agents` [M, S] int64.
+
+        With `state_index` [P] int64, row p of the options [M, P, K, A], of `left` and of
+        `agents` ([M, P]) is of state `state_index[p]` of `joint_obs` -> [M, P, K]: the options
+        of one state spread over several rows (each row its own agent and steps), the state's
+        parts still computed once.
 
         s' is never formed: it is s + u W + c, for the world model's last hidden layer u and
         the obs part (W, c) of its output layer, so V's first layer on it, s' W1, is s W1 (once
@@ -237,10 +243,12 @@ class RiskCritic(OptimizerState, nn.Module):
         dynamics = getattr(world_model, "dynamics", None)
         self._check_agents(agents)
         if not isinstance(dynamics, EnsembleWorldModel):
+            if state_index is not None:
+                joint_obs = joint_obs[:, state_index]
             return self.valued_successors(
                 world_model, joint_obs, options, left, target=target, agents=agents
             )
-        hidden = dynamics.option_hidden(joint_obs, options)  # [M, S, K, H]
+        hidden = dynamics.option_hidden(joint_obs, options, state_index)  # [M, S, K, H]
         m, s, k, h = hidden.shape
         state_w, hidden_w, bias, steps_w, agent_w, rest = self._composed(
             "target" if target else "live", dynamics
@@ -250,7 +258,11 @@ class RiskCritic(OptimizerState, nn.Module):
         per_option = torch.baddbmm(bias, hidden.view(m, s * k, h), hidden_w)
         done = torch.sigmoid(per_option[..., width]).view(m, s, k)
         # Per state: s W1, the steps h / horizon and (`opponent`) the agent's row.
-        per_state = torch.baddbmm((left / self.horizon).unsqueeze(-1) * steps_w, joint_obs, state_w)
+        steps = (left / self.horizon).unsqueeze(-1) * steps_w
+        if state_index is None:
+            per_state = torch.baddbmm(steps, joint_obs, state_w)
+        else:
+            per_state = torch.bmm(joint_obs, state_w)[:, state_index] + steps
         if agents is not None:
             per_state += agent_w.gather(1, agents.unsqueeze(-1).expand(m, s, width))
         x = per_option[..., :width].view(m, s, k, width) + per_state.unsqueeze(2)
@@ -262,7 +274,7 @@ class RiskCritic(OptimizerState, nn.Module):
                 x = x.relu_()
         # No steps left, no risk (V_0 = 0).
         value = torch.sigmoid(x).view(m, s, k) * (left > 0).unsqueeze(2)
-        risk = world_model.option_risk(joint_obs, options)
+        risk = world_model.option_risk(joint_obs, options, state_index)
         return risk + (1.0 - risk) * (1.0 - done) * value
 
     def valued_successors(

@@ -20,6 +20,7 @@ faster than the model's held-out cross-entropy allows). The expectation runs ove
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
 import torch
@@ -81,13 +82,20 @@ def own_action_risk(
     copies: torch.Tensor,
     agents: torch.Tensor,
     own: torch.Tensor,
+    *,
+    by_agent: bool,
 ) -> torch.Tensor:
     """rho_i(s, b) of agent `agents[r]` of copy `copies[r]` for each own action own[r] [R, B].
 
-    `risk_options(copies, agents, options)` returns q of the copies' states [R] under options
-    [R, O, A], for the agents [R] that judge them (the `opponent` continuation values the
-    future for the judging agent), -> [R, O]; completions [E, A, K, A] and weights [E, A, K] are
-    `opponent_completions`' output. Returns [R, B] float64.
+    `risk_options(copies, agents, options)` returns q [P] of the joint actions `options`
+    [P, A] in the states of the copies [P], judged by the agents [P] (the `opponent`
+    continuation values the future for the judging agent); completions [E, A, K, A] and
+    weights [E, A, K] are `opponent_completions`' output. Returns [R, B] float64.
+
+    Each distinct joint action of a copy is judged once: completions repeat (sampled ones
+    often do, and the agents of a copy complete each other's proposals), and a joint action's q
+    does not depend on which agent asks, unless the critic values the future per agent
+    (`by_agent`: then once per (copy, agent, joint action)).
     """
     r, b = own.shape
     chosen = completions[copies, agents]  # [R, K, A]
@@ -95,5 +103,28 @@ def own_action_risk(
     options = chosen[:, None].expand(r, b, k, a).clone()
     slot = agents.view(r, 1, 1, 1).expand(r, b, k, 1)
     options.scatter_(3, slot, own.view(r, b, 1, 1).expand(r, b, k, 1))
-    q = risk_options(copies, agents, options.view(r, b * k, a)).double().view(r, b, k)
-    return (q * weights[copies, agents][:, None, :]).sum(dim=2)
+    flat = options.view(r * b * k, a)
+    row_copy = copies.repeat_interleave(b * k)
+    row_agent = agents.repeat_interleave(b * k)
+    columns = [row_copy, row_agent] if by_agent else [row_copy]
+    rows = torch.cat([torch.stack(columns, dim=1), flat], dim=1)
+    _, inverse = torch.unique(_row_keys(rows), return_inverse=True)
+    # The first row of each distinct key (a team critic ignores which agent asks).
+    first = torch.full((int(inverse.max()) + 1 if len(inverse) else 0,), len(rows))
+    first.scatter_reduce_(0, inverse, torch.arange(len(rows)), reduce="amin")
+    q = risk_options(row_copy[first], row_agent[first], flat[first]).double()[inverse]
+    return (q.view(r, b, k) * weights[copies, agents][:, None, :]).sum(dim=2)
+
+
+def _row_keys(rows: torch.Tensor) -> torch.Tensor:
+    """One int64 per row of non-negative integers [N, C], equal exactly for equal rows: the row
+    as the digits of a number (`torch.unique` over rows where that number would overflow)."""
+    if not len(rows):
+        return rows.new_zeros(0)
+    bases = [int(column.max()) + 1 for column in rows.unbind(dim=1)]
+    if math.prod(bases) >= 2**62:
+        return torch.unique(rows, dim=0, return_inverse=True)[1]
+    key = rows[:, 0].clone()
+    for column, base in zip(rows.unbind(dim=1)[1:], bases[1:], strict=True):
+        key = key * base + column
+    return key

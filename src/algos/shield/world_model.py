@@ -196,10 +196,16 @@ class EnsembleWorldModel(Versioned, OptimizerState, nn.Module):
         cost_prob = torch.sigmoid(x[..., d : d + self.n_agents])
         return next_obs, cost_prob, torch.sigmoid(x[..., -1])
 
-    def option_hidden(self, joint_obs: torch.Tensor, options: torch.Tensor) -> torch.Tensor:
+    def option_hidden(
+        self,
+        joint_obs: torch.Tensor,
+        options: torch.Tensor,
+        state_index: torch.Tensor | None = None,
+    ) -> torch.Tensor:
         """Without gradients: the last hidden layer [M, S, K, H] of each state [M, S, A*D]
         under each of its K joint actions [M, S, K, A] (row (m, s, k) by member m), which
-        `output_layer` maps to the outputs of `predict_options`.
+        `output_layer` maps to the outputs of `predict_options`. With `state_index` [P] int64,
+        the options [M, P, K, A] of row p are of state `state_index[p]` (-> [M, P, K, H]).
 
         The state's part of the first layer is computed once per state; each option adds the
         first-layer rows its actions' one-hots select (`ensemble.selected_rows`).
@@ -209,6 +215,8 @@ class EnsembleWorldModel(Versioned, OptimizerState, nn.Module):
         layers = self._folded_layers()
         w0, b0 = layers[0]
         first = torch.baddbmm(b0, joint_obs, w0[:, :d])  # [M, S, H]
+        if state_index is not None:
+            first = first[:, state_index]
         x = first.unsqueeze(2) + selected_rows(w0[:, d:], options + self.action_offset)
         x = x.relu_().view(m, s * k, -1)
         for w, b in layers[1:-1]:
@@ -367,14 +375,24 @@ class AgentCostModel(Versioned, OptimizerState, nn.Module):
         self._inference = (key, built)
         return built
 
-    def option_logits(self, joint_obs: torch.Tensor, options: torch.Tensor) -> torch.Tensor:
+    def option_logits(
+        self,
+        joint_obs: torch.Tensor,
+        options: torch.Tensor,
+        state_index: torch.Tensor | None = None,
+    ) -> torch.Tensor:
         """Without gradients: `logits` of each state [M, S, A*D] under each of its K joint
-        actions [M, S, K, A] -> [M, S, K, A]. Each agent's observation and index enter the
-        first layer once per state; each option adds the rows its actions' one-hots select."""
+        actions [M, S, K, A] -> [M, S, K, A] (with `state_index`, as `option_hidden`). Each
+        agent's observation and index enter the first layer once per state; each option adds
+        the rows its actions' one-hots select."""
         m, s, k, a = options.shape
+        states = joint_obs.shape[1]
         obs_w, agent_bias, action_w, rest = self._inference_layers()
-        first = torch.bmm(joint_obs.view(m, s * a, self.obs_dim), obs_w).view(m, s, a, -1)
+        first = torch.bmm(joint_obs.view(m, states * a, self.obs_dim), obs_w)
+        first = first.view(m, states, a, -1)
         first += agent_bias
+        if state_index is not None:
+            first = first[:, state_index]
         actions = options[..., self.order] + self.offset  # [M, S, K, A, A]: own action first
         x = first.unsqueeze(2) + selected_rows(action_w, actions)
         x = x.relu_().view(m, s * k * a, -1)
@@ -446,10 +464,15 @@ class TeamWorldModel(nn.Module):
         next_obs, _, done = self.dynamics.predict_options(joint_obs, options)
         return next_obs, self.option_risk(joint_obs, options), done
 
-    def option_risk(self, joint_obs: torch.Tensor, options: torch.Tensor) -> torch.Tensor:
+    def option_risk(
+        self,
+        joint_obs: torch.Tensor,
+        options: torch.Tensor,
+        state_index: torch.Tensor | None = None,
+    ) -> torch.Tensor:
         """Without gradients: the team risk [M, S, K] of each state [M, S, A*D] under each of
-        its K joint actions [M, S, K, A]."""
-        agent = torch.sigmoid(self.costs.option_logits(joint_obs, options))
+        its K joint actions [M, S, K, A] (with `state_index`, as `option_hidden`)."""
+        agent = torch.sigmoid(self.costs.option_logits(joint_obs, options, state_index))
         return 1.0 - (1.0 - agent).prod(dim=-1)
 
     def fit(

@@ -454,6 +454,13 @@ def test_lookahead_two_is_the_worst_member_of_the_two_step_recursion():
         expected = r.squeeze(-1) + (1 - r.squeeze(-1)) * (1 - done) * inner
     torch.testing.assert_close(q, expected, atol=1e-5, rtol=1e-5)
     assert (inner > 1e-3).all()  # the second step and the critic both count
+    # Rows of options naming their states (`state_index`) take the same two steps.
+    rows = torch.tensor([4, 0, 4, 2])
+    with torch.no_grad():
+        shared = shield.member_q_options(
+            joint, actions[rows].unsqueeze(1), remaining[rows], state_index=rows
+        )
+    torch.testing.assert_close(shared.squeeze(2), q[:, rows], atol=1e-6, rtol=1e-6)
 
 
 class OthersModel:

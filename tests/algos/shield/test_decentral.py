@@ -16,7 +16,12 @@ import pytest
 import torch
 
 from src.algos.shield.budget import BudgetShield
-from src.algos.shield.decentral import mixed_probs, opponent_completions, own_action_risk
+from src.algos.shield.decentral import (
+    _row_keys,
+    mixed_probs,
+    opponent_completions,
+    own_action_risk,
+)
 from src.checks import ConfigError
 from src.config.run import RunConfig, make_run_config
 from tests.algos.shield.shield_toys import shield_config
@@ -179,13 +184,15 @@ def test_each_agent_keeps_a_proposal_within_the_allowance_else_its_likeliest_all
     assert ((taken > allowance) & (executed == proposed)).any()
 
 
-def test_own_action_risk_is_the_weighted_mean_of_the_judged_risks():
+@pytest.mark.parametrize("by_agent", [True, False])
+def test_own_action_risk_is_the_weighted_mean_of_the_judged_risks(by_agent: bool) -> None:
     completions = torch.tensor([[[[0, 1], [0, 2]], [[3, 0], [4, 0]]]])  # [1, 2, 2, 2]
     weights = torch.tensor([[[0.25, 0.75], [0.5, 0.5]]], dtype=torch.float64)
 
     def risk(copies: torch.Tensor, agents: torch.Tensor, options: torch.Tensor) -> torch.Tensor:
-        # Any function of a, and of the judging agent (the `opponent` continuation's).
-        return (options[..., 0] * 10 + options[..., 1]).double() / 100 + agents[:, None] / 1000
+        # Any function of a, and (the `opponent` continuation's) of the judging agent.
+        q = (options[:, 0] * 10 + options[:, 1]).double() / 100
+        return q + agents / 1000 if by_agent else q
 
     rho = own_action_risk(
         risk,
@@ -194,12 +201,55 @@ def test_own_action_risk_is_the_weighted_mean_of_the_judged_risks():
         torch.tensor([0, 0]),
         torch.tensor([0, 1]),
         torch.tensor([[1, 2], [0, 1]]),
+        by_agent=by_agent,
     )
+    judge = 0.001 if by_agent else 0.0
     expected = [
         [0.25 * 0.11 + 0.75 * 0.12, 0.25 * 0.21 + 0.75 * 0.22],  # agent 0 takes 1, 2
-        [0.5 * 0.30 + 0.5 * 0.40 + 0.001, 0.5 * 0.31 + 0.5 * 0.41 + 0.001],  # agent 1: 0, 1
+        [0.5 * 0.30 + 0.5 * 0.40 + judge, 0.5 * 0.31 + 0.5 * 0.41 + judge],  # agent 1: 0, 1
     ]
     np.testing.assert_allclose(rho.numpy(), expected, atol=1e-12)
+
+
+@pytest.mark.parametrize("by_agent", [True, False])
+def test_own_action_risk_judges_each_distinct_joint_action_of_a_copy_once(by_agent: bool) -> None:
+    # Copy 0: both agents' completions repeat, and agent 0 taking 1 against agent 1's 2 is the
+    # joint action (1, 2) that agent 1 judges too; copy 1 asks for the same joint actions.
+    completions = torch.tensor([[[[0, 2], [0, 2], [0, 0]], [[1, 0], [1, 0], [1, 0]]]] * 2)
+    weights = torch.tensor([[[0.25, 0.25, 0.5], [0.2, 0.3, 0.5]]] * 2, dtype=torch.float64)
+    judged: list[tuple[int, int, tuple[int, ...]]] = []
+
+    def risk(copies: torch.Tensor, agents: torch.Tensor, options: torch.Tensor) -> torch.Tensor:
+        judged.extend(
+            (int(c), int(i), tuple(o.tolist()))
+            for c, i, o in zip(copies, agents, options, strict=True)
+        )
+        q = (options[:, 0] * 10 + options[:, 1] + copies * 100).double() / 1000
+        return q + agents / 10_000 if by_agent else q
+
+    copies, agents = torch.tensor([0, 0, 1, 1]), torch.tensor([0, 1, 0, 1])
+    own = torch.tensor([[1], [2], [1], [2]])
+    rho = own_action_risk(risk, completions, weights, copies, agents, own, by_agent=by_agent)
+    # Every (copy, agent) row asks for (own, 2), (own, 2), (own, 0) or (1, own) three times.
+    asked = {(c, i, a) for c, i, a in judged}
+    assert len(judged) == len(asked)  # nothing judged twice
+    distinct = {(0, 0, (1, 2)), (0, 0, (1, 0)), (0, 1, (1, 2))}
+    distinct |= {(1, i, a) for _, i, a in distinct}
+    expected = distinct if by_agent else {(c, a) for c, _, a in distinct}
+    assert {(c, i, a) if by_agent else (c, a) for c, i, a in judged} == expected
+    for row, (c, i) in enumerate(zip(copies.tolist(), agents.tolist(), strict=True)):
+        options = [((1, j) if i == 0 else (j, 2)) for j in completions[c, i, :, 1 - i].tolist()]
+        q = [(10 * x + y + 100 * c) / 1000 + (i / 10_000 if by_agent else 0.0) for x, y in options]
+        assert rho[row, 0].item() == pytest.approx(float(np.dot(q, weights[c, i].numpy())))
+
+
+def test_row_keys_are_equal_exactly_for_equal_rows_also_beyond_an_int64() -> None:
+    rows = torch.tensor([[3, 1, 2], [0, 4, 4], [3, 1, 2], [0, 4, 3]])
+    for wide in (rows, torch.cat([rows, rows * 10**6, rows * 10**7], dim=1)):
+        keys = _row_keys(wide).tolist()
+        for x in range(len(wide)):
+            for y in range(len(wide)):
+                assert (keys[x] == keys[y]) == bool((wide[x] == wide[y]).all())
 
 
 def test_decentralised_coordination_needs_an_opponent_model_and_a_receding_one_step_scope():

@@ -449,3 +449,50 @@ def test_opponent_option_q_is_each_agents_critic_on_the_predicted_successors():
         assert not torch.allclose(other, live)
         with pytest.raises(ValueError, match="agent of every row"):
             critic.option_q(model, obs, options, left)
+
+
+@pytest.mark.parametrize("continuation", ["team", "opponent"])
+def test_option_q_of_rows_that_share_states_is_option_q_of_those_states(continuation: str):
+    """`state_index`: rows of options whose states are computed once give the numbers of the
+    same rows with their states repeated, each row with its own steps left and agent; also
+    through a world model without the composed layers (the gathered definition)."""
+    from src.algos.shield.critic import RiskCritic
+    from src.algos.shield.world_model import TeamWorldModel
+
+    dims = {"n_agents": 3, "obs_dim": 5, "n_actions": 4, "ensemble_size": 2}
+    model = TeamWorldModel(**dims, hidden=(16, 16), learning_rate=1e-3, seed=0)
+    critic = RiskCritic(
+        **dims,
+        hidden=(8, 8),
+        learning_rate=1e-3,
+        tau=0.1,
+        horizon=10,
+        seed=1,
+        continuation=continuation,
+    )
+    gen = torch.Generator().manual_seed(3)
+    with torch.no_grad():
+        for p in (*model.parameters(), *critic.parameters()):
+            p.add_(0.3 * torch.randn(p.shape, generator=gen))
+    obs = torch.randn(2, 4, 15, generator=gen)
+    state_index = torch.tensor([2, 0, 2, 3, 3, 3, 1])  # state 2 twice, 3 three times
+    options = torch.randint(0, 4, (2, 7, 5, 3), generator=gen)
+    left = torch.randint(0, 10, (2, 7), generator=gen).float()
+    agents = torch.randint(0, 3, (2, 7), generator=gen) if continuation == "opponent" else None
+
+    class PredictOnly:  # the world model's interface without its layers
+        ensemble_size = 2
+
+        def predict(self, *args: torch.Tensor) -> tuple[torch.Tensor, ...]:
+            return model.predict(*args)
+
+    with torch.inference_mode():
+        repeated = critic.option_q(model, obs[:, state_index], options, left, agents=agents)
+        shared = critic.option_q(model, obs, options, left, agents=agents, state_index=state_index)
+        torch.testing.assert_close(shared, repeated, atol=1e-6, rtol=1e-5)
+        generic = critic.option_q(
+            PredictOnly(), obs, options, left, agents=agents, state_index=state_index
+        )
+        torch.testing.assert_close(generic, repeated, atol=1e-6, rtol=1e-5)
+        elsewhere = critic.option_q(model, obs[:, state_index - 1], options, left, agents=agents)
+        assert not torch.allclose(shared, elsewhere)  # the states matter
