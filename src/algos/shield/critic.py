@@ -53,6 +53,7 @@ from src.algos.shield.ensemble import (
     every_member,
     fit_normalisation,
     fold_normalisation,
+    rows_of_states,
     run_stacked,
     stacked_layers,
 )
@@ -228,10 +229,10 @@ class RiskCritic(OptimizerState, nn.Module):
         one: [M, S, K]. V is the live critic, or its slowly moving target with `target`;
         `opponent`: W_m,i for the agent i of each state, `agents` [M, S] int64.
 
-        With `state_index` [P] int64, row p of the options [M, P, K, A], of `left` and of
-        `agents` ([M, P]) is of state `state_index[p]` of `joint_obs` -> [M, P, K]: the options
-        of one state spread over several rows (each row its own agent and steps), the state's
-        parts still computed once.
+        With `state_index` [P] or [M, P] int64 (`ensemble.rows_of_states`), row p of the
+        options [M, P, K, A], of `left` and of `agents` ([M, P]) is of the state of
+        `joint_obs` it names -> [M, P, K]: the options of one state spread over several rows
+        (each row its own agent and steps), the state's parts still computed once.
 
         s' is never formed: it is s + u W + c, for the world model's last hidden layer u and
         the obs part (W, c) of its output layer, so V's first layer on it, s' W1, is s W1 (once
@@ -244,7 +245,7 @@ class RiskCritic(OptimizerState, nn.Module):
         self._check_agents(agents)
         if not isinstance(dynamics, EnsembleWorldModel):
             if state_index is not None:
-                joint_obs = joint_obs[:, state_index]
+                joint_obs = rows_of_states(joint_obs, state_index)
             return self.valued_successors(
                 world_model, joint_obs, options, left, target=target, agents=agents
             )
@@ -262,7 +263,7 @@ class RiskCritic(OptimizerState, nn.Module):
         if state_index is None:
             per_state = torch.baddbmm(steps, joint_obs, state_w)
         else:
-            per_state = torch.bmm(joint_obs, state_w)[:, state_index] + steps
+            per_state = rows_of_states(torch.bmm(joint_obs, state_w), state_index) + steps
         if agents is not None:
             per_state += agent_w.gather(1, agents.unsqueeze(-1).expand(m, s, width))
         x = per_option[..., :width].view(m, s, k, width) + per_state.unsqueeze(2)
@@ -377,8 +378,9 @@ class RiskCritic(OptimizerState, nn.Module):
 
         `joint_obs` [M, B, J], `remaining` [M, B] the h >= 1; the completions come from
         `opponent`'s distributions at each state (`opponent_completions`, `opponent_samples`,
-        drawn from `generator` when sampled). Every own action of every agent is judged:
-        A n K options per state.
+        drawn from `generator` when sampled). Every own action of every agent is judged
+        against each distinct completion: A n K options per state at most (sampled completions
+        repeat where the opponent model is confident).
         """
         m, b, j = joint_obs.shape
         a, n = self.n_agents, self.n_actions
@@ -387,17 +389,29 @@ class RiskCritic(OptimizerState, nn.Module):
             probs, samples=self.opponent_samples, generator=generator
         )  # [MB, A, K, A], [MB, A, K]
         k = completions.shape[2]
-        options = completions.unsqueeze(2).expand(m * b, a, n, k, a).clone()
-        own = torch.arange(n).view(1, 1, n, 1, 1).expand(m * b, a, n, k, 1)
-        slot = torch.arange(a).view(1, a, 1, 1, 1).expand(m * b, a, n, k, 1)
-        options.scatter_(4, slot, own)  # agent i's slot takes each own action b
-        states = joint_obs.unsqueeze(2).expand(m, b, a, j).reshape(m, b * a, j)
-        agents = torch.arange(a).expand(m, b, a).reshape(m, b * a)
-        left = (remaining - 1).unsqueeze(2).expand(m, b, a).reshape(m, b * a)
-        q = self.option_q(
-            world_model, states, options.view(m, b * a, n * k, a), left, target=True, agents=agents
-        )
-        expected = (q.view(m, b, a, n, k) * weights.view(m, b, a, 1, k).to(q.dtype)).sum(dim=4)
+        # A completion repeated in a (state, agent) row is judged once: its first occurrence.
+        same = (completions.unsqueeze(3) == completions.unsqueeze(2)).all(dim=-1)  # [MB, A, K, K]
+        first = same.int().argmax(dim=3)  # the first k' equal to k
+        distinct = (first == torch.arange(k)).view(m, b * a * k)
+        # Each member's distinct (state, agent, completion) rows first, in order; the members'
+        # counts differ, so the shorter lists run on into repeated rows (judged, not used).
+        count = int(distinct.sum(dim=1).max())
+        row = torch.argsort((~distinct).int(), dim=1, stable=True)[:, :count]  # [M, P]
+        state, agent = row // (a * k), row // k % a
+        chosen = completions.view(m, b * a * k, a).gather(1, row.unsqueeze(2).expand(m, count, a))
+        options = chosen.unsqueeze(2).expand(m, count, n, a).clone()
+        slot = agent.view(m, count, 1, 1).expand(m, count, n, 1)
+        own = torch.arange(n).view(1, 1, n, 1).expand(m, count, n, 1)
+        options.scatter_(3, slot, own)  # agent i's slot takes each own action b
+        left = (remaining - 1).gather(1, state)
+        judged = self.option_q(
+            world_model, joint_obs, options, left, target=True, agents=agent, state_index=state
+        )  # [M, P, n]
+        q = torch.zeros(m, b * a * k, n, dtype=judged.dtype)
+        q.scatter_(1, row.unsqueeze(2).expand(m, count, n), judged)
+        q = q.view(m * b, a, k, n).gather(2, first.unsqueeze(3).expand(m * b, a, k, n))
+        q = q.view(m, b, a, k, n).transpose(3, 4)  # [M, B, A, n, K]
+        expected = (q * weights.view(m, b, a, 1, k).to(q.dtype)).sum(dim=4)
         return expected.amin(dim=3)
 
     def fit(

@@ -94,6 +94,14 @@ def selected_rows(table: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
     return picked.view(*index.shape[:-1], h)
 
 
+def rows_of_states(values: torch.Tensor, state_index: torch.Tensor) -> torch.Tensor:
+    """Per member, the rows of `values` [M, S, ...] that `state_index` names: [P] (the same
+    states for every member) or [M, P] (each member its own) -> [M, P, ...]."""
+    if state_index.dim() == 1:
+        return values[:, state_index]
+    return values[torch.arange(values.shape[0]).unsqueeze(1), state_index]
+
+
 def every_member(values: torch.Tensor, members: int) -> torch.Tensor:
     """The same rows [N, ...] for each of M members: a member-major view [M, N, ...]."""
     return values.unsqueeze(0).expand(members, *values.shape)

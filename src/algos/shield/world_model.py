@@ -33,6 +33,7 @@ from src.algos.shield.ensemble import (
     fit_normalisation,
     fit_steps,
     fold_normalisation,
+    rows_of_states,
     run_stacked,
     selected_rows,
     stacked_layers,
@@ -204,8 +205,9 @@ class EnsembleWorldModel(Versioned, OptimizerState, nn.Module):
     ) -> torch.Tensor:
         """Without gradients: the last hidden layer [M, S, K, H] of each state [M, S, A*D]
         under each of its K joint actions [M, S, K, A] (row (m, s, k) by member m), which
-        `output_layer` maps to the outputs of `predict_options`. With `state_index` [P] int64,
-        the options [M, P, K, A] of row p are of state `state_index[p]` (-> [M, P, K, H]).
+        `output_layer` maps to the outputs of `predict_options`. With `state_index` [P] or
+        [M, P] int64 (`ensemble.rows_of_states`), the options [M, P, K, A] of row p are of
+        the state it names (-> [M, P, K, H]).
 
         The state's part of the first layer is computed once per state; each option adds the
         first-layer rows its actions' one-hots select (`ensemble.selected_rows`).
@@ -216,7 +218,7 @@ class EnsembleWorldModel(Versioned, OptimizerState, nn.Module):
         w0, b0 = layers[0]
         first = torch.baddbmm(b0, joint_obs, w0[:, :d])  # [M, S, H]
         if state_index is not None:
-            first = first[:, state_index]
+            first = rows_of_states(first, state_index)
         x = first.unsqueeze(2) + selected_rows(w0[:, d:], options + self.action_offset)
         x = x.relu_().view(m, s * k, -1)
         for w, b in layers[1:-1]:
@@ -392,7 +394,7 @@ class AgentCostModel(Versioned, OptimizerState, nn.Module):
         first = first.view(m, states, a, -1)
         first += agent_bias
         if state_index is not None:
-            first = first[:, state_index]
+            first = rows_of_states(first, state_index)
         actions = options[..., self.order] + self.offset  # [M, S, K, A, A]: own action first
         x = first.unsqueeze(2) + selected_rows(action_w, actions)
         x = x.relu_().view(m, s * k * a, -1)

@@ -496,3 +496,70 @@ def test_option_q_of_rows_that_share_states_is_option_q_of_those_states(continua
         torch.testing.assert_close(generic, repeated, atol=1e-6, rtol=1e-5)
         elsewhere = critic.option_q(model, obs[:, state_index - 1], options, left, agents=agents)
         assert not torch.allclose(shared, elsewhere)  # the states matter
+
+
+def test_opponent_targets_judge_each_distinct_completion_once_with_the_same_numbers():
+    """Repeated completions of a confident opponent model are judged once per (state, agent),
+    and the targets are those of judging every completion (each member its own states)."""
+    from src.algos.shield.critic import RiskCritic
+    from src.algos.shield.decentral import opponent_completions
+    from src.algos.shield.world_model import TeamWorldModel
+
+    dims = {"n_agents": 3, "obs_dim": 5, "n_actions": 4, "ensemble_size": 2}
+    model = TeamWorldModel(**dims, hidden=(16, 16), learning_rate=1e-3, seed=0)
+    critic = RiskCritic(
+        **dims,
+        hidden=(8, 8),
+        learning_rate=1e-3,
+        tau=0.1,
+        horizon=10,
+        seed=1,
+        continuation="opponent",
+        opponent_samples=8,  # 4 ** 2 = 16 completions: sampled
+    )
+    gen = torch.Generator().manual_seed(4)
+    with torch.no_grad():
+        for p in (*model.parameters(), *critic.parameters(), *critic.target.parameters()):
+            p.add_(0.3 * torch.randn(p.shape, generator=gen))
+    obs = torch.randn(2, 6, 15, generator=gen)
+    remaining = torch.randint(1, 10, (2, 6), generator=gen).float()
+    confident = torch.full((12, 3, 4), 0.02)
+    confident[..., 1] = 0.94
+    confident[:4, :, 1], confident[:4, :, 2] = 0.5, 0.46  # some rows less sure
+
+    judged: list[int] = []
+    option_q = critic.option_q
+
+    def counted(*args: torch.Tensor, **kwargs: torch.Tensor) -> torch.Tensor:
+        judged.append(int(args[2].shape[1] * args[2].shape[2]))
+        return option_q(*args, **kwargs)
+
+    critic.option_q = counted  # type: ignore[method-assign]
+    with torch.inference_mode():
+        targets = critic.opponent_targets(
+            model, obs, remaining, lambda x: confident, torch.Generator().manual_seed(7)
+        )
+        completions, weights = opponent_completions(
+            confident, samples=8, generator=torch.Generator().manual_seed(7)
+        )
+        options = completions.unsqueeze(2).expand(12, 3, 4, 8, 3).clone()
+        own = torch.arange(4).view(1, 1, 4, 1, 1).expand(12, 3, 4, 8, 1)
+        slot = torch.arange(3).view(1, 3, 1, 1, 1).expand(12, 3, 4, 8, 1)
+        options.scatter_(4, slot, own)
+        states = obs.unsqueeze(2).expand(2, 6, 3, 15).reshape(2, 18, 15)
+        agents = torch.arange(3).expand(2, 6, 3).reshape(2, 18)
+        left = (remaining - 1).unsqueeze(2).expand(2, 6, 3).reshape(2, 18)
+        q = option_q(
+            model, states, options.view(2, 18, 32, 3), left, target=True, agents=agents
+        ).view(2, 6, 3, 4, 8)
+        expected = (q * weights.view(2, 6, 3, 1, 8).to(q.dtype)).sum(dim=4).amin(dim=3)
+    torch.testing.assert_close(targets, expected, atol=1e-6, rtol=1e-6)
+    distinct = {
+        (row, agent, tuple(c.tolist()))
+        for row in range(12)
+        for agent in range(3)
+        for c in completions[row, agent]
+    }
+    per_member = [sum(1 for r, _, _ in distinct if r // 6 == m) for m in range(2)]
+    assert judged == [max(per_member) * 4]  # each distinct completion's n own actions, once
+    assert max(per_member) < 6 * 3 * 8 / 2  # the confident rows repeat
