@@ -20,7 +20,10 @@ machine count only this process's work. Measured, per env:
   (without the filter), the filter, model fitting (`after_update`: world model, safety
   critic, calibration) and the rest (advantages, PPO update, logging);
 - evaluation: the trained shield policy over the evaluation's episodes (seeds, batch size
-  and episode length of the config's `final_policy_eval_*`), with the shield and without it.
+  and episode length of the config's `final_policy_eval_*`), with the shield and without it;
+- the decentralised shield (`shield_dec`, when the experiment runs it): its training against
+  `ippo` over the same updates and its trained policy's evaluation, as above (no stage split
+  and no floor: those describe the central filter).
 
 The v1 filter (`src.algos.shield.budget`) judges the proposals of all copies in one call, the
 one-agent changes of the failed ones, and searches (`search`) only for the copies still
@@ -496,6 +499,28 @@ def filter_arithmetic(experiment: Mapping[str, Any], env_name: str, sizes: Sizes
 # ------------------------------------------------------------------ training and evaluation
 
 
+def alternate(
+    ippo: Sequence[IPPO],
+    shielded: IPPO,
+    updates: int,
+    split: CpuSplit,
+    before_update: Callable[[int], None] | None = None,
+) -> tuple[np.ndarray, np.ndarray, list[dict[str, float]]]:
+    """`updates` updates of `ippo[0]`, `shielded` and `ippo[1]`, one of each in turn: their CPU
+    seconds per update ([2, U] and [U]) and `split`'s totals after each update."""
+    ippo_seconds = np.zeros((2, updates))
+    shield_seconds = np.zeros(updates)
+    parts = []
+    for update in range(updates):
+        if before_update is not None:
+            before_update(update)
+        ippo_seconds[0, update] = train_one_update(ippo[0])
+        shield_seconds[update] = train_one_update(shielded)
+        ippo_seconds[1, update] = train_one_update(ippo[1])
+        parts.append(split.snapshot())
+    return ippo_seconds, shield_seconds, parts
+
+
 def training_cost(
     experiment: Mapping[str, Any], env_name: str, sizes: Sizes
 ) -> tuple[dict[str, Any], ShieldedIPPO]:
@@ -515,21 +540,20 @@ def training_cost(
     split.wrap(shielded.shield, "filter", "filter")
     for run in ippo:
         split.wrap(run, "collect_rollout", "ippo_collect")
-    ippo_seconds = np.zeros((2, updates))
-    shield_seconds = np.zeros(updates)
-    parts = []
     armed_inputs: list[tuple[Any, ...]] = []
     stop_recording: Callable[[], None] | None = None
+
+    def record_when_armed(update: int) -> None:
+        nonlocal armed_inputs, stop_recording
+        if update == patience:  # the armed updates' filter inputs, for the floor
+            armed_inputs, stop_recording = record_filter_inputs(shielded.shield)
+
     try:
         with count_stages(shielded.shield) as stages:
             try:
-                for update in range(updates):
-                    if update == patience:  # the armed updates' filter inputs, for the floor
-                        armed_inputs, stop_recording = record_filter_inputs(shielded.shield)
-                    ippo_seconds[0, update] = train_one_update(ippo[0])
-                    shield_seconds[update] = train_one_update(shielded)
-                    ippo_seconds[1, update] = train_one_update(ippo[1])
-                    parts.append(split.snapshot())
+                ippo_seconds, shield_seconds, parts = alternate(
+                    ippo, shielded, updates, split, record_when_armed
+                )
             finally:
                 if stop_recording is not None:
                     stop_recording()
@@ -584,8 +608,9 @@ def training_cost(
     return result, shielded
 
 
-def evaluation_cost(trainer: ShieldedIPPO, sizes: Sizes) -> dict[str, Any]:
-    """CPU seconds of the trained shield policy's evaluation with the shield on and off."""
+def evaluation_cost(trainer: ShieldedIPPO, sizes: Sizes, *, floor: bool = True) -> dict[str, Any]:
+    """CPU seconds of the trained shield policy's evaluation with the shield on and off; with
+    `floor`, also the central shield's floor (its proposals judged once)."""
     state = trainer.policy_state()
     config = RunConfig.from_dict(state["config"])
     settings = config.evaluation
@@ -627,13 +652,7 @@ def evaluation_cost(trainer: ShieldedIPPO, sizes: Sizes) -> dict[str, Any]:
             for mode in ("off", "on"):
                 seconds[mode].append(run(mode))
     off, on = min(seconds["off"]), min(seconds["on"])
-    inputs, undo = record_filter_inputs(shield)  # an untimed pass: the floor's filter calls
-    try:
-        run("on")
-    finally:
-        undo()
-    judged = proposal_seconds(shield, inputs)
-    return {
+    result = {
         "env": config.env_name,
         "episodes": episodes,
         "max_steps": steps,
@@ -643,9 +662,61 @@ def evaluation_cost(trainer: ShieldedIPPO, sizes: Sizes) -> dict[str, Any]:
         "off_seconds": off,
         "on_seconds": on,
         "ratio": on / off,
-        "proposal_seconds": judged,
-        "floor": (off + judged) / off,
         **stages.shares(),
+    }
+    if floor:
+        inputs, undo = record_filter_inputs(shield)  # an untimed pass: the floor's filter calls
+        try:
+            run("on")
+        finally:
+            undo()
+        judged = proposal_seconds(shield, inputs)
+        result.update(proposal_seconds=judged, floor=(off + judged) / off)
+    return result
+
+
+def decentralised_cost(
+    experiment: Mapping[str, Any], env_name: str, sizes: Sizes
+) -> dict[str, Any]:
+    """`shield_dec` against `ippo` over the same updates (as `training_cost`), and its trained
+    policy's evaluation with the shield on and off."""
+    overrides = {"patience": sizes.patience, "num_envs": sizes.num_envs, "rollouts": sizes.rollouts}
+    ippo = [make_trainer(run_config(experiment, env_name, "ippo", **overrides)) for _ in range(2)]
+    shielded = make_trainer(run_config(experiment, env_name, "shield_dec", **overrides))
+    if (
+        not isinstance(shielded, ShieldedIPPO)
+        or not isinstance(shielded.shield, BudgetShield)
+        or shielded.shield.config.coordination != "decentralised"
+    ):
+        raise RuntimeError(f"{env_name}: shield_dec is not the decentralised v1 shield")
+    patience = shielded.shield_cfg.shield_patience
+    updates = patience + sizes.armed_updates
+    split = CpuSplit()
+    split.wrap(shielded, "after_update", "models")
+    split.wrap(shielded.shield, "filter", "filter")
+    try:
+        ippo_seconds, shield_seconds, parts = alternate(ippo, shielded, updates, split)
+    finally:
+        split.restore()
+    armed = slice(patience, updates)
+    before = parts[patience - 1] if patience > 0 else {}
+    spent = {k: parts[-1].get(k, 0.0) - before.get(k, 0.0) for k in ("filter", "models")}
+    ippo_armed = float(ippo_seconds.mean(axis=0)[armed].sum())
+    shield_armed = float(shield_seconds[armed].sum())
+    critic = shielded.critic
+    return {
+        "env": env_name,
+        "n_agents": shielded.env.n_agents,
+        "continuation": shielded.shield_cfg.continuation,
+        "deciding_continuation": None if critic is None else critic.continuation,
+        "patience": patience,
+        "armed_updates": sizes.armed_updates,
+        "ippo_armed_seconds": ippo_armed,
+        "shield_armed_seconds": shield_armed,
+        "ratio_armed": shield_armed / ippo_armed,
+        "armed_filter_seconds": spent["filter"],
+        "armed_model_seconds": spent["models"],
+        "evaluation": evaluation_cost(shielded, sizes, floor=False),
     }
 
 
@@ -680,12 +751,15 @@ def benchmark(
         "filter": [],
         "training": [],
         "evaluation": [],
+        "decentralised": [],
     }
     for env_name in envs:
         result["filter"].append(filter_arithmetic(experiment, env_name, sizes))
         training, trainer = training_cost(experiment, env_name, sizes)
         result["training"].append(training)
         result["evaluation"].append(evaluation_cost(trainer, sizes))
+        if "shield_dec" in experiment["algos"]:
+            result["decentralised"].append(decentralised_cost(experiment, env_name, sizes))
     result["machine"] = {
         **machine_info(load_before),
         "wall_seconds": time.perf_counter() - wall,
@@ -711,6 +785,15 @@ def targets(r: Mapping[str, Any]) -> list[str]:
         lines.append(
             f"- {e['env']}: shield-on evaluation <= {EVAL_TARGET:g}x shield-off: "
             f"{e['ratio']:.2f}x, {met}; floor {e['floor']:.2f}x."
+        )
+    for d in r.get("decentralised", []):
+        train_met = "met" if d["ratio_armed"] <= TRAIN_TARGET else "NOT met"
+        e = d["evaluation"]
+        eval_met = "met" if e["ratio"] <= EVAL_TARGET else "NOT met"
+        lines.append(
+            f"- {d['env']}: shield_dec training <= {TRAIN_TARGET:g}x ippo (armed updates): "
+            f"{d['ratio_armed']:.2f}x, {train_met}; shield-on evaluation <= {EVAL_TARGET:g}x "
+            f"shield-off: {e['ratio']:.2f}x, {eval_met}."
         )
     return lines
 
@@ -817,6 +900,33 @@ def render_markdown(r: Mapping[str, Any], *, command: str = "python -m benchmark
             f"{e['overridden_share']:.0%} / {e['one_change_share']:.0%} / "
             f"{e['searched_share']:.0%} | {e['proposal_seconds']:.2f} | {e['floor']:.2f} |"
         )
+    if r.get("decentralised"):
+        d0 = r["decentralised"][0]
+        lines += [
+            "",
+            "### The decentralised shield (`shield_dec`)",
+            "",
+            f"The same measurements for `shield_dec` of the default experiment: its first "
+            f"{d0['patience']} + {d0['armed_updates']} updates against `ippo` (one update of "
+            "each in turn, `ippo` twice), and its trained policy's evaluation with the shield "
+            "on and off (as above). Continuation: the config's, and the critic it decided "
+            "with at the end of these updates (`auto`). Overridden: decisions in which some "
+            "agent's proposal was replaced.",
+            "",
+            "| env | continuation (deciding) | ippo s, armed | shield_dec s, armed | ratio, "
+            "armed updates | filter s | model fitting s | eval off s | eval on s | ratio on / "
+            "off | overridden |",
+            "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        ]
+        for d in r["decentralised"]:
+            e = d["evaluation"]
+            lines.append(
+                f"| {d['env']} | {d['continuation']} ({d['deciding_continuation']}) | "
+                f"{d['ippo_armed_seconds']:.1f} | {d['shield_armed_seconds']:.1f} | "
+                f"**{d['ratio_armed']:.2f}** | {d['armed_filter_seconds']:.1f} | "
+                f"{d['armed_model_seconds']:.1f} | {e['off_seconds']:.2f} | "
+                f"{e['on_seconds']:.2f} | **{e['ratio']:.2f}** | {e['overridden_share']:.0%} |"
+            )
     lines += ["", "Targets:", "", *targets(r)]
     lines += comparison_markdown()
     return "\n".join(lines)

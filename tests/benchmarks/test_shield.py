@@ -86,6 +86,16 @@ def test_tiny_benchmark_has_every_figure(results):
         assert e["episodes"] == TINY.eval_episodes and e["max_steps"] == TINY.eval_steps
         assert e["off_seconds"] > 0 and e["on_seconds"] > 0 and math.isfinite(e["ratio"])
         assert e["proposal_seconds"] > 0 and e["floor"] > 1
+    # The default experiment has shield_dec: its training against ippo and its evaluation.
+    assert [d["env"] for d in results["decentralised"]] == list(bench.ENVS)
+    for d in results["decentralised"]:
+        assert d["continuation"] == "auto" and d["deciding_continuation"] in ("team", "opponent")
+        assert d["ippo_armed_seconds"] > 0 and d["shield_armed_seconds"] > 0
+        assert d["ratio_armed"] == d["shield_armed_seconds"] / d["ippo_armed_seconds"]
+        assert d["armed_filter_seconds"] > 0 and d["armed_model_seconds"] > 0
+        e = d["evaluation"]
+        assert e["off_seconds"] > 0 and e["on_seconds"] > 0 and "floor" not in e
+        assert 0 <= e["overridden_share"] <= 1
     machine = results["machine"]
     assert machine["torch_threads"] == 1 and machine["cpus"] >= 1
     json.dumps(results)  # the saved file is plain JSON
@@ -97,7 +107,8 @@ def test_section_states_machine_config_and_targets(results, tmp_path):
     for needle in ("torch", "config/config.yaml", "python -m benchmarks.shield", "Targets"):
         assert needle in text
     for env in bench.ENVS:
-        assert text.count(f"| {env} |") >= 3  # filter, training, evaluation
+        assert text.count(f"| {env} |") >= 4  # filter, training, evaluation, shield_dec
+        assert f"- {env}: shield_dec training <= 2x ippo" in text
     path = tmp_path / "BENCHMARKS.md"
     write_section("shield", text, path=path)
     start, end = markers("shield")
