@@ -491,7 +491,10 @@ def write_results_doc(
             "training job (calibration episodes included) and evaluation job, mean over the "
             "runs, from the Snakemake benchmark files (the jobs ran side by side, so CPU, not "
             "wall time); filter s: wall seconds inside the shield during training, mean over "
-            "the runs.",
+            "the runs. Jobs that share the cores slow each other (caches, shared cores), so "
+            "these costs move with what ran beside them from one run of the workflow to the "
+            "next; `benchmarks/BENCHMARKS.md` has the costs measured alone, against their "
+            "peers.",
             "",
             *compared,
             "",
