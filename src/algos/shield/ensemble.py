@@ -94,6 +94,18 @@ def selected_rows(table: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
     return picked.view(*index.shape[:-1], h)
 
 
+def selected_rows_and_state(
+    table: torch.Tensor, index: torch.Tensor, states: torch.Tensor, state_row: torch.Tensor
+) -> torch.Tensor:
+    """`selected_rows(table, index)` [M, ..., H] plus, per member, the row of `states`
+    [M, S, H] that `state_row` [M, ...] names: both in one pass over the rows (the state's
+    row is added last, so the sums are those of adding it to `selected_rows`' result)."""
+    r = table.shape[1]
+    combined = torch.cat([table, states], dim=1)
+    rows = (state_row + r).expand(index.shape[:-1]).unsqueeze(-1)
+    return selected_rows(combined, torch.cat([index, rows], dim=-1))
+
+
 def rows_of_states(values: torch.Tensor, state_index: torch.Tensor) -> torch.Tensor:
     """Per member, the rows of `values` [M, S, ...] that `state_index` names: [P] (the same
     states for every member) or [M, P] (each member its own) -> [M, P, ...]."""

@@ -411,6 +411,20 @@ def test_selected_rows_is_the_one_hot_product():
     torch.testing.assert_close(selected_rows(table, index), torch.bmm(one_hot, table))
 
 
+def test_selected_rows_and_state_adds_the_states_row_in_the_same_pass():
+    from src.algos.shield.ensemble import selected_rows, selected_rows_and_state
+
+    gen = torch.Generator().manual_seed(0)
+    table = torch.randn(3, 10, 4, generator=gen)
+    states = torch.randn(3, 6, 4, generator=gen)
+    index = torch.randint(0, 10, (3, 5, 2, 3), generator=gen)
+    state_row = torch.randint(0, 6, (3, 5, 1), generator=gen)  # one state per row of options
+    fused = selected_rows_and_state(table, index, states, state_row)
+    picked = states[torch.arange(3).view(3, 1, 1), state_row.expand(3, 5, 2)]
+    # The same sums as adding the state's row afterwards, to the last bit.
+    assert torch.equal(fused, selected_rows(table, index) + picked)
+
+
 def test_opponent_option_q_is_each_agents_critic_on_the_predicted_successors():
     """With `continuation: opponent` the composed layers add the judging agent's row: the same
     numbers as predicting s' and valuing it for that agent, and different agents differ."""
