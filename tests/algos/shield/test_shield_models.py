@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import math
+from typing import Any
 
 import numpy as np
 import pytest
@@ -425,27 +426,29 @@ def test_selected_rows_and_state_adds_the_states_row_in_the_same_pass():
     assert torch.equal(fused, selected_rows(table, index) + picked)
 
 
-def test_opponent_option_q_is_each_agents_critic_on_the_predicted_successors():
-    """With `continuation: opponent` the composed layers add the judging agent's row: the same
-    numbers as predicting s' and valuing it for that agent, and different agents differ."""
+def _perturbed_models(seed: int, **critic_options: object) -> tuple[Any, Any, torch.Generator]:
+    """A 3-agent TeamWorldModel and RiskCritic (`critic_options`: its continuation, ...) with
+    every weight, the target net's too, moved off its start by draws from a generator seeded
+    `seed`; the generator is returned for the test's further draws."""
     from src.algos.shield.critic import RiskCritic
     from src.algos.shield.world_model import TeamWorldModel
 
     dims = {"n_agents": 3, "obs_dim": 5, "n_actions": 4, "ensemble_size": 2}
     model = TeamWorldModel(**dims, hidden=(16, 16), learning_rate=1e-3, seed=0)
     critic = RiskCritic(
-        **dims,
-        hidden=(8, 8),
-        learning_rate=1e-3,
-        tau=0.1,
-        horizon=10,
-        seed=1,
-        continuation="opponent",
+        **dims, hidden=(8, 8), learning_rate=1e-3, tau=0.1, horizon=10, seed=1, **critic_options
     )
-    gen = torch.Generator().manual_seed(2)
+    gen = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         for p in (*model.parameters(), *critic.parameters(), *critic.target.parameters()):
             p.add_(0.3 * torch.randn(p.shape, generator=gen))
+    return model, critic, gen
+
+
+def test_opponent_option_q_is_each_agents_critic_on_the_predicted_successors():
+    """With `continuation: opponent` the composed layers add the judging agent's row: the same
+    numbers as predicting s' and valuing it for that agent, and different agents differ."""
+    model, critic, gen = _perturbed_models(2, continuation="opponent")
     critic.obs_mean.copy_(torch.randn(critic.obs_mean.shape, generator=gen))
     obs = torch.randn(2, 6, 15, generator=gen)
     options = torch.randint(0, 4, (2, 6, 7, 3), generator=gen)
@@ -470,24 +473,7 @@ def test_option_q_of_rows_that_share_states_is_option_q_of_those_states(continua
     """`state_index`: rows of options whose states are computed once give the numbers of the
     same rows with their states repeated, each row with its own steps left and agent; also
     through a world model without the composed layers (the gathered definition)."""
-    from src.algos.shield.critic import RiskCritic
-    from src.algos.shield.world_model import TeamWorldModel
-
-    dims = {"n_agents": 3, "obs_dim": 5, "n_actions": 4, "ensemble_size": 2}
-    model = TeamWorldModel(**dims, hidden=(16, 16), learning_rate=1e-3, seed=0)
-    critic = RiskCritic(
-        **dims,
-        hidden=(8, 8),
-        learning_rate=1e-3,
-        tau=0.1,
-        horizon=10,
-        seed=1,
-        continuation=continuation,
-    )
-    gen = torch.Generator().manual_seed(3)
-    with torch.no_grad():
-        for p in (*model.parameters(), *critic.parameters()):
-            p.add_(0.3 * torch.randn(p.shape, generator=gen))
+    model, critic, gen = _perturbed_models(3, continuation=continuation)
     obs = torch.randn(2, 4, 15, generator=gen)
     state_index = torch.tensor([2, 0, 2, 3, 3, 3, 1])  # state 2 twice, 3 three times
     options = torch.randint(0, 4, (2, 7, 5, 3), generator=gen)
@@ -515,26 +501,10 @@ def test_option_q_of_rows_that_share_states_is_option_q_of_those_states(continua
 def test_opponent_targets_judge_each_distinct_completion_once_with_the_same_numbers():
     """Repeated completions of a confident opponent model are judged once per (state, agent),
     and the targets are those of judging every completion (each member its own states)."""
-    from src.algos.shield.critic import RiskCritic
     from src.algos.shield.decentral import opponent_completions
-    from src.algos.shield.world_model import TeamWorldModel
 
-    dims = {"n_agents": 3, "obs_dim": 5, "n_actions": 4, "ensemble_size": 2}
-    model = TeamWorldModel(**dims, hidden=(16, 16), learning_rate=1e-3, seed=0)
-    critic = RiskCritic(
-        **dims,
-        hidden=(8, 8),
-        learning_rate=1e-3,
-        tau=0.1,
-        horizon=10,
-        seed=1,
-        continuation="opponent",
-        opponent_samples=8,  # 4 ** 2 = 16 completions: sampled
-    )
-    gen = torch.Generator().manual_seed(4)
-    with torch.no_grad():
-        for p in (*model.parameters(), *critic.parameters(), *critic.target.parameters()):
-            p.add_(0.3 * torch.randn(p.shape, generator=gen))
+    # 4 ** 2 = 16 completions of the others: sampled.
+    model, critic, gen = _perturbed_models(4, continuation="opponent", opponent_samples=8)
     obs = torch.randn(2, 6, 15, generator=gen)
     remaining = torch.randint(1, 10, (2, 6), generator=gen).float()
     confident = torch.full((12, 3, 4), 0.02)
