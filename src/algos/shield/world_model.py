@@ -34,6 +34,7 @@ from src.algos.shield.ensemble import (
     fit_steps,
     fold_normalisation,
     run_stacked,
+    selected_rows,
     selected_rows_and_state,
     stacked_layers,
 )
@@ -209,16 +210,20 @@ class EnsembleWorldModel(Versioned, OptimizerState, nn.Module):
         the state it names (-> [M, P, K, H]).
 
         The state's part of the first layer is computed once per state; each option adds the
-        first-layer rows its actions' one-hots select to it, in one pass
-        (`ensemble.selected_rows_and_state`).
+        first-layer rows its actions' one-hots select (`ensemble.selected_rows`; with
+        `state_index`, to its state's part in the same pass: `selected_rows_and_state`).
         """
         m, s, k, _ = options.shape
         d = self.joint_dim
         layers = self._folded_layers()
         w0, b0 = layers[0]
         first = torch.baddbmm(b0, joint_obs, w0[:, :d])  # [M, S, H]
-        state = _state_rows(first.shape[1], m, s, state_index).unsqueeze(2)  # [M, S', 1]
-        x = selected_rows_and_state(w0[:, d:], options + self.action_offset, first, state)
+        actions = options + self.action_offset
+        if state_index is None:
+            x = first.unsqueeze(2) + selected_rows(w0[:, d:], actions)
+        else:  # each row's state added in the same pass (no gathered copy of the states)
+            state = state_index.expand(m, s).unsqueeze(2)  # [M, P, 1]
+            x = selected_rows_and_state(w0[:, d:], actions, first, state)
         x = x.relu_().view(m, s * k, -1)
         for w, b in layers[1:-1]:
             x = torch.baddbmm(b, x, w).relu_()
@@ -392,10 +397,12 @@ class AgentCostModel(Versioned, OptimizerState, nn.Module):
         first = torch.bmm(joint_obs.view(m, states * a, self.obs_dim), obs_w)
         first = first.view(m, states, a, -1)
         first += agent_bias
-        # Row (state, agent) of the first layer's state part: state * A + agent.
-        state = _state_rows(states, m, s, state_index).view(m, s, 1, 1) * a + torch.arange(a)
         actions = options[..., self.order] + self.offset  # [M, S, K, A, A]: own action first
-        x = selected_rows_and_state(action_w, actions, first.view(m, states * a, -1), state)
+        if state_index is None:
+            x = first.unsqueeze(2) + selected_rows(action_w, actions)
+        else:  # row (state, agent) of the state part, state * A + agent, in the same pass
+            state = state_index.expand(m, s).view(m, s, 1, 1) * a + torch.arange(a)
+            x = selected_rows_and_state(action_w, actions, first.view(m, states * a, -1), state)
         x = x.relu_().view(m, s * k * a, -1)
         last = len(rest) - 1
         for i, (w, b) in enumerate(rest):
@@ -552,16 +559,6 @@ def predict_options(
         risk.reshape(m, s, k).clone(),
         done.reshape(m, s, k).clone(),
     )
-
-
-def _state_rows(
-    states: int, members: int, rows: int, state_index: torch.Tensor | None
-) -> torch.Tensor:
-    """The state of each of `rows` rows of options, per member: [M, rows] indices into the
-    `states` states (row p is state p without a `state_index`)."""
-    if state_index is None:
-        return torch.arange(states).expand(members, states)
-    return state_index.expand(members, rows)
 
 
 def make_world_model(
