@@ -410,7 +410,7 @@ class RiskCritic(OptimizerState, nn.Module):
         q = torch.zeros(m, b * a * k, n, dtype=judged.dtype)
         q.scatter_(1, row.unsqueeze(2).expand(m, count, n), judged)
         q = q.view(m * b, a, k, n).gather(2, first.unsqueeze(3).expand(m * b, a, k, n))
-        q = q.view(m, b, a, k, n).transpose(3, 4)  # [M, B, A, n, K]
+        q = q.view(m, b, a, k, n).transpose(3, 4).contiguous()  # [M, B, A, n, K]
         expected = (q * weights.view(m, b, a, 1, k).to(q.dtype)).sum(dim=4)
         return expected.amin(dim=3)
 
