@@ -521,19 +521,34 @@ def alternate(
     return ippo_seconds, shield_seconds, parts
 
 
-def training_cost(
-    experiment: Mapping[str, Any], env_name: str, sizes: Sizes
-) -> tuple[dict[str, Any], ShieldedIPPO]:
-    """CPU seconds of `shield` vs `ippo` over the same updates, one update of each in turn."""
+def side_by_side(
+    experiment: Mapping[str, Any], env_name: str, algo: str, sizes: Sizes, coordination: str
+) -> tuple[list[IPPO], ShieldedIPPO, int, int]:
+    """Two `ippo` trainers and one of the v1 shield `algo` (its `coordination`) on `env_name`,
+    at `sizes`: (ippo runs, shield run, its watching updates, the updates to measure)."""
     overrides = {"patience": sizes.patience, "num_envs": sizes.num_envs, "rollouts": sizes.rollouts}
     ippo = [make_trainer(run_config(experiment, env_name, "ippo", **overrides)) for _ in range(2)]
-    shielded = make_trainer(run_config(experiment, env_name, "shield", **overrides))
-    if not isinstance(shielded, ShieldedIPPO) or not isinstance(shielded.shield, BudgetShield):
-        raise RuntimeError(f"{env_name}: the default shield is not the v1 shield")
+    shielded = make_trainer(run_config(experiment, env_name, algo, **overrides))
+    if (
+        not isinstance(shielded, ShieldedIPPO)
+        or not isinstance(shielded.shield, BudgetShield)
+        or shielded.shield.config.coordination != coordination
+    ):
+        raise RuntimeError(f"{env_name}: {algo} is not the {coordination} v1 shield")
     patience = shielded.shield_cfg.shield_patience
     updates = patience + sizes.armed_updates
     if updates > shielded.num_updates:
         raise ValueError(f"{updates} updates asked, the run has {shielded.num_updates}")
+    return ippo, shielded, patience, updates
+
+
+def training_cost(
+    experiment: Mapping[str, Any], env_name: str, sizes: Sizes
+) -> tuple[dict[str, Any], ShieldedIPPO]:
+    """CPU seconds of `shield` vs `ippo` over the same updates, one update of each in turn."""
+    ippo, shielded, patience, updates = side_by_side(
+        experiment, env_name, "shield", sizes, "central"
+    )
     split = CpuSplit()
     split.wrap(shielded, "collect_rollout", "collect")
     split.wrap(shielded, "after_update", "models")
@@ -680,17 +695,9 @@ def decentralised_cost(
 ) -> dict[str, Any]:
     """`shield_dec` against `ippo` over the same updates (as `training_cost`), and its trained
     policy's evaluation with the shield on and off."""
-    overrides = {"patience": sizes.patience, "num_envs": sizes.num_envs, "rollouts": sizes.rollouts}
-    ippo = [make_trainer(run_config(experiment, env_name, "ippo", **overrides)) for _ in range(2)]
-    shielded = make_trainer(run_config(experiment, env_name, "shield_dec", **overrides))
-    if (
-        not isinstance(shielded, ShieldedIPPO)
-        or not isinstance(shielded.shield, BudgetShield)
-        or shielded.shield.config.coordination != "decentralised"
-    ):
-        raise RuntimeError(f"{env_name}: shield_dec is not the decentralised v1 shield")
-    patience = shielded.shield_cfg.shield_patience
-    updates = patience + sizes.armed_updates
+    ippo, shielded, patience, updates = side_by_side(
+        experiment, env_name, "shield_dec", sizes, "decentralised"
+    )
     split = CpuSplit()
     split.wrap(shielded, "after_update", "models")
     split.wrap(shielded.shield, "filter", "filter")
