@@ -45,7 +45,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from benchmarks.common import write_section
+from benchmarks.common import save_results, write_section
 from src.algos.train import build_trainer
 from src.config.run import make_run_config
 from src.envs.registry import make_vector_env
@@ -740,14 +740,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         args.steps, args.seeds, args.grid_steps = 8 * 64 * 2, 2, 64 * 64 * 2
     results = benchmark(steps=args.steps, seeds=args.seeds, grid_steps=args.grid_steps)
     markdown = render_markdown(results)
-    print(markdown)
-    OUT.mkdir(parents=True, exist_ok=True)
-    name = "algos_quick.json" if args.quick else "algos.json"
-    tmp = OUT / f".{name}.tmp"
-    tmp.write_text(json.dumps(results, indent=2) + "\n")
-    os.replace(tmp, OUT / name)
-    if not args.quick:
-        write_section("algos", markdown)
+    save_results("algos", results, markdown, quick=args.quick)
     return 0
 
 

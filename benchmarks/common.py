@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import json
 import os
 import platform
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +15,7 @@ import torch
 from src.analysis.files import write_text
 
 BENCHMARKS_MD = Path(__file__).with_name("BENCHMARKS.md")
+OUT = Path(__file__).with_name("out")
 
 
 def markers(name: str) -> tuple[str, str]:
@@ -57,3 +59,23 @@ def write_section(
         preface = "".join(f"{part}\n\n" for part in (heading, intro) if part)
         text = text.rstrip("\n") + f"\n\n{preface}{block}\n"
     write_text(text, path)
+
+
+def save_results(
+    name: str,
+    results: Mapping[str, Any],
+    markdown: str,
+    *,
+    quick: bool,
+    out: Path = OUT,
+    path: Path = BENCHMARKS_MD,
+) -> None:
+    """Print benchmark `name`'s `markdown`, save its `results` as `<out>/<name>.json`
+    (`<name>_quick.json` for a smoke run) atomically and, unless `quick`, make `markdown` its
+    section of `path`."""
+    print(markdown)
+    out.mkdir(parents=True, exist_ok=True)
+    text = json.dumps(results, indent=2, default=float) + "\n"
+    write_text(text, out / f"{name}{'_quick' if quick else ''}.json")
+    if not quick:
+        write_section(name, markdown, path=path)

@@ -20,7 +20,9 @@ machine count only this process's work. Measured, per env:
   (without the filter), the filter, model fitting (`after_update`: world model, safety
   critic, calibration) and the rest (advantages, PPO update, logging);
 - evaluation: the trained shield policy over the evaluation's episodes (seeds, batch size
-  and episode length of the config's `final_policy_eval_*`), with the shield and without it;
+  and episode length of the config's `final_policy_eval_*`), with the shield and without it
+  (the CPU time of each, and the share of episodes with a violation within the constraint's
+  horizon and the mean return, which say what the time bought);
 - the decentralised shield (`shield_dec`, when the experiment runs it): its training against
   `ippo` over the same updates and its trained policy's evaluation, as above (no stage split
   and no floor: those describe the central filter).
@@ -54,7 +56,7 @@ import torch
 import yaml
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from benchmarks.common import machine_info, write_section
+from benchmarks.common import machine_info, save_results
 from src.algos import metrics as M
 from src.algos.ippo import IPPO
 from src.algos.networks import ActorCritic
@@ -64,9 +66,11 @@ from src.algos.shield.assemble import load_shield
 from src.algos.shield.budget import BudgetShield
 from src.algos.shield.trainer import ShieldedIPPO
 from src.algos.train import build_trainer, make_vector_env_for
+from src.config.base import CONSTRAINT_HORIZON
 from src.config.run import RunConfig, make_run_config
 from src.core.logging import WARNING, configure_logging
 from src.envs.registry import make_vector_env
+from src.evaluation.episodes import horizon_summary
 from src.evaluation.evaluate import collect_episodes
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -642,6 +646,10 @@ def evaluation_cost(trainer: ShieldedIPPO, sizes: Sizes, *, floor: bool = True) 
     }
     seconds: dict[str, list[float]] = {"off": [], "on": []}
     lengths: dict[str, float] = {}
+    # P(violation within the constraint's horizon), its interval's upper end, the mean return
+    # within it: the evaluation's own summary of each mode's episodes.
+    risk: dict[str, dict[str, float]] = {}
+    horizon = min(CONSTRAINT_HORIZON, steps)
 
     def run(mode: str) -> float:
         started = time.process_time()
@@ -656,6 +664,14 @@ def evaluation_cost(trainer: ShieldedIPPO, sizes: Sizes, *, floor: bool = True) 
             actor_seed=settings.first_seed(config.run_idx),
         )
         lengths[mode] = float(episodes_run.length.mean())
+        summary = horizon_summary(
+            episodes_run, [horizon], confidence=settings.final_policy_eval_confidence
+        ).iloc[0]
+        risk[mode] = {
+            "violating": float(summary["p_violation"]),
+            "violating_high": float(summary["ci_high"]),
+            "return": float(summary["mean_return"]),
+        }
         return time.process_time() - started
 
     if not isinstance(shield, BudgetShield):
@@ -674,6 +690,9 @@ def evaluation_cost(trainer: ShieldedIPPO, sizes: Sizes, *, floor: bool = True) 
         "batch_size": batch,
         "mean_length_off": lengths["off"],
         "mean_length_on": lengths["on"],
+        "horizon": horizon,
+        "confidence": settings.final_policy_eval_confidence,
+        **{f"{key}_{mode}": value for mode in ("off", "on") for key, value in risk[mode].items()},
         "off_seconds": off,
         "on_seconds": on,
         "ratio": on / off,
@@ -894,15 +913,19 @@ def render_markdown(r: Mapping[str, Any], *, command: str = "python -m benchmark
         f"{e0['max_steps']} steps ({e0['batch_size']} copies per batch, the evaluation's "
         f"seeds), shield on and off; fastest of {s['eval_repeats']} passes of each. Floor: "
         "shield off plus each step's proposals judged once (the same filter calls, recorded "
-        "in a further untimed pass).",
+        f"in a further untimed pass). Violating: the share of the episodes with a violation "
+        f"within the constraint's {e0['horizon']} steps, of this policy at its training "
+        "allowance (not the deployed one, which its certificate chooses after the last update; "
+        'section "Shield cost against its models" evaluates that one).',
         "",
-        "| env | mean length off / on | off s | on s | ratio on / off | "
+        "| env | mean length off / on | violating off / on | off s | on s | ratio on / off | "
         "overridden / one-agent / searched | proposals judged once s | floor |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for e in r["evaluation"]:
         lines.append(
             f"| {e['env']} | {e['mean_length_off']:.0f} / {e['mean_length_on']:.0f} | "
+            f"{e['violating_off']:.3f} / {e['violating_on']:.3f} | "
             f"{e['off_seconds']:.2f} | {e['on_seconds']:.2f} | **{e['ratio']:.2f}** | "
             f"{e['overridden_share']:.0%} / {e['one_change_share']:.0%} / "
             f"{e['searched_share']:.0%} | {e['proposal_seconds']:.2f} | {e['floor']:.2f} |"
@@ -973,14 +996,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     results = benchmark(sizes)
     command = "python -m benchmarks.shield" + (" --quick" if args.quick else "")
     markdown = render_markdown(results, command=command)
-    print(markdown)
-    OUT.mkdir(parents=True, exist_ok=True)
-    name = "shield_quick.json" if args.quick else "shield.json"
-    tmp = OUT / f".{name}.tmp"
-    tmp.write_text(json.dumps(results, indent=2, default=float) + "\n")
-    os.replace(tmp, OUT / name)
-    if not args.quick:
-        write_section("shield", markdown)
+    save_results("shield", results, markdown, quick=args.quick)
     return 0
 
 

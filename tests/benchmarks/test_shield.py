@@ -86,6 +86,9 @@ def test_tiny_benchmark_has_every_figure(results):
         assert e["episodes"] == TINY.eval_episodes and e["max_steps"] == TINY.eval_steps
         assert e["off_seconds"] > 0 and e["on_seconds"] > 0 and math.isfinite(e["ratio"])
         assert e["proposal_seconds"] > 0 and e["floor"] > 1
+        assert 0 <= e["violating_on"] <= e["violating_high_on"] <= 1
+        assert 0 <= e["violating_off"] <= e["violating_high_off"] <= 1
+        assert math.isfinite(e["return_on"]) and math.isfinite(e["return_off"])
     # The default experiment has shield_dec: its training against ippo and its evaluation.
     assert [d["env"] for d in results["decentralised"]] == list(bench.ENVS)
     for d in results["decentralised"]:
