@@ -107,7 +107,9 @@ def lever_experiment(experiment: Mapping[str, Any], lever: str) -> dict[str, Any
     return changed
 
 
-def measure(experiment: Mapping[str, Any], env_name: str, lever: str, sizes: Sizes) -> dict:
+def measure(
+    experiment: Mapping[str, Any], env_name: str, lever: str, sizes: Sizes
+) -> dict[str, Any]:
     """One (env, lever): its training cost, then the run to its end and its evaluation."""
     training, trainer = training_cost(lever_experiment(experiment, lever), env_name, sizes)
     trainer.train(progress=False)  # the remaining updates, then the certificate
@@ -135,7 +137,9 @@ def measure(experiment: Mapping[str, Any], env_name: str, lever: str, sizes: Siz
     }
 
 
-def _configured_shield(experiment: Mapping[str, Any], env_name: str, sizes: Sizes) -> dict:
+def _configured_shield(
+    experiment: Mapping[str, Any], env_name: str, sizes: Sizes
+) -> dict[str, Any]:
     """The resolved shield settings of `experiment` on `env_name` at `sizes`."""
     sized = {"patience": sizes.patience, "num_envs": sizes.num_envs, "rollouts": sizes.rollouts}
     return RunConfig.from_dict(run_config(experiment, env_name, "shield", **sized)).shield.to_dict()
