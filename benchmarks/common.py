@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import platform
@@ -59,6 +60,17 @@ def write_section(
         preface = "".join(f"{part}\n\n" for part in (heading, intro) if part)
         text = text.rstrip("\n") + f"\n\n{preface}{block}\n"
     write_text(text, path)
+
+
+def positive_int(text: str) -> int:
+    """An argparse type: an integer >= 1, or an error that names the value."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {value}")
+    return value
 
 
 def save_results(

@@ -56,7 +56,7 @@ import torch
 import yaml
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from benchmarks.common import machine_info, save_results
+from benchmarks.common import machine_info, positive_int, save_results
 from src.algos import metrics as M
 from src.algos.ippo import IPPO
 from src.algos.networks import ActorCritic
@@ -653,7 +653,7 @@ def evaluation_cost(trainer: ShieldedIPPO, sizes: Sizes, *, floor: bool = True) 
 
     def run(mode: str) -> float:
         started = time.process_time()
-        episodes_run = collect_episodes(
+        batch_run = collect_episodes(
             make_vec=lambda copies: make_vector_env(
                 config.env_name, num_envs=copies, seed=None, **params
             ),
@@ -663,16 +663,17 @@ def evaluation_cost(trainer: ShieldedIPPO, sizes: Sizes, *, floor: bool = True) 
             batch_size=batch,
             actor_seed=settings.first_seed(config.run_idx),
         )
-        lengths[mode] = float(episodes_run.length.mean())
+        seconds = time.process_time() - started  # the episodes only, not their summary
+        lengths[mode] = float(batch_run.length.mean())
         summary = horizon_summary(
-            episodes_run, [horizon], confidence=settings.final_policy_eval_confidence
+            batch_run, [horizon], confidence=settings.final_policy_eval_confidence
         ).iloc[0]
         risk[mode] = {
             "violating": float(summary["p_violation"]),
             "violating_high": float(summary["ci_high"]),
             "return": float(summary["mean_return"]),
         }
-        return time.process_time() - started
+        return seconds
 
     if not isinstance(shield, BudgetShield):
         raise RuntimeError(f"{config.env_name}: the trained shield is not the v1 shield")
@@ -984,8 +985,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Command line: run the benchmark, save JSON, update BENCHMARKS.md."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="tiny budget, no markdown update")
-    parser.add_argument("--armed-updates", type=int, help="training updates after arming")
-    parser.add_argument("--repeats", type=int, help="timed passes of the filter replays")
+    parser.add_argument("--armed-updates", type=positive_int, help="training updates after arming")
+    parser.add_argument("--repeats", type=positive_int, help="timed passes of the filter replays")
     args = parser.parse_args(list(argv) if argv is not None else [])
     sizes = QUICK if args.quick else FULL
     if args.armed_updates is not None:

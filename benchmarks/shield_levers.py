@@ -46,7 +46,7 @@ from typing import Any  # noqa: E402
 
 import torch  # noqa: E402
 
-from benchmarks.common import machine_info, save_results  # noqa: E402
+from benchmarks.common import machine_info, positive_int, save_results  # noqa: E402
 from benchmarks.shield import (  # noqa: E402
     ENVS,
     EVAL_TARGET,
@@ -259,7 +259,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--levers", nargs="+", choices=list(LEVERS), default=list(LEVERS))
     parser.add_argument("--envs", nargs="+", choices=list(ENVS), default=list(ENVS))
     parser.add_argument("--quick", action="store_true", help="tiny sizes, no markdown update")
-    parser.add_argument("--armed-updates", type=int, help="training updates measured after arming")
+    parser.add_argument(
+        "--armed-updates", type=positive_int, help="training updates measured after arming"
+    )
     args = parser.parse_args(list(argv) if argv is not None else [])
     sizes = QUICK if args.quick else FULL
     if args.armed_updates is not None:

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 from pathlib import Path
 
 import numpy as np
+import pytest
 
-from benchmarks.common import markers, save_results
+from benchmarks.common import markers, positive_int, save_results
 
 
 def test_a_smoke_run_saves_its_results_apart_and_leaves_the_markdown(tmp_path: Path) -> None:
@@ -28,3 +30,16 @@ def test_a_full_run_saves_its_results_and_replaces_its_section(tmp_path: Path) -
     start, end = markers("demo")
     assert text.count(start) == 1 and text.count(end) == 1
     assert "second" in text and "first" not in text
+
+
+def test_counts_on_the_command_line_must_be_positive() -> None:
+    from benchmarks import shield, shield_levers
+
+    assert positive_int("3") == 3
+    for bad in ("0", "-2", "two"):
+        with pytest.raises(argparse.ArgumentTypeError, match=f"got {bad!r}|got {bad}"):
+            positive_int(bad)
+    for main in (shield.main, shield_levers.main):
+        with pytest.raises(SystemExit) as exit_info:
+            main(["--armed-updates", "0"])
+        assert exit_info.value.code == 2
