@@ -36,6 +36,7 @@ from src.algos.seeding import copy_seeds, seed_everything
 from src.algos.tracker import EpisodeTracker
 from src.config.run import RunConfig
 from src.core.logging import log
+from src.numerics import adam
 from src.records import EpisodeLog
 
 __all__ = ["IPPO", "IPPO_VERSIONS", "TrainingCallback"]
@@ -86,10 +87,8 @@ class IPPO:
             hidden_sizes=self.cfg.hidden_sizes,
             cost_critic=self.uses_cost_critic,
         )
-        # foreach: one fused call per step instead of a Python loop over parameters (the
-        # CPU default), measurably cheaper for these small networks.
-        self.optimizer = torch.optim.Adam(
-            self.net.parameters(), lr=self.cfg.learning_rate, eps=self.cfg.adam_eps, foreach=True
+        self.optimizer = adam(
+            self.net.parameters(), lr=self.cfg.learning_rate, eps=self.cfg.adam_eps
         )
         # Action sampling and minibatch order draw from this generator only.
         self.generator = torch.Generator().manual_seed(self.seed)

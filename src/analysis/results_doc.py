@@ -148,7 +148,30 @@ def _setup(configs: Sequence[dict], tag: str) -> list[str]:
         f"policy at horizons {_values(configs, 'final_policy_eval_horizons')}, intervals at "
         f"confidence {_values(configs, 'final_policy_eval_confidence')}",
         f"- code: commit {', '.join(commits)}",
+        _code_path_line(configs),
     ]
+
+
+def _code_path_line(configs: Sequence[dict]) -> str:
+    """The floating-point code path the runs trained on (`src.numerics.kernels`, recorded in
+    each run's config.json): its fingerprint and settings, one entry per distinct path."""
+    paths = set()
+    for config in configs:
+        kernels = config.get("kernels") if isinstance(config.get("kernels"), dict) else {}
+        settings = ", ".join(
+            f"{name}={kernels.get(name)}"
+            for name in ("MKL_CBWR", "ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA")
+        )
+        paths.add(f"`{kernels.get('fingerprint', 'unrecorded')}` ({settings})")
+    text = "; ".join(sorted(paths))
+    mixed = (
+        " (the runs differ: their numbers need not reproduce together)" if len(paths) > 1 else ""
+    )
+    return (
+        f"- code path: {text}{mixed}; a machine reproduces these numbers bit for bit when "
+        "`python -m tests.reliability.fingerprints` prints this fingerprint (docs/design.md, "
+        "section 8)"
+    )
 
 
 def _lambda_line(env: str, updates: pd.DataFrame, configs: Sequence[dict]) -> str | None:

@@ -67,6 +67,7 @@ from src.algos.shield.world_model import (
     predict_options,
 )
 from src.config.shield import BACKUPS, CONTINUATIONS
+from src.numerics import adam
 
 __all__ = ["OpponentPolicy", "RiskCritic"]
 
@@ -148,7 +149,7 @@ class RiskCritic(OptimizerState, nn.Module):
         self.register_buffer("obs_mean", torch.zeros(self.joint_dim))
         self.register_buffer("obs_std", torch.ones(self.joint_dim))
         self.register_buffer("actions", joint_actions(n_agents, n_actions))
-        self.optimizer = torch.optim.Adam(self.members.parameters(), lr=learning_rate)
+        self.optimizer = adam(self.members.parameters(), lr=learning_rate)
         # `_composed`'s cache, per net: (world model, version key, layers).
         self._composition: dict[str, tuple[Any, ...]] = {}
         self._tracked: dict[str, tuple[torch.Tensor, ...]] = {}  # the tensors of its key

@@ -22,6 +22,7 @@ from src.algos.shield.kernels import Workspace, softmax_last
 from src.algos.shield.optimizer_state import OptimizerState
 from src.algos.shield.replay import TransitionReplay
 from src.checks import lookup
+from src.numerics import adam
 
 __all__ = [
     "OM_VERSIONS",
@@ -107,7 +108,7 @@ class OpponentMLP(OptimizerState, nn.Module):
             self.biases.append(
                 nn.Parameter((torch.rand(fan_out, generator=generator) * 2 - 1) * bound)
             )
-        self.optimizer = torch.optim.Adam(self.parameters(), lr=learning_rate)
+        self.optimizer = adam(self.parameters(), lr=learning_rate)
         self._workspace = Workspace()
 
     @property

@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import torch
 
 __all__ = ["Moments", "TransitionReplay"]
@@ -51,7 +52,10 @@ class Moments:
         if self.count == 0:
             raise ValueError("no rows to take moments of")
         mean = self.total / self.count
-        spread = (self.squares / self.count - mean.square()).clamp(min=0.0).sqrt()
+        variance = (self.squares / self.count - mean.square()).clamp(min=0.0)
+        # NumPy's square root is IEEE's, the same on every CPU (torch's goes to MKL's vector
+        # maths, src.numerics).
+        spread = torch.from_numpy(np.sqrt(variance.numpy()))
         std = torch.where(spread > 1e-6, spread, torch.ones_like(spread))
         return mean.float(), std.float()
 

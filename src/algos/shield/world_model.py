@@ -42,6 +42,7 @@ from src.algos.shield.kernels import Workspace
 from src.algos.shield.optimizer_state import OptimizerState
 from src.algos.shield.replay import TransitionReplay
 from src.checks import lookup
+from src.numerics import adam
 
 __all__ = [
     "WM_VERSIONS",
@@ -107,7 +108,7 @@ class EnsembleWorldModel(Versioned, OptimizerState, nn.Module):
         self.register_buffer("delta_mean", torch.zeros(self.joint_dim))
         self.register_buffer("delta_std", torch.ones(self.joint_dim))
         self.register_buffer("action_offset", torch.arange(n_agents) * n_actions)
-        self.optimizer = torch.optim.Adam(self.parameters(), lr=learning_rate)
+        self.optimizer = adam(self.parameters(), lr=learning_rate)
         self._workspace = Workspace()
         self._flip = 0  # which of the two input buffers the next inference call fills
         self._folded: tuple[tuple[int, ...], list] | None = None
@@ -350,7 +351,7 @@ class AgentCostModel(Versioned, OptimizerState, nn.Module):
         self.register_buffer("offset", torch.arange(a) * n)  # [A]
         self.register_buffer("obs_mean", torch.zeros(d))
         self.register_buffer("obs_std", torch.ones(d))
-        self.optimizer = torch.optim.Adam(self.parameters(), lr=learning_rate)
+        self.optimizer = adam(self.parameters(), lr=learning_rate)
         self._inference: tuple[tuple[int, ...], tuple[Any, ...]] | None = None
 
     def logits(self, joint_obs: torch.Tensor, joint_action: torch.Tensor) -> torch.Tensor:

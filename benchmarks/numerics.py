@@ -1,0 +1,230 @@
+"""What the common floating-point code path costs, and whether it gives the same bits elsewhere.
+
+Both measurements run side by side with a reference commit (`--against`, by default the last
+commit that pinned MKL's AVX2 branch), checked out in a temporary worktree; every child
+process imports `src` from its own tree.
+
+1. Training CPU time: run 0 of every task and algorithm of the default experiment
+   (config/config.yaml, its whole budget and certificate), trained in a child process in this
+   tree and in the reference's, one after the other per run, `--repeats` times; the ratio of
+   the CPU seconds of `train_run` (this tree / reference), per run and over all of them.
+2. With `--emulate CPU...`: the short runs of tests/reliability/fingerprints.py matching
+   `--runs`, trained on this machine and inside `qemu-x86_64 -cpu CPU` (e.g. `EPYC-Rome`, an
+   AMD EPYC without AVX-512; `Haswell`, an Intel CPU without it), in both trees: how many
+   runs hash alike on the emulated CPU and here.
+
+Run: `python -m benchmarks.numerics [--emulate EPYC-Rome Haswell] [--write]`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from benchmarks.common import machine_info, positive_int, save_results
+from src.numerics import PINNED
+
+ROOT = Path(__file__).resolve().parents[1]
+REFERENCE = "60e3090"
+"""The last commit whose pin was `MKL_CBWR=AVX2` (with torch's foreach Adam)."""
+FINGERPRINTS = ROOT / "tests" / "reliability" / "fingerprints.py"
+TASKS = ("hazard_grid", "intersection")
+ALGOS = ("ippo", "ippo_lag", "shield", "shield_dec")
+
+_TRAIN = """
+import json, sys, time, yaml
+from src.algos.train import train_run
+from src.config.workflow import resolve_run_config, validate_workflow_config
+config_file, env, algo, out = sys.argv[1:5]
+config = validate_workflow_config(yaml.safe_load(open(config_file)))
+run = resolve_run_config(config, env, algo, 0)
+started = time.process_time()
+train_run(run, out, progress=False, threads=1)
+print(json.dumps({"cpu_s": time.process_time() - started}))
+"""
+"""A child's training: the run's CPU seconds on stdout (the imports are not counted)."""
+
+
+def _child_env(tree: Path) -> dict[str, str]:
+    """The environment of a child that imports `src` from `tree`, on one thread, with no
+    kernel variable set: each tree's `src` pins its own (this process's import of `src` set
+    this tree's)."""
+    drop = {"PYTHONPATH", *PINNED}
+    keep = {k: v for k, v in os.environ.items() if k not in drop}
+    threads = {name: "1" for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS")}
+    return {**keep, **threads, "PYTHONPATH": str(tree)}
+
+
+def train_cpu_seconds(tree: Path, env: str, algo: str, config_file: Path) -> float:
+    """CPU seconds of training run 0 of (env, algo) of `config_file` with `tree`'s code."""
+    with tempfile.TemporaryDirectory() as out:
+        done = subprocess.run(
+            [sys.executable, "-c", _TRAIN, str(config_file), env, algo, f"{out}/run0"],
+            cwd=tree,
+            env=_child_env(tree),
+            capture_output=True,
+            text=True,
+        )
+    if done.returncode != 0:
+        raise RuntimeError(f"{tree}: training {env}/{algo} failed: {done.stderr[-2000:]}")
+    return float(json.loads(done.stdout.strip().splitlines()[-1])["cpu_s"])
+
+
+def fingerprints_of(tree: Path, runs: Sequence[str], cpu: str | None) -> dict[str, Any]:
+    """The fingerprints of the short runs matching `runs` with `tree`'s code, on this machine
+    (`cpu` None) or inside `qemu-x86_64 -cpu cpu`."""
+    command = [sys.executable, str(FINGERPRINTS), "--runs", *runs]
+    if cpu is not None:
+        command = ["qemu-x86_64", "-cpu", cpu, *command]
+    done = subprocess.run(command, cwd=tree, env=_child_env(tree), capture_output=True, text=True)
+    if done.returncode != 0:
+        raise RuntimeError(f"{tree} on {cpu or 'this CPU'} failed: {done.stderr[-2000:]}")
+    return json.loads(done.stdout[done.stdout.index("{\n") :])
+
+
+def measure(
+    reference: Path,
+    *,
+    config_file: Path,
+    repeats: int,
+    emulate: Sequence[str],
+    runs: Sequence[str],
+    pairs: Sequence[tuple[str, str]] = tuple((env, algo) for env in TASKS for algo in ALGOS),
+) -> dict[str, Any]:
+    """Both measurements (module docstring) of this tree against the `reference` tree; the
+    training cost of run 0 of each (env, algo) of `pairs`."""
+    trees = {"common": ROOT, "reference": reference}
+    cost: dict[str, dict[str, float]] = {}
+    for env, algo in pairs:
+        seconds = {name: 0.0 for name in trees}
+        for _ in range(repeats):
+            for name, tree in trees.items():
+                seconds[name] += train_cpu_seconds(tree, env, algo, config_file) / repeats
+        cost[f"{env}/{algo}"] = seconds
+        print(f"{env}/{algo}: {seconds}", flush=True)
+    agreement: dict[str, dict[str, Any]] = {}
+    for name, tree in trees.items():
+        here = fingerprints_of(tree, runs, None) if emulate else None
+        for cpu in emulate:
+            there = fingerprints_of(tree, runs, cpu)
+            same = sum(there["runs"][run] == value for run, value in here["runs"].items())
+            agreement[f"{name}/{cpu}"] = {
+                "runs": len(here["runs"]),
+                "same": same,
+                "kernels_here": here["kernels"],
+                "kernels_there": there["kernels"],
+            }
+            print(f"{name} on {cpu}: {same} of {len(here['runs'])} runs alike", flush=True)
+    return {"cost": cost, "agreement": agreement}
+
+
+def cpu_model() -> str:
+    """The CPU's model name (/proc/cpuinfo), or the machine type."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.machine()
+
+
+def markdown(results: dict[str, Any], reference: str) -> str:
+    """The section of BENCHMARKS.md."""
+    cost = results["cost"]
+    total = {name: sum(row[name] for row in cost.values()) for name in ("common", "reference")}
+    lines = [
+        "## Numerics",
+        "",
+        "What the common floating-point code path (`src/numerics.py`: MKL's `COMPATIBLE` "
+        "branch, ATen's AVX2 kernels, the fused Adam) costs against the pin of "
+        f"`{reference}` (MKL's `AVX2` branch, which holds on Intel CPUs only; torch's foreach "
+        "Adam), and whether it trains to the same bits on other CPUs. Training: run 0 of every "
+        "task and algorithm of the default experiment (its whole budget and certificate), CPU "
+        f"seconds of `train_run` on one thread, mean of {results['repeats']} run(s) of each "
+        "tree, the two trees one after the other per run "
+        f"(`python -m benchmarks.numerics`; {results['cpu_model']}, "
+        f"{results['machine']['date']}).",
+        "",
+        "| run | reference s | common s | ratio |",
+        "|---|---:|---:|---:|",
+    ]
+    for run, row in cost.items():
+        ratio = row["common"] / row["reference"]
+        lines.append(f"| {run} | {row['reference']:.1f} | {row['common']:.1f} | {ratio:.2f} |")
+    ratio = total["common"] / total["reference"]
+    lines.append(
+        f"| **all** | {total['reference']:.1f} | {total['common']:.1f} | **{ratio:.2f}** |"
+    )
+    agreement = results["agreement"]
+    if agreement:
+        lines += [
+            "",
+            "Same bits elsewhere: the short runs of `tests/reliability/fingerprints.py` "
+            f"({', '.join(results['runs'])}) trained on this machine ({results['cpu_model']}) "
+            "and inside `qemu-x86_64` emulating another CPU, with each tree's code; runs whose "
+            "histories, update metrics and weights hash alike.",
+            "",
+            "| code | emulated CPU | runs alike | MKL_CBWR | probe here / there |",
+            "|---|---|---:|---|---|",
+        ]
+        for key, row in agreement.items():
+            name, cpu = key.split("/", 1)
+            code = "common" if name == "common" else f"reference `{reference}`"
+            here, there = row["kernels_here"], row["kernels_there"]
+            probe = f"{here.get('fingerprint', '-')} / {there.get('fingerprint', '-')}"
+            lines.append(
+                f"| {code} | {cpu} | {row['same']} of {row['runs']} | "
+                f"{here.get('MKL_CBWR')} | {probe} |"
+            )
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Measure against `--against` and print, save and (`--write`) record the section."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--against", default=REFERENCE, help="the reference commit")
+    parser.add_argument("--config", type=Path, default=ROOT / "config" / "config.yaml")
+    parser.add_argument("--repeats", type=positive_int, default=1)
+    parser.add_argument("--emulate", nargs="*", default=[], help="qemu CPU models")
+    parser.add_argument("--runs", nargs="+", default=["*"], help="short runs to emulate")
+    parser.add_argument("--write", action="store_true", help="write BENCHMARKS.md's section")
+    args = parser.parse_args(argv)
+    load = list(os.getloadavg())
+    with tempfile.TemporaryDirectory() as tmp:
+        reference = Path(tmp) / "reference"
+        subprocess.run(
+            ["git", "-C", str(ROOT), "worktree", "add", "--detach", str(reference), args.against],
+            check=True,
+            capture_output=True,
+        )
+        try:
+            results = measure(
+                reference,
+                config_file=args.config.resolve(),
+                repeats=args.repeats,
+                emulate=args.emulate,
+                runs=args.runs,
+            )
+        finally:
+            subprocess.run(
+                ["git", "-C", str(ROOT), "worktree", "remove", "--force", str(reference)],
+                check=False,
+                capture_output=True,
+            )
+    results.update(
+        repeats=args.repeats, runs=args.runs, machine=machine_info(load), cpu_model=cpu_model()
+    )
+    save_results("numerics", results, markdown(results, args.against), quick=not args.write)
+
+
+if __name__ == "__main__":
+    main()
