@@ -10,9 +10,9 @@ certificate (allowance, calibration violations, p-value) and the fresh episodes'
 with a one-sided 95% Clopper-Pearson upper bound, and per env the pooled rate of the certified
 runs: a certificate that holds has a fresh rate at most `max_risk` (up to the fresh sample's
 own error); with probability delta a certificate may be wrong. It also runs every tested
-allowance again on the calibration seeds (the certificate must come out the same; the exit
-code is 1 otherwise) and times that against the run's evaluation: the certificate's cost
-next to the evaluation's.
+allowance again on the calibration seeds, with an episode loop of its own rather than the
+trainer's (the certificate must come out the same; the exit code is 1 otherwise) and times
+that against the run's evaluation: the certificate's cost next to the evaluation's.
 
 Run: `python -m benchmarks.certificate_check --results results/default [--write]`.
 """
@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import tempfile
 import time
@@ -28,6 +29,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 
 from benchmarks.common import machine_info, write_section
@@ -35,7 +37,6 @@ from src.algos.policy import load_actor
 from src.algos.registry import shielded_algos
 from src.algos.shield.budget import BudgetShield
 from src.algos.shield.calibration import Certificate, fixed_sequence_test, load_certificate
-from src.algos.shield.trainer import calibration_outcomes
 from src.config.base import CONSTRAINT_HORIZON
 from src.containment import inside
 from src.envs.registry import make_vector_env
@@ -98,26 +99,30 @@ def check_run(run_dir: Path, *, episodes: int, first_seed: int) -> dict[str, Any
 
 
 def replay_calibration(run_dir: Path, certificate: Certificate) -> tuple[bool, float]:
-    """Run the certificate's fixed-sequence test again on its calibration seeds, with its tested
-    allowances and as the trainer did (`calibration_outcomes`): whether every tested rung comes
-    out as recorded (episodes played, violations), and the seconds it took (the calibration's
-    cost)."""
+    """Run the certificate's fixed-sequence test again on its calibration seeds (first_seed + i,
+    i < `calibration_episodes`) with its tested allowances, playing the episodes with a loop of
+    its own (`_calibration_episodes`, not the trainer's): whether every tested rung comes out as
+    recorded (episodes played, violations, mean return), and the seconds it took (the
+    calibration's cost)."""
     actor = load_actor(run_dir, shielded=True)
     config = actor.config
     params = config.env.constructor_params(max_steps=certificate.horizon)
-    seeds = actor.action_filter.config.calibration_seeds(config.run_idx)
+    n = actor.action_filter.config.calibration_episodes
+    seeds = range(certificate.first_seed, certificate.first_seed + n)
+
+    def outcomes(allowance: float, first: int, stop: int) -> tuple[int, float]:
+        actor.action_filter.allowance = allowance
+        vec = make_vector_env(config.env_name, num_envs=stop - first, seed=None, **params)
+        try:
+            return _calibration_episodes(actor, vec, list(seeds[first:stop]), certificate.horizon)
+        finally:
+            vec.close()
+
     started = time.perf_counter()
     replayed = fixed_sequence_test(
         [rung["allowance"] for rung in certificate.tested],
-        calibration_outcomes(
-            actor,
-            make_vec=lambda copies: make_vector_env(
-                config.env_name, num_envs=copies, seed=None, **params
-            ),
-            seeds=seeds,
-            horizon=certificate.horizon,
-        ),
-        episodes=len(seeds),
+        outcomes,
+        episodes=n,
         max_risk=certificate.max_risk,
         delta=certificate.delta,
         horizon=certificate.horizon,
@@ -125,10 +130,34 @@ def replay_calibration(run_dir: Path, certificate: Certificate) -> tuple[bool, f
     )
     seconds = time.perf_counter() - started
     keys = ("allowance", "episodes", "violations")
-    same = [[rung[key] for key in keys] for rung in replayed.tested] == [
-        [rung.get(key) for key in keys] for rung in certificate.tested
-    ]
+    recorded = [[rung.get(key) for key in keys] for rung in certificate.tested]
+    same = [[rung[key] for key in keys] for rung in replayed.tested] == recorded and all(
+        math.isclose(new["return"], old.get("return", new["return"]), rel_tol=1e-9)
+        for new, old in zip(replayed.tested, certificate.tested, strict=True)
+    )
     return same, seconds
+
+
+def _calibration_episodes(
+    actor: Any, vec: Any, seeds: list[int], horizon: int
+) -> tuple[int, float]:
+    """One episode per seed in the copies of `vec` (reset with `seeds`, the actor seeded with
+    the first), at most `horizon` steps: (episodes with a violation, summed team return)."""
+    obs = vec.reset(seed=seeds)
+    actor.reset(num_envs=len(seeds), seed=seeds[0])
+    running = np.ones(len(seeds), dtype=bool)  # the copy's first episode has not ended
+    violated = np.zeros(len(seeds), dtype=bool)
+    total = 0.0
+    for step in range(1, horizon + 1):
+        result = vec.step(actor.act(obs, np.full(len(seeds), step, dtype=np.int64)))
+        violated |= running & (np.asarray(result.cost) > 0).any(axis=1)
+        total += float(np.asarray(result.reward).sum(axis=1)[running].sum(dtype=np.float64))
+        ended = np.asarray(result.terminated).any(axis=1) | np.asarray(result.truncated).any(axis=1)
+        running &= ~ended
+        if not running.any():
+            break
+        obs = result.obs
+    return int(violated.sum()), total
 
 
 def shield_runs(results: Path) -> list[Path]:

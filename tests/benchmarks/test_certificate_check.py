@@ -2,13 +2,20 @@
 
 from __future__ import annotations
 
+import sys
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
+import torch
 
+import src.algos.shield.trainer as trainer_module
 from benchmarks import certificate_check
-from src.algos.shield.calibration import load_certificate
+from src.algos.shield.calibration import Certificate, load_certificate
 from src.algos.train import train_run
+from src.core.io import save_to_file
+from tests.algos.shield.shield_toys import ScriptedCalibrationEnv, scripted_calibration_trainer
 from tests.tiny_runs import tiny_run_config
 
 pytestmark = pytest.mark.slow
@@ -62,3 +69,84 @@ def test_every_shielded_algorithms_runs_are_checked(tmp_path: Path):
         ("shield", "run0"),
         ("shield_dec", "run1"),
     ]
+
+
+@pytest.fixture
+def one_torch_thread() -> Iterator[None]:
+    """The toy shield's small models on one thread (on a busy CPU, more only spin and wait)."""
+    previous = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(previous)
+
+
+def _scripted_certificate(run_dir: Path) -> tuple[Certificate, list[dict[str, Any]]]:
+    """policy.pt of an untrained toy shield certified on scripted calibration episodes
+    (tests/algos/shield/shield_toys.py: rungs 0.02, 0.04, 0.08), and the trainer's plays."""
+    trainer, plays = scripted_calibration_trainer()
+    trainer.certificate = trainer.certify()
+    save_to_file(trainer.policy_state(), run_dir, "policy.pt")
+    return trainer.certificate, plays
+
+
+def _replay(run_dir: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[bool, list[dict[str, Any]]]:
+    """`replay_calibration` of the run on the scripted calibration episodes, and its plays
+    (each reset with the allowance of the loaded shield)."""
+    actors: list[Any] = []
+    plays: list[dict[str, Any]] = []
+    load = certificate_check.load_actor
+
+    def load_actor(run_dir: Path, *, shielded: bool = True) -> Any:
+        actors.append(load(run_dir, shielded=shielded))
+        return actors[-1]
+
+    def make_vector_env(name: str, *, num_envs: int, seed: object, **params: Any) -> Any:
+        assert (name, seed) == ("tiny_grid", None)
+        shield = actors[-1].action_filter
+        return ScriptedCalibrationEnv(
+            num_envs, int(params["max_steps"]), plays=plays, allowance=lambda: shield.allowance
+        )
+
+    monkeypatch.setattr(certificate_check, "load_actor", load_actor)
+    monkeypatch.setattr(certificate_check, "make_vector_env", make_vector_env)
+    same, _ = certificate_check.replay_calibration(run_dir, load_certificate(run_dir))
+    return same, plays
+
+
+@pytest.mark.usefixtures("one_torch_thread")
+def test_the_replay_plays_the_trainers_calibration_episodes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The replay resets the same seeds with the same allowances for 100 steps each, and
+    reproduces the certificate."""
+    certificate, trained = _scripted_certificate(tmp_path)
+    assert certificate.certified and len(certificate.tested) == 3
+    same, replayed = _replay(tmp_path, monkeypatch)
+    assert same is True
+    assert [play["seeds"] for play in replayed] == [play["seeds"] for play in trained]
+    assert [play["seeds"][0] for play in replayed] == [5000, 5000, 5004, 5000, 5004]
+    assert [play["allowance"] for play in replayed] == [play["allowance"] for play in trained]
+    assert [play["steps"] for play in replayed] == [100] * 5
+
+
+@pytest.mark.usefixtures("one_torch_thread")
+def test_a_fault_in_the_trainers_calibration_episodes_is_not_reproduced(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`calibration_outcomes` playing every episode one seed late, wherever it is imported,
+    gives a certificate that the replay (its own episode loop) does not reproduce."""
+    correct = trainer_module.calibration_outcomes
+
+    def one_seed_late(actor: Any, *, make_vec: Any, seeds: range, horizon: int) -> Any:
+        late = range(seeds.start + 1, seeds.stop + 1)
+        return correct(actor, make_vec=make_vec, seeds=late, horizon=horizon)
+
+    for module in list(sys.modules.values()):
+        if getattr(module, "calibration_outcomes", None) is correct:
+            monkeypatch.setattr(module, "calibration_outcomes", one_seed_late)
+    certificate, trained = _scripted_certificate(tmp_path)
+    assert trained[0]["seeds"] == [5001, 5002, 5003, 5004]
+    # Seed 5000 (a violation at step 100 from 0.03 on) is missed: 0.04 passes on 4 episodes.
+    assert (certificate.tested[1]["episodes"], certificate.tested[1]["violations"]) == (4, 0)
+    same, _ = _replay(tmp_path, monkeypatch)
+    assert same is False

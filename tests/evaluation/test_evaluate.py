@@ -215,6 +215,46 @@ def test_evaluate_run_writes_eval_parquet(tmp_path: Path, scripted: dict) -> Non
     assert (frame["ippo_version"] == "v0").all()
 
 
+def test_run_2_evaluates_its_own_block_of_seeds(
+    tmp_path: Path, scripted: dict, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Run r's episode i is seeded offset + r * N + i: run 2 with N = 5 from offset 1000 resets
+    1010..1014 (batches of 3 and 2, the actor seeded with each batch's first seed)."""
+    resets: list[list[int]] = []
+    actor = FakeActor()
+
+    class RecordingVectorEnv(ScriptedVectorEnv):
+        def reset(self, seed: int | Sequence[int] | None = None) -> np.ndarray:
+            resets.append(list(seed))
+            return super().reset(seed)
+
+    def make_vector_env(
+        name: str, *, num_envs: int, seed: object, **params: object
+    ) -> RecordingVectorEnv:
+        return RecordingVectorEnv(num_envs, int(params["max_steps"]))
+
+    monkeypatch.setattr(evaluate_module, "make_vector_env", make_vector_env)
+    monkeypatch.setattr(evaluate_module, "load_actor", lambda run_dir, shielded=True: actor)
+    run_dir = write_config(
+        tmp_path,
+        run_idx=2,
+        num_runs=3,
+        seed=2,
+        final_policy_eval_episodes=5,
+        final_policy_eval_horizons=[2],
+        final_policy_eval_seed_offset=1000,
+        final_policy_eval_num_envs=3,
+    )
+    frame = evaluate_run(run_dir, tmp_path / "eval.parquet")
+    assert frame["run"].tolist() == [2]
+    assert resets == [[1010, 1011, 1012], [1013, 1014]]
+    assert actor.resets == [(3, 1010), (2, 1013)]
+    settings = RunConfig.from_dict(json.loads((run_dir / "config.json").read_text())).evaluation
+    assert settings.seeds(0) == [1000, 1001, 1002, 1003, 1004]
+    assert settings.seeds(2) == [1010, 1011, 1012, 1013, 1014]
+    assert settings.first_seed(3) == 1015
+
+
 def test_shield_runs_are_evaluated_with_and_without_the_shield(
     tmp_path: Path, scripted: dict
 ) -> None:

@@ -218,3 +218,46 @@ def test_calibration_seeds_must_miss_training_and_evaluation_seeds(offset: int, 
         check_workflow_config(_minimal() | {k: config[k] for k in ("algos", "base", "algo_params")})
     config["algo_params"]["shield"]["calibration_episodes"] = 0  # nothing tested: no seeds
     check_workflow_config(config)
+
+
+@pytest.mark.parametrize(
+    ("offset", "met"),
+    [
+        # Training seeds 1000..1004 (seed_offset 1000, 2 runs, 4 env copies); calibration
+        # seeds offset..offset + 399 (2 runs x 200).
+        (599, None),  # ..998: one seed apart
+        (600, None),  # ..999: touching
+        (601, "training seeds 1000..1004"),  # ..1000: one seed shared
+        (1004, "training seeds 1000..1004"),  # 1004..: one seed shared
+        (1005, None),
+        (1006, None),
+        # Evaluation seeds 1_000_000..1_000_399 (2 runs x 200).
+        (999_599, None),
+        (999_600, None),  # ..999_999
+        (999_601, "evaluation seeds 1000000..1000399"),  # ..1_000_000
+        (1_000_399, "evaluation seeds 1000000..1000399"),
+        (1_000_400, None),
+        (1_000_401, None),
+    ],
+)
+def test_calibration_seeds_may_touch_other_seeds_but_share_none(
+    offset: int, met: str | None
+) -> None:
+    """The overlap check at its edges: ranges that touch or lie one seed apart pass, a range
+    sharing exactly one seed is refused."""
+    config = _minimal()
+    config["algos"] = ["shield"]
+    config["base"] = {
+        "final_policy_eval_episodes": 200,
+        "shield_patience": 1,
+        "seed_offset": 1000,
+        "num_envs": 4,
+    }
+    config["algo_params"] = {
+        "shield": {"calibration_seed_offset": offset, "calibration_episodes": 200}
+    }
+    if met is None:
+        check_workflow_config(config)
+        return
+    with pytest.raises(WorkflowConfigError, match=re.escape(f"meet the {met}")):
+        check_workflow_config(config)

@@ -5,18 +5,24 @@ cost is 1 when it ends a step on a hazard cell or on the other agent's cell. Per
 observation: [x, y, goal_x, goal_y, other_x, other_y] (integers as floats). `GridVectorEnv` is a
 VectorEnv of it (reward: -0.1 per step, +1 and termination when both agents are on their goals;
 slip: with probability `slip` an agent's action is replaced by a random one), and `ExactGridModel`
-its true dynamics as a WorldModel (without slip).
+its true dynamics as a WorldModel (without slip). `ScriptedCalibrationEnv` plays calibration
+episodes whose violations are scripted per reset seed and allowance.
 """
 
 from __future__ import annotations
 
-from typing import Any
+import math
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
 
 from src.config.shield import ShieldConfig
 from src.envs.base import StepResult, VectorEnv
+
+if TYPE_CHECKING:
+    from src.algos.shield.trainer import ShieldedIPPO
 
 MOVES = np.array([[0, 0], [0, 1], [0, -1], [-1, 0], [1, 0]])
 N_ACTIONS = 5
@@ -226,3 +232,128 @@ def shield_config(**overrides: Any) -> ShieldConfig:
         "shield_version": "v0",
     }
     return ShieldConfig(**{**base, **overrides})
+
+
+# Calibration episodes of a scripted certificate (tests/algos/shield/test_certificate_wiring.py,
+# tests/benchmarks/test_certificate_check.py): run r plays the reset seeds 5000 + 8 r + i,
+# i < 8; per seed, the allowance from which the episode violates at step 100, and the seeds
+# whose episode violates at step 101 (beyond the constraint's horizon) with any allowance.
+CALIBRATION_SEED_OFFSET = 5000
+VIOLATES_AT_100 = {5000: 0.03, 5005: 0.03, 5006: 0.06, 5009: 0.03, 5014: 0.06}
+VIOLATES_AT_101 = {5001, 5004, 5008, 5012}
+
+
+def scripted_violations(seed: int, allowance: float) -> tuple[int, ...]:
+    """The 1-based steps at which the episode of reset seed `seed` violates with `allowance`."""
+    steps = [101] if seed in VIOLATES_AT_101 else []
+    if allowance >= VIOLATES_AT_100.get(seed, math.inf):
+        steps.append(100)
+    return tuple(steps)
+
+
+def scripted_calibration_config(*, run_idx: int = 0, updates: int = 1) -> dict[str, Any]:
+    """A v1 shield run on the toy grid whose certificate tests the allowances 0.02, 0.04 and
+    0.08 (max_risk 0.5 held by adapt_rate 0, times certify_multiples) with delta 0.4 on 8
+    calibration episodes from `CALIBRATION_SEED_OFFSET`."""
+    from src.config.run import make_run_config
+
+    return make_run_config(
+        env_name="tiny_grid",
+        algo="shield",
+        run_idx=run_idx,
+        num_envs=2,
+        timesteps=2 * 16 * updates,
+        rollouts=16,
+        learning_epochs=1,
+        mini_batches=2,
+        max_risk=0.5,
+        shield_patience=1,
+        shield_version="v1",
+        wm_version="v1",
+        shield_credible_delta=0.4,
+        algo_params={
+            "rollout_count": 16,
+            "ensemble_size": 2,
+            "wm_hidden": [32],
+            "replay_size": 2000,
+            "hidden_sizes": [16],
+            "critic_steps": 2,
+            "horizon": 5,
+            "calibration_bins": 2,
+            "adapt_rate": 0.0,
+            "calibration_episodes": 8,
+            "calibration_seed_offset": CALIBRATION_SEED_OFFSET,
+            "certify_multiples": [0.04, 0.08, 0.16],
+        },
+    )
+
+
+class ScriptedCalibrationEnv:
+    """Copies with the toy grid's shapes whose episodes run to the cap, violating at the steps
+    `script(seed, allowance)` gives for their reset seed, whatever the actions; reward 1 per
+    agent and step. `allowance()` is read at every reset; every reset is appended to `plays`
+    as {"seeds", "allowance", "cap", "steps"} (steps: taken since that reset)."""
+
+    def __init__(
+        self,
+        num_envs: int,
+        max_steps: int,
+        *,
+        plays: list[dict[str, Any]],
+        allowance: Callable[[], float] = lambda: math.nan,
+        script: Callable[[int, float], tuple[int, ...]] = scripted_violations,
+    ) -> None:
+        self.num_envs, self.max_steps = num_envs, max_steps
+        self.n_agents, self.obs_dim, self.n_actions = N_AGENTS, OBS_DIM, N_ACTIONS
+        self.plays, self.allowance, self.script = plays, allowance, script
+        self.violations: list[tuple[int, ...]] = [()] * num_envs
+        self.t = 0
+
+    def _obs(self) -> np.ndarray:
+        return np.zeros((self.num_envs, N_AGENTS, OBS_DIM), dtype=np.float32)
+
+    def reset(self, seed: Any = None) -> np.ndarray:
+        seeds = [int(s) for s in seed]
+        allowance = float(self.allowance())
+        self.violations = [self.script(s, allowance) for s in seeds]
+        self.t = 0
+        self.plays.append(
+            {"seeds": seeds, "allowance": allowance, "cap": self.max_steps, "steps": 0}
+        )
+        return self._obs()
+
+    def step(self, actions: np.ndarray) -> StepResult:
+        self.t += 1
+        self.plays[-1]["steps"] = self.t
+        shape = (self.num_envs, N_AGENTS)
+        cost = np.zeros(shape, dtype=np.float32)
+        cost[:, 0] = [self.t in steps for steps in self.violations]
+        truncated = np.full(shape, self.t >= self.max_steps)
+        return StepResult(
+            obs=self._obs(),
+            reward=np.ones(shape, dtype=np.float32),
+            cost=cost,
+            terminated=np.zeros(shape, dtype=bool),
+            truncated=truncated,
+            final_obs=self._obs(),
+            episode_step=np.full(self.num_envs, self.t, dtype=np.int64),
+        )
+
+    def close(self) -> None:
+        return None
+
+
+def scripted_calibration_trainer(
+    *, run_idx: int = 0, updates: int = 1
+) -> tuple[ShieldedIPPO, list[dict[str, Any]]]:
+    """A trainer of `scripted_calibration_config` on `GridVectorEnv` whose calibration episodes
+    are `ScriptedCalibrationEnv`'s at the shield's allowance, and the list of their resets."""
+    from src.algos.shield.trainer import ShieldedIPPO
+
+    config = scripted_calibration_config(run_idx=run_idx, updates=updates)
+    trainer = ShieldedIPPO(config, GridVectorEnv(num_envs=2))
+    plays: list[dict[str, Any]] = []
+    trainer.make_calibration_env = lambda copies, steps: ScriptedCalibrationEnv(
+        copies, steps, plays=plays, allowance=lambda: trainer.shield.allowance
+    )
+    return trainer, plays

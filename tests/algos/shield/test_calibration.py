@@ -109,6 +109,19 @@ def test_calibration_bounds_hold_at_their_confidence_over_many_samples(mode):
     assert misses / trials <= delta
 
 
+def test_each_bins_bound_holds_at_delta_over_the_number_of_bins() -> None:
+    """Two bins of 100 clean decisions each at delta 0.1: each bin's Clopper-Pearson bound is
+    at delta / 2, 1 - 0.05 ** (1 / 100) = 0.0295130 (at delta, 1 - 0.1 ** (1 / 100) = 0.0227628)."""
+    raw = np.repeat([0.1, 0.3], 100)
+    g = fit_calibration(raw, np.zeros(200, bool), bins=2, delta=0.1, mode="frequentist")
+    assert g.knots == pytest.approx((0.0, 0.1, 0.3, 1.0))
+    assert g.upper == pytest.approx((0.0295130, 0.0295130, 0.0295130, 1.0), abs=1e-7)
+    # Four bins, two of each risk (merged into two of 100): still delta / 4 each,
+    # 1 - 0.025 ** (1 / 100) = 0.0362167.
+    g = fit_calibration(raw, np.zeros(200, bool), bins=4, delta=0.1, mode="frequentist")
+    assert g.upper == pytest.approx((0.0362167, 0.0362167, 0.0362167, 1.0), abs=1e-7)
+
+
 def test_calibration_map_is_increasing_and_round_trips():
     g = CalibrationMap(knots=(0.0, 0.1, 1.0), upper=(0.2, 0.2, 1.0))
     values = g(torch.tensor([0.0, 0.05, 0.1, 0.5, 1.0], dtype=torch.float64)).numpy()
@@ -134,6 +147,7 @@ def test_adaptive_allowance_brings_the_violation_share_to_the_target():
 
 def test_p_value_is_the_binomial_tail():
     assert binomial_p_value(violations=0, episodes=10, max_risk=0.2) == pytest.approx(0.8**10)
+    assert binomial_p_value(violations=2, episodes=100, max_risk=0.1) == pytest.approx(0.0019448847)
     with pytest.raises(ValueError, match="violations"):
         binomial_p_value(violations=11, episodes=10, max_risk=0.2)
 
@@ -197,21 +211,71 @@ def test_each_allowance_looks_at_half_then_at_all_its_episodes():
         horizon=100,
         first_seed=7,
     )
-    # 2 of 100: P(Bin(100, 0.1) <= 2) / 0.2 = 0.0079 / 0.2 <= delta: no second half.
-    # 11 of 200 passes on the second look (0.0168 / 0.8), 14 of 200 does not (0.0813 / 0.8).
+    # 2 of 100: P(Bin(100, 0.1) <= 2) / 0.2 = 0.0019 / 0.2 <= delta: no second half.
+    # 11 of 200 passes on the second look (0.0168 / 0.8), 14 of 200 does not (0.0929 / 0.8).
     assert calls == [(0.0, 0, 100), (1.0, 0, 100), (1.0, 100, 200), (2.0, 0, 100), (2.0, 100, 200)]
     first, second, third = certificate.tested
     assert (first["episodes"], first["violations"]) == (100, 2)
     assert first["p_value"] == pytest.approx(
         binomial_p_value(violations=2, episodes=100, max_risk=0.1) / 0.2
     )
+    assert first["p_value"] == pytest.approx(0.0097244233)
     assert (second["episodes"], second["violations"]) == (200, 11)
     assert second["p_value"] == pytest.approx(
         binomial_p_value(violations=11, episodes=200, max_risk=0.1) / 0.8
     )
+    assert second["p_value"] == pytest.approx(0.0209869165)
     assert third["p_value"] > 0.05 and first["return"] == 10.0
     assert certificate.certified and certificate.allowance == 1.0
     assert (certificate.episodes, certificate.violations) == (200, 11)
+
+
+@pytest.mark.parametrize(
+    ("episodes", "calls", "below"),
+    [
+        # First look at 4 of 8, none violating: p = 0.5**4 / 0.2 = 0.3125, no second half;
+        # with delta below it the second half is played (p = 0.5**8 / 0.8 passes).
+        (8, [(0.0, 0, 4), (1.0, 0, 4)], ([(0.0, 0, 4), (0.0, 4, 8)], True)),
+        # n = 2: the first look (1 episode) gives 0.5 / 0.2, the second 0.5**2 / 0.8 = 0.3125;
+        # with delta below it the first allowance fails.
+        (
+            2,
+            [(0.0, 0, 1), (0.0, 1, 2), (1.0, 0, 1), (1.0, 1, 2)],
+            ([(0.0, 0, 1), (0.0, 1, 2)], False),
+        ),
+    ],
+)
+def test_a_p_value_equal_to_delta_rejects(
+    episodes: int,
+    calls: list[tuple[float, int, int]],
+    below: tuple[list[tuple[float, int, int]], bool],
+) -> None:
+    """H_j is rejected when p_j <= delta (docs/design.md, 6.3): p_j == delta passes, on either
+    look; with delta one float below p_j that look does not reject."""
+    played: list[tuple[float, int, int]] = []
+
+    def outcomes(allowance: float, first: int, stop: int) -> tuple[int, float]:
+        played.append((allowance, first, stop))
+        return 0, 0.0
+
+    def sequence(delta: float) -> Certificate:
+        return fixed_sequence_test(
+            [0.0, 1.0],
+            outcomes,
+            episodes=episodes,
+            max_risk=0.5,
+            delta=delta,
+            horizon=100,
+            first_seed=0,
+        )
+
+    certificate = sequence(0.3125)
+    assert played == calls
+    assert [rung["p_value"] for rung in certificate.tested] == [0.3125, 0.3125]
+    assert certificate.certified and certificate.allowance == 1.0
+    played.clear()
+    certificate = sequence(math.nextafter(0.3125, 0.0))
+    assert (played[:2], certificate.certified) == below
 
 
 def test_two_looks_keep_the_error_at_delta_at_the_limit():

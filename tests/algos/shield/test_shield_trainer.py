@@ -284,7 +284,8 @@ def test_v1_certificate_tests_the_ladder_and_deploys_its_allowance():
     assert len(certificate.tested) == 1  # the sequence stops at its first failure
     anchor = trainer._settled_allowance()
     first = ShieldConfig.from_parts(trainer.config.base, config["algo_params"]).certify_multiples[0]
-    assert certificate.allowance == pytest.approx(first * anchor)
+    assert first == 0.3  # the default ladder's most cautious rung
+    assert certificate.allowance == pytest.approx(0.3 * anchor)
     assert trainer.shield.allowance == certificate.allowance
     # policy.pt carries the deployed allowance and the certificate; the loaded shield uses it.
     state = {"config": trainer.config.to_dict(), **trainer.policy_state()}
