@@ -624,8 +624,9 @@ def calibration_outcomes(
     """`outcomes` of `calibration.fixed_sequence_test` for `actor`, a policy whose action filter
     is a v1 `BudgetShield`: episodes i <= e < j with allowance a are one batch of j - i env
     copies reset from seeds[i:j], the actor seeded with seeds[i], `horizon` steps; returns
-    (episodes with a violation, summed return). The trainer's certificate and its replay
-    (`benchmarks/certificate_check.py`) play them alike."""
+    (episodes with a violation, summed return). The evaluation's episode loop plays them;
+    the certificate check (`benchmarks/certificate_check.py`) replays them with a loop of its
+    own, so that a fault here shows as a certificate that does not reproduce."""
     from src.evaluation.episodes import first_violation_steps
     from src.evaluation.evaluate import collect_episodes
 
