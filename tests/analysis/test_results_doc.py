@@ -15,6 +15,7 @@ from src.analysis.figures import FIGURE_NAMES, make_figures
 from src.analysis.results_doc import (
     FIGURE_GUIDE,
     RESULTS_FOLDER,
+    _code_path_line,
     certificate_lines,
     experiment_dir,
     main,
@@ -221,3 +222,21 @@ def test_the_continuation_cell_counts_the_runs_that_ended_with_the_opponents_cri
         "team 0.70, opponent 0.70",
     )
     assert _continuation({}, updates.iloc[:0]) == ("team", "–")
+
+
+def test_the_setup_names_the_code_path_the_runs_trained_on() -> None:
+    """One entry per distinct fingerprint of the runs' recorded kernels; a mix is flagged and a
+    run that recorded none reads `unrecorded`."""
+    pinned = {
+        "fingerprint": "0fef11f9e267a361",
+        "MKL_CBWR": "COMPATIBLE",
+        "ATEN_CPU_CAPABILITY": "avx2",
+        "ONEDNN_MAX_CPU_ISA": "AVX2",
+    }
+    same = _code_path_line([{"kernels": pinned}, {"kernels": dict(pinned)}])
+    assert same.startswith(
+        "- code path: `0fef11f9e267a361` (MKL_CBWR=COMPATIBLE, ATEN_CPU_CAPABILITY=avx2, "
+        "ONEDNN_MAX_CPU_ISA=AVX2); a machine reproduces"
+    )
+    mixed = _code_path_line([{"kernels": pinned}, {"git_commit": "abc"}])
+    assert "`unrecorded`" in mixed and "the runs differ" in mixed
