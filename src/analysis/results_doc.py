@@ -190,6 +190,36 @@ def _lambda_line(env: str, updates: pd.DataFrame, configs: Sequence[dict]) -> st
     return text
 
 
+def return_ratio(value: float, reference: float) -> str:
+    """A return against ippo's: their ratio ("0.95x") when both are positive, else their
+    difference ("-24.8"), since a ratio of negative returns reads twice as bad as twice as
+    good."""
+    if reference > 0 and value > 0:
+        return f"{value / reference:.2f}x"
+    return f"{value - reference:+.1f}"
+
+
+def _returns_against_ippo(others: Sequence[tuple[str, float]], reference: float) -> str:
+    """The observations' sentence on each policy's evaluation return against ippo's."""
+    if reference > 0 and all(value > 0 for _, value in others):
+        ratios = ", ".join(f"{policy} {value / reference:.2f}x" for policy, value in others)
+        return f"Evaluation return relative to ippo's: {ratios}."
+    differences = ", ".join(f"{policy} {value - reference:+.1f}" for policy, value in others)
+    return (
+        f"Evaluation return minus ippo's ({reference:.1f}): {differences} (returns that are not "
+        "all positive are compared by their difference, not their ratio)."
+    )
+
+
+def _change(first: float, last: float) -> str:
+    """'fall from A to B', 'rise from A to B' or 'stay at A', as the rounded counts say."""
+    a, b = f"{first:,.0f}", f"{last:,.0f}"
+    if a == b:
+        return f"stay at {a} (first three armed updates and last three)"
+    verb = "fall" if last < first else "rise"
+    return f"{verb} from {a} (first three armed updates) to {b} (last three)"
+
+
 def _shield_line(env: str, history: pd.DataFrame, updates: pd.DataFrame, configs: list) -> str:
     """Training violation rates after the shield arms (every algorithm, same window) and the
     shield's interventions over its armed updates."""
@@ -199,6 +229,12 @@ def _shield_line(env: str, history: pd.DataFrame, updates: pd.DataFrame, configs
     config = shielded[0]
     armed_at = int(config["shield_patience"]) * int(config["num_envs"]) * int(config["rollouts"])
     episodes = history[(history["env"] == env) & (history["t_start"] >= armed_at)]
+    if episodes.empty:
+        return (
+            f"no training episode starts after env step {armed_at:,}, where the shield would "
+            f"arm (`shield_patience` = {config['shield_patience']} updates): the shield never "
+            "armed, so its runs trained and were evaluated as ippo with a watching shield"
+        )
     rates = episodes.groupby("algo")["violated"].agg(["mean", "size"])
     text = (
         f"training episodes that start after env step {armed_at:,} (where the shield arms) "
@@ -212,10 +248,8 @@ def _shield_line(env: str, history: pd.DataFrame, updates: pd.DataFrame, configs
         armed = rows[rows["global_step"] > armed_at].sort_values("update")
         per_update = armed.groupby("update")[SHIELD_INTERVENTIONS].mean()
         if len(per_update):
-            text += (
-                f"; `{algo}` interventions per update fall from {per_update.iloc[:3].mean():,.0f} "
-                f"(first three armed updates) to {per_update.iloc[-3:].mean():,.0f} (last three)"
-            )
+            change = _change(per_update.iloc[:3].mean(), per_update.iloc[-3:].mean())
+            text += f"; `{algo}` interventions per update {change}"
     return text
 
 
@@ -263,12 +297,9 @@ def _observations(source: Path, configs: list[dict]) -> list[str]:
                     f"  Share of violating episodes that began with a collision: {shares}."
                 )
         if len(reference):
-            ratios = ", ".join(
-                f"{r.policy} {r['eval_return_mean'] / reference.iloc[0]:.2f}x"
-                for _, r in ranked.iterrows()
-                if r.policy != "ippo"
-            )
-            lines.append(f"  Evaluation return relative to ippo's: {ratios}.")
+            others = [(r.policy, r["eval_return_mean"]) for _, r in ranked.iterrows()]
+            others = [(policy, value) for policy, value in others if policy != "ippo"]
+            lines.append("  " + _returns_against_ippo(others, float(reference.iloc[0])))
         env_configs = [c for c in configs if c["env_name"] == env]
         for extra in (
             _lambda_line(env, updates, env_configs),
@@ -334,7 +365,7 @@ def shield_comparison(source: Path, configs: Sequence[dict]) -> list[str]:
     updates = load_table(source / "tables", "updates").to_pandas()
     rows = [
         "| env | algorithm | coordination | continuation | AUC | P(viol. ≤ H) | return (eval) "
-        "| x ippo | certified | train CPU s | filter s | evaluate CPU s |",
+        "| vs ippo | certified | train CPU s | filter s | evaluate CPU s |",
         "|---|---|---|---|---|---:|---:|---:|---|---:|---:|---:|",
     ]
     for env, group in summary.groupby("env", sort=True):
@@ -350,7 +381,11 @@ def shield_comparison(source: Path, configs: Sequence[dict]) -> list[str]:
                 continue
             r = row.iloc[0]
             config = next(c for c in configs if c["env_name"] == env and c["algo"] == algo)
-            ratio = f"{r['eval_return_mean'] / reference.iloc[0]:.2f}" if len(reference) else "–"
+            ratio = (
+                return_ratio(r["eval_return_mean"], float(reference.iloc[0]))
+                if len(reference)
+                else "–"
+            )
             mine = updates[(updates["env"] == env) & (updates["algo"] == algo)]
             filter_seconds = mine.groupby("run")[SHIELD_SECONDS].sum().mean()
             cpu = [_cpu_seconds(source, env, algo, runs, stage) for stage in ("train", "evaluate")]

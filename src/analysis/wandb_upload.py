@@ -18,7 +18,8 @@ When upload is enabled and credentials exist the step then runs `wandb sync` on 
 leaves a marker per synced run; a rerun creates no run whose inputs (`RUN_INPUTS`: config,
 episode and update history, evaluation; and videos) did not change and uploads nothing twice.
 Without credentials or network it says so in one line and keeps every offline run; a later
-call (the rule rerun with `snakemake --cores 1 --forcerun wandb_upload`) uploads the runs not
+call (the rule rerun with `upload_later_command`: `snakemake --cores 1 --configfile <the
+experiment's config> ... --forcerun wandb_upload`) uploads the runs not
 yet marked.
 
 The sync command is the `wandb` CLI next to the Python interpreter (else `wandb` on the PATH),
@@ -61,7 +62,7 @@ import socket
 import subprocess
 import sys
 import urllib.parse
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 from typing import Any
@@ -93,6 +94,7 @@ __all__ = [
     "find_run_dirs",
     "server_unreachable",
     "upload_experiment",
+    "upload_later_command",
     "wandb_command",
 ]
 
@@ -107,6 +109,25 @@ WANDB_CLI_ENV_VAR = "SAFE_MARL_WANDB_CLI"
 # Rerunning the rule, not a manual `wandb sync`, leaves the per-run markers that keep a run
 # from being uploaded twice.
 UPLOAD_LATER = "snakemake --cores 1 --forcerun wandb_upload"
+
+
+def upload_later_command(
+    configfiles: Sequence[str | Path], *, results_dir: str, experiment_tag: str
+) -> str:
+    """The command that reruns the upload of this experiment and no other: `UPLOAD_LATER`
+    with the experiment's config files and its results folder (which `--config` overrides
+    may have moved), quoted for a POSIX shell.
+
+    >>> print(upload_later_command(["my exp.yaml"], results_dir="/tmp/r", experiment_tag="a"))
+    ... # doctest: +NORMALIZE_WHITESPACE
+    snakemake --cores 1 --configfile 'my exp.yaml' --config results_dir=/tmp/r
+    experiment_tag=a --forcerun wandb_upload
+    """
+    if not configfiles:
+        raise ValueError("need the config files the experiment was run with")
+    words = ["snakemake", "--cores", "1", "--configfile", *map(str, configfiles), "--config"]
+    words += [f"results_dir={results_dir}", f"experiment_tag={experiment_tag}"]
+    return shlex.join([*words, "--forcerun", "wandb_upload"])
 # Prefix of the certificate's fields in the run summary.
 CERTIFICATE_PREFIX = "certificate/"
 # The x axis (wandb step metric) of the episode rows and of the update rows: both env steps.
@@ -499,7 +520,12 @@ def _sync_runs(
 
 
 def upload_experiment(
-    results_dir: str | Path, *, sync: bool, timeout: float = 300.0, workers: int = 1
+    results_dir: str | Path,
+    *,
+    sync: bool,
+    timeout: float = 300.0,
+    workers: int = 1,
+    upload_later: str = UPLOAD_LATER,
 ) -> None:
     """Log every run of the experiment in `results_dir` (`results/{tag}`) to wandb.
 
@@ -510,7 +536,9 @@ def upload_experiment(
     call uploads them. Writes `results_dir/wandb/upload.done` last, in every case (see the
     module docstring for its fields). Raises `FileNotFoundError` when `results_dir` holds no
     finished run or a run lacks one of its inputs, and `ValueError` when `SAFE_MARL_WANDB_CLI`
-    cannot be split into a command line.
+    cannot be split into a command line. `upload_later` is the command that the outcome
+    names for uploading the rest (the workflow passes `upload_later_command` of its config
+    files, so that the line pasted back reruns this experiment).
     """
     if not isinstance(sync, bool):
         raise TypeError(f"sync must be a bool, got {sync!r}")
@@ -543,15 +571,15 @@ def upload_experiment(
         "disabled": "wandb disabled by the config (use_wandb false or mode disabled): no runs",
         "offline": (
             f"wandb: {len(offline)} offline runs in {wandb_dir}, {synced_total} synced (upload "
-            f"off; to upload set wandb: {{upload: true}} and run {UPLOAD_LATER})"
+            f"off; to upload set wandb: {{upload: true}} and run {upload_later})"
         ),
         "skipped": (
             f"wandb upload skipped: {reason}; {kept_in} ({synced_total} synced before); "
-            f"upload later with {UPLOAD_LATER}"
+            f"upload later with {upload_later}"
         ),
         "stopped": (
             f"wandb upload stopped: {reason}; synced {synced_now}, {kept_in}; "
-            f"upload later with {UPLOAD_LATER}"
+            f"upload later with {upload_later}"
         ),
         "synced": (
             f"wandb: synced {synced_now} runs now; {synced_total} of {len(offline)} offline "
@@ -570,7 +598,7 @@ def upload_experiment(
             "synced_now": synced_now,
             "synced_total": synced_total,
             "not_synced": not_synced,
-            "upload_later": UPLOAD_LATER if not_synced else None,
+            "upload_later": upload_later if not_synced else None,
         },
         wandb_dir / DONE,
     )

@@ -15,10 +15,14 @@ from src.analysis.figures import FIGURE_NAMES, make_figures
 from src.analysis.results_doc import (
     FIGURE_GUIDE,
     RESULTS_FOLDER,
+    _change,
     _code_path_line,
+    _returns_against_ippo,
+    _shield_line,
     certificate_lines,
     experiment_dir,
     main,
+    return_ratio,
     shield_comparison,
     write_results_doc,
 )
@@ -99,7 +103,8 @@ def test_page_says_what_the_run_shows(experiment: Path, tmp_path: Path) -> None:
     positions = [line.index(f"{r.policy} {r.p_violation_h100:.3f}") for r in ranked.itertuples()]
     assert positions == sorted(positions)
     assert "Evaluation return relative to ippo's" in section
-    assert "where the shield arms" in section
+    # The synthetic shields never arm (shield_patience beyond their updates).
+    assert "the shield never armed" in section
 
 
 def test_page_states_each_shield_runs_certificate(experiment: Path, tmp_path: Path) -> None:
@@ -178,7 +183,7 @@ def test_shields_compared_side_by_side_with_their_cost(tmp_path: Path) -> None:
         p = summary.loc[algo, "p_violation_h100"]
         assert row[5].startswith(f"{p:.3f} [")
         ratio = summary.loc[algo, "eval_return_mean"] / summary.loc["ippo", "eval_return_mean"]
-        assert row[7] == f"{ratio:.2f}"
+        assert row[7] == f"{ratio:.2f}x"  # both returns positive: their ratio
     # CPU seconds: means over the runs that have a benchmark file; filter seconds: the
     # synthetic updates log 0.25 (run 0) and 0.5 (run 1) s per update, 12 updates.
     assert rows[0][9:] == ["45", "4", "– |"]
@@ -240,3 +245,37 @@ def test_the_setup_names_the_code_path_the_runs_trained_on() -> None:
     )
     mixed = _code_path_line([{"kernels": pinned}, {"git_commit": "abc"}])
     assert "`unrecorded`" in mixed and "the runs differ" in mixed
+
+
+def test_returns_are_compared_with_ippos_by_difference_when_not_all_positive() -> None:
+    """A shield at -49.6 against ippo at -24.8 is 24.8 worse, not "2.00x"; positive returns
+    keep their ratio."""
+    assert return_ratio(92.8, 97.7) == "0.95x"
+    assert return_ratio(-49.6, -24.8) == "-24.8"
+    assert return_ratio(10.0, -5.0) == "+15.0"
+    negative = _returns_against_ippo([("shield", -49.6), ("ippo_lag", -20.0)], -24.8)
+    assert negative.startswith("Evaluation return minus ippo's (-24.8): shield -24.8, ")
+    assert "ippo_lag +4.8" in negative and "x" not in negative.split("(")[1]
+    positive = _returns_against_ippo([("shield", 92.8)], 97.7)
+    assert positive == "Evaluation return relative to ippo's: shield 0.95x."
+
+
+def test_interventions_that_rise_are_not_said_to_fall() -> None:
+    assert _change(1341.2, 1388.9) == (
+        "rise from 1,341 (first three armed updates) to 1,389 (last three)"
+    )
+    assert _change(476.0, 165.0).startswith("fall from 476 ")
+    assert _change(12.2, 11.9) == "stay at 12 (first three armed updates and last three)"
+
+
+def test_a_shield_that_never_armed_is_said_so() -> None:
+    """With shield_patience >= the run's updates no training episode starts armed: the page
+    says the shield never armed instead of an empty list."""
+    config = {"algo": "shield", "shield_patience": 8, "num_envs": 4, "rollouts": 16}
+    history = pd.DataFrame(
+        {"env": "hazard_grid", "algo": "shield", "t_start": [0, 100, 400], "violated": False}
+    )
+    updates = pd.DataFrame(columns=["env", "algo", "global_step", "update"])
+    line = _shield_line("hazard_grid", history, updates, [config])
+    assert line.startswith("no training episode starts after env step 512, where the shield")
+    assert "never armed" in line and "violating: ." not in line

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import math
 import re
+import shlex
 from pathlib import Path
 
 import numpy as np
@@ -14,7 +15,12 @@ import pytest
 
 from src.analysis import wandb_upload
 from src.analysis.export import certificate_columns
-from src.analysis.wandb_upload import credentials_available, upload_experiment, wandb_command
+from src.analysis.wandb_upload import (
+    credentials_available,
+    upload_experiment,
+    upload_later_command,
+    wandb_command,
+)
 from src.config.workflow import resolve_run_config, validate_workflow_config
 from src.core.io import save_to_file
 from src.records import EpisodeLog
@@ -584,3 +590,28 @@ def test_untested_certificate_leaves_out_what_was_not_measured(results: Path, no
     assert summary["certificate/episodes"] == 0
     # No violation count and no p-value: never logged as -1 or NaN.
     assert "certificate/violations" not in summary and "certificate/p_value" not in summary
+
+
+def test_the_upload_later_line_names_the_experiment(results: Path, no_credentials: None) -> None:
+    """The command written for uploading later is the one given, with this experiment's config
+    file and results folder: pasted back it schedules this experiment, not the default one."""
+    later = upload_later_command(
+        ["my experiments/a.yaml"], results_dir=str(results.parent), experiment_tag=results.name
+    )
+    upload_experiment(results, sync=True, upload_later=later)
+    done = _outcome(results)
+    assert done["upload_later"] == later and later in done["outcome"]
+    assert shlex.split(later) == [
+        "snakemake",
+        "--cores",
+        "1",
+        "--configfile",
+        "my experiments/a.yaml",
+        "--config",
+        f"results_dir={results.parent}",
+        f"experiment_tag={results.name}",
+        "--forcerun",
+        "wandb_upload",
+    ]
+    with pytest.raises(ValueError, match="config files"):
+        upload_later_command([], results_dir="r", experiment_tag="t")

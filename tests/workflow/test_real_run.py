@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
 import zipfile
 from pathlib import Path
 
@@ -91,8 +92,14 @@ def check_experiment(experiment: Path, config: dict = CONFIG) -> None:
         )
         steps = [row["_step"] for row in rows]
         assert steps == sorted(set(steps)), f"{name}: wandb rows in env-step order"
-    outcome = json.loads((experiment / "wandb" / "upload.done").read_text())["outcome"]
-    assert "upload off" in outcome
+    done = json.loads((experiment / "wandb" / "upload.done").read_text())
+    assert "upload off" in done["outcome"]
+    # The upload-later line reruns this experiment: its config file and results folder.
+    later = shlex.split(done["upload_later"])
+    assert later[later.index("--configfile") + 1].startswith(".test/")
+    assert f"results_dir={experiment.parent}" in later
+    assert f"experiment_tag={experiment.name}" in later
+    assert later[-2:] == ["--forcerun", "wandb_upload"] and done["upload_later"] in done["outcome"]
 
 
 def _rule_scripts() -> dict[str, str]:

@@ -1,8 +1,8 @@
 rule wandb_upload:
     """One offline wandb run per training run (episode and per-update history, evaluation,
     figures, videos); synced to the server only when the config enables upload and
-    credentials exist. The output records what happened; `--forcerun wandb_upload` uploads
-    the rest later."""
+    credentials exist. The output records what happened and the command that uploads the
+    rest later (`--forcerun wandb_upload` with this experiment's config files)."""
     input:
         configs=all_runs(RUN["config"]),
         histories=all_runs(RUN["history_json"]),
@@ -27,5 +27,9 @@ rule wandb_upload:
     params:
         sync=config["wandb"]["upload"],
         timeout=config["wandb"]["sync_timeout"],
+        # The upload-later line names this experiment's config files (the default's when
+        # none was given), so that pasted back it does not schedule another experiment.
+        configfiles=[str(path) for path in workflow.overwrite_configfiles]
+        or ["config/config.yaml"],
     script:
         "../scripts/wandb_upload.py"
