@@ -34,6 +34,7 @@ from src.analysis.aggregate import load_table
 from src.analysis.constraint import CONSTRAINT_HORIZON, run_configs
 from src.analysis.figures import FIGURE_NAMES
 from src.analysis.files import write_text
+from src.analysis.tables import NO_FLOOR
 from src.config.lagrange import LagrangeConfig
 from src.containment import copy_file, open_regular
 from src.core.io import atomic_output
@@ -285,6 +286,11 @@ def _observations(source: Path, configs: list[dict]) -> list[str]:
                 f"  Risk floor (careful centralised team on the same layouts): "
                 f"{first['floor']:.3f} (upper bound {first['floor_upper']:.4f}) against "
                 f"`max_risk` / 4 = {max_risk / 4:g}: the task is {verdict}."
+            )
+        elif "floor" in rows:
+            lines.append(
+                f"  Risk floor: {NO_FLOOR}, so whether `max_risk` = {max_risk} can be met on "
+                "this task is not known from the floor."
             )
         if "collision_share" in rows:
             shares = ", ".join(

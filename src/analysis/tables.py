@@ -50,6 +50,7 @@ from src.core.io import atomic_output
 __all__ = [
     "CERTIFICATE_COLUMN",
     "FINAL_FRACTION",
+    "NO_FLOOR",
     "SUMMARY_FILES",
     "certificate_text",
     "final_training_metrics",
@@ -543,6 +544,10 @@ _FLOOR_COLUMNS = (
 )
 
 
+NO_FLOOR = "not computed: the task has no careful team (src/envs/witness.py)"
+"""The floor cell of a task without a witness: the careful team plays the grid tasks only."""
+
+
 def floor_markdown(floors: pd.DataFrame) -> str:
     """The floors as a Markdown table followed by what its cells mean."""
     lines = [
@@ -553,7 +558,7 @@ def floor_markdown(floors: pd.DataFrame) -> str:
     for row in floors.itertuples(index=False):
         bound = "–" if math.isnan(row.max_risk) else _format(row.max_risk)
         if row.floor_method == "none":
-            lines.append(f"| {row.env} | {bound} | – | – | – | – |")
+            lines.append(f"| {row.env} | {bound} | {NO_FLOOR} | – | – | – |")
             continue
         reference = row.ippo_goals if not math.isnan(row.ippo_goals) else row.greedy_goals
         share = row.floor_goals / reference if reference > 0 else math.nan

@@ -128,6 +128,8 @@ def upload_later_command(
     words = ["snakemake", "--cores", "1", "--configfile", *map(str, configfiles), "--config"]
     words += [f"results_dir={results_dir}", f"experiment_tag={experiment_tag}"]
     return shlex.join([*words, "--forcerun", "wandb_upload"])
+
+
 # Prefix of the certificate's fields in the run summary.
 CERTIFICATE_PREFIX = "certificate/"
 # The x axis (wandb step metric) of the episode rows and of the update rows: both env steps.

@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 
 from src.analysis.floor import Floor, feasible, load_floor, task_floor, write_floor
-from src.analysis.tables import floor_frame, floor_markdown
+from src.analysis.tables import NO_FLOOR, floor_frame, floor_markdown
 
 
 def _floor(**changes: object) -> Floor:
@@ -104,4 +104,6 @@ def test_the_floor_table_stands_next_to_max_risk():
     assert math.isnan(rows.loc[1, "max_risk"]) and rows.loc[1, "feasible"] is None
     text = floor_markdown(rows)
     assert "| hazard_grid | 0.1 | 0 [0.005] | 100 | 30.0 / 50.0 = 0.60 | yes |" in text
-    assert "| spread | – | – | – | – | – |" in text
+    # A task without a careful team says why its floor is missing, not a bare dash.
+    assert f"| spread | – | {NO_FLOOR} | – | – | – |" in text
+    assert NO_FLOOR.startswith("not computed: the task has no careful team")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import pandas as pd
@@ -12,6 +13,7 @@ from src.analysis.aggregate import aggregate, load_table
 from src.analysis.constraint import run_configs
 from src.analysis.export import certificate_columns
 from src.analysis.figures import FIGURE_NAMES, make_figures
+from src.analysis.floor import Floor, write_floor
 from src.analysis.results_doc import (
     FIGURE_GUIDE,
     RESULTS_FOLDER,
@@ -26,7 +28,7 @@ from src.analysis.results_doc import (
     shield_comparison,
     write_results_doc,
 )
-from src.analysis.tables import make_summary
+from src.analysis.tables import NO_FLOOR, make_summary
 from src.containment import ContainmentError
 from tests.analysis.synthetic import make_certificate, write_experiment
 
@@ -279,3 +281,30 @@ def test_a_shield_that_never_armed_is_said_so() -> None:
     line = _shield_line("hazard_grid", history, updates, [config])
     assert line.startswith("no training episode starts after env step 512, where the shield")
     assert "never armed" in line and "violating: ." not in line
+
+
+def test_a_task_without_a_floor_is_said_to_have_none(tmp_path: Path) -> None:
+    """A task the careful team does not play (here `spread`) gets a sentence saying why its
+    floor is missing, not a silent gap."""
+    root = tmp_path / "results" / "nofloor"
+    run_dirs = write_experiment(root, envs=("spread",), algos=("ippo",), runs=1, eval_episodes=30)
+    aggregate(run_dirs, root / "tables")
+    floor = Floor(
+        env="spread",
+        horizon=100,
+        first_seed=1_000_000,
+        episodes=30,
+        confidence=0.95,
+        method="none",
+        violations=0,
+        p_violation=math.nan,
+        p_upper=math.nan,
+        goals=math.nan,
+        greedy_p_violation=math.nan,
+        greedy_goals=math.nan,
+    )
+    write_floor(floor, tmp_path / "spread.floor.json")
+    make_summary(root / "tables", floors=[tmp_path / "spread.floor.json"])
+    make_figures(root / "tables", root / "figures")
+    text = write_results_doc(root, tmp_path / "docs").read_text()
+    assert f"  Risk floor: {NO_FLOOR}, so whether `max_risk` = " in text
