@@ -201,11 +201,14 @@ def main(argv: list[str] | None = None) -> None:
     load = list(os.getloadavg())
     with tempfile.TemporaryDirectory() as tmp:
         reference = Path(tmp) / "reference"
-        subprocess.run(
+        added = subprocess.run(
             ["git", "-C", str(ROOT), "worktree", "add", "--detach", str(reference), args.against],
-            check=True,
             capture_output=True,
+            text=True,
         )
+        if added.returncode != 0:
+            why = added.stderr.strip().splitlines()[-1:] or ["git failed"]
+            raise SystemExit(f"--against {args.against!r}: no such commit here ({why[0]})")
         try:
             results = measure(
                 reference,

@@ -15,8 +15,10 @@ how to read it. The descriptions are generic, so the page stays right whatever t
 from __future__ import annotations
 
 import argparse
+import re
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -153,6 +155,13 @@ def _setup(configs: Sequence[dict], tag: str) -> list[str]:
     ]
 
 
+def _token(value: Any) -> str:
+    """A recorded kernel setting as page text: letters, digits, `_` and `,` only (a run folder
+    may come from anyone: anything else reads `unrecognised`, never Markdown or HTML)."""
+    text = str(value)
+    return text if re.fullmatch(r"[A-Za-z0-9_,]{1,64}", text) else "unrecognised"
+
+
 def _code_path_line(configs: Sequence[dict]) -> str:
     """The floating-point code path the runs trained on (`src.numerics.kernels`, recorded in
     each run's config.json): its fingerprint and settings, one entry per distinct path."""
@@ -160,10 +169,10 @@ def _code_path_line(configs: Sequence[dict]) -> str:
     for config in configs:
         kernels = config.get("kernels") if isinstance(config.get("kernels"), dict) else {}
         settings = ", ".join(
-            f"{name}={kernels.get(name)}"
+            f"{name}={_token(kernels.get(name))}"
             for name in ("MKL_CBWR", "ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA")
         )
-        paths.add(f"`{kernels.get('fingerprint', 'unrecorded')}` ({settings})")
+        paths.add(f"`{_token(kernels.get('fingerprint', 'unrecorded'))}` ({settings})")
     text = "; ".join(sorted(paths))
     mixed = (
         " (the runs differ: their numbers need not reproduce together)" if len(paths) > 1 else ""

@@ -308,3 +308,12 @@ def test_a_task_without_a_floor_is_said_to_have_none(tmp_path: Path) -> None:
     make_figures(root / "tables", root / "figures")
     text = write_results_doc(root, tmp_path / "docs").read_text()
     assert f"  Risk floor: {NO_FLOOR}, so whether `max_risk` = " in text
+
+
+def test_the_code_path_line_writes_no_markup_from_a_run_folder() -> None:
+    """Recorded kernel settings that are not plain tokens (a run folder may come from anyone)
+    read `unrecognised` on the page."""
+    planted = {"fingerprint": "<img src=x>", "MKL_CBWR": "[a](http://x)"}
+    line = _code_path_line([{"kernels": planted}])
+    assert "<img" not in line and "](" not in line
+    assert line.startswith("- code path: `unrecognised` (MKL_CBWR=unrecognised, ")
