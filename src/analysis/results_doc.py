@@ -170,7 +170,7 @@ def _code_path_line(configs: Sequence[dict]) -> str:
         kernels = config.get("kernels") if isinstance(config.get("kernels"), dict) else {}
         settings = ", ".join(
             f"{name}={_token(kernels.get(name))}"
-            for name in ("MKL_CBWR", "ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA")
+            for name in ("MKL_CBWR", "ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA", "openblas_core")
         )
         paths.add(f"`{_token(kernels.get('fingerprint', 'unrecorded'))}` ({settings})")
     text = "; ".join(sorted(paths))

@@ -239,11 +239,12 @@ def test_the_setup_names_the_code_path_the_runs_trained_on() -> None:
         "MKL_CBWR": "COMPATIBLE",
         "ATEN_CPU_CAPABILITY": "avx2",
         "ONEDNN_MAX_CPU_ISA": "AVX2",
+        "openblas_core": "Haswell",
     }
     same = _code_path_line([{"kernels": pinned}, {"kernels": dict(pinned)}])
     assert same.startswith(
         "- code path: `0fef11f9e267a361` (MKL_CBWR=COMPATIBLE, ATEN_CPU_CAPABILITY=avx2, "
-        "ONEDNN_MAX_CPU_ISA=AVX2); a machine reproduces"
+        "ONEDNN_MAX_CPU_ISA=AVX2, openblas_core=Haswell); a machine reproduces"
     )
     mixed = _code_path_line([{"kernels": pinned}, {"git_commit": "abc"}])
     assert "`unrecorded`" in mixed and "the runs differ" in mixed

@@ -48,6 +48,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from src import numerics
 from src.algos.shield.decentral import opponent_completions
 from src.algos.shield.ensemble import (
     every_member,
@@ -257,21 +258,21 @@ class RiskCritic(OptimizerState, nn.Module):
         )
         width = state_w.shape[-1]
         # Per option: u (W W1) and, in the last column, the done logit.
-        per_option = torch.baddbmm(bias, hidden.view(m, s * k, h), hidden_w)
+        per_option = numerics.baddbmm(bias, hidden.view(m, s * k, h), hidden_w)
         done = torch.sigmoid(per_option[..., width]).view(m, s, k)
         # Per state: s W1, the steps h / horizon and (`opponent`) the agent's row.
         steps = (left / self.horizon).unsqueeze(-1) * steps_w
         if state_index is None:
-            per_state = torch.baddbmm(steps, joint_obs, state_w)
+            per_state = numerics.baddbmm(steps, joint_obs, state_w)
         else:
-            per_state = rows_of_states(torch.bmm(joint_obs, state_w), state_index) + steps
+            per_state = rows_of_states(numerics.bmm(joint_obs, state_w), state_index) + steps
         if agents is not None:
             per_state += agent_w.gather(1, agents.unsqueeze(-1).expand(m, s, width))
         x = per_option[..., :width].view(m, s, k, width) + per_state.unsqueeze(2)
         x = x.relu_().view(m, s * k, width)
         last = len(rest) - 1
         for i, (w, b) in enumerate(rest):
-            x = torch.baddbmm(b, x, w)
+            x = numerics.baddbmm(b, x, w)
             if i < last:
                 x = x.relu_()
         # No steps left, no risk (V_0 = 0).

@@ -2,7 +2,7 @@
 
 An ensemble of M MLPs keeps each layer's weights as one [M, fan_in, fan_out] tensor (and its
 biases as [M, 1, fan_out]), so a member-major batch [M, N, ...] runs through every member with
-one `torch.baddbmm` per layer; row (m, n) is evaluated by member m.
+one `numerics.baddbmm` per layer; row (m, n) is evaluated by member m.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from src import numerics
 from src.algos.shield.replay import Moments
 
 __all__ = [
@@ -78,7 +79,7 @@ def run_stacked(
     """
     last = len(weights) - 1
     for i, (w, b) in enumerate(zip(weights, biases, strict=True)):
-        x = torch.baddbmm(b, x, w)
+        x = numerics.baddbmm(b, x, w)
         if i < last:
             x = torch.relu_(x) if not x.requires_grad else torch.relu(x)
     return x

@@ -27,6 +27,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from src import numerics
 from src.algos.shield.ensemble import (
     Versioned,
     every_member,
@@ -171,7 +172,7 @@ class EnsembleWorldModel(Versioned, OptimizerState, nn.Module):
         last = len(layers) - 1
         for i, (w, b) in enumerate(layers):
             out = ws.get(f"layer{i}", (m, n, w.shape[2]))
-            torch.baddbmm(b, x, w, out=out)
+            numerics.baddbmm(b, x, w, out=out)
             x = out.relu_() if i < last else out
         next_obs = ws.get(f"input{self._flip ^ 1}", (m, n, self.in_dim))[..., :d]
         torch.add(x[..., :d], joint_obs, out=next_obs)
@@ -193,7 +194,7 @@ class EnsembleWorldModel(Versioned, OptimizerState, nn.Module):
         m, s, k, h = hidden.shape
         d = self.joint_dim
         w, b = self.output_layer()
-        x = torch.baddbmm(b, hidden.view(m, s * k, h), w).view(m, s, k, -1)
+        x = numerics.baddbmm(b, hidden.view(m, s * k, h), w).view(m, s, k, -1)
         next_obs = x[..., :d] + joint_obs.unsqueeze(2)
         cost_prob = torch.sigmoid(x[..., d : d + self.n_agents])
         return next_obs, cost_prob, torch.sigmoid(x[..., -1])
@@ -218,7 +219,7 @@ class EnsembleWorldModel(Versioned, OptimizerState, nn.Module):
         d = self.joint_dim
         layers = self._folded_layers()
         w0, b0 = layers[0]
-        first = torch.baddbmm(b0, joint_obs, w0[:, :d])  # [M, S, H]
+        first = numerics.baddbmm(b0, joint_obs, w0[:, :d])  # [M, S, H]
         actions = options + self.action_offset
         if state_index is None:
             x = first.unsqueeze(2) + selected_rows(w0[:, d:], actions)
@@ -227,7 +228,7 @@ class EnsembleWorldModel(Versioned, OptimizerState, nn.Module):
             x = selected_rows_and_state(w0[:, d:], actions, first, state)
         x = x.relu_().view(m, s * k, -1)
         for w, b in layers[1:-1]:
-            x = torch.baddbmm(b, x, w).relu_()
+            x = numerics.baddbmm(b, x, w).relu_()
         return x.view(m, s, k, -1)
 
     def output_layer(self) -> tuple[torch.Tensor, torch.Tensor]:
@@ -395,7 +396,7 @@ class AgentCostModel(Versioned, OptimizerState, nn.Module):
         m, s, k, a = options.shape
         states = joint_obs.shape[1]
         obs_w, agent_bias, action_w, rest = self._inference_layers()
-        first = torch.bmm(joint_obs.view(m, states * a, self.obs_dim), obs_w)
+        first = numerics.bmm(joint_obs.view(m, states * a, self.obs_dim), obs_w)
         first = first.view(m, states, a, -1)
         first += agent_bias
         actions = options[..., self.order] + self.offset  # [M, S, K, A, A]: own action first
@@ -407,7 +408,7 @@ class AgentCostModel(Versioned, OptimizerState, nn.Module):
         x = x.relu_().view(m, s * k * a, -1)
         last = len(rest) - 1
         for i, (w, b) in enumerate(rest):
-            x = torch.baddbmm(b, x, w)
+            x = numerics.baddbmm(b, x, w)
             if i < last:
                 x = x.relu_()
         return x.view(m, s, k, a)
