@@ -2,10 +2,11 @@
 
 For every v1 shield run of a results folder (every shielded algorithm, `shield` and
 `shield_dec`), the deployed policy (policy and shield with the
-certified allowance, as evaluated) plays `--episodes` episodes of `CONSTRAINT_HORIZON` steps
-from reset seeds `--seed-offset + 100_000 * k + i` (k counts the runs), a range no training,
-calibration or evaluation uses by default (training: `seed_offset` + small numbers;
-evaluation: 1,000,000 + ...; calibration: 2,000,000 + ...). It reports per run the
+certified allowance, as evaluated) plays `--episodes` episodes of its certificate's horizon
+(the constraint horizon) from reset seeds `--seed-offset + 10,000 k + i` (k counts the runs),
+by default the range `src.seeds.CERTIFICATE_CHECK`, which the workflow keeps every config's
+training, calibration and evaluation seeds out of (once a check has looked at a range, the
+next check takes a new one). It reports per run the
 certificate (allowance, calibration violations, p-value) and the fresh episodes' violations
 with a one-sided 95% Clopper-Pearson upper bound, and per env the pooled rate of the certified
 runs: a certificate that holds has a fresh rate at most `max_risk` (up to the fresh sample's
@@ -37,11 +38,11 @@ from src.algos.policy import load_actor
 from src.algos.registry import shielded_algos
 from src.algos.shield.budget import BudgetShield
 from src.algos.shield.calibration import Certificate, fixed_sequence_test, load_certificate
-from src.config.base import CONSTRAINT_HORIZON
 from src.containment import inside
 from src.envs.registry import make_vector_env
 from src.evaluation.episodes import first_violation_steps
 from src.evaluation.evaluate import collect_episodes, evaluate_run
+from src.seeds import CERTIFICATE_CHECK, CHECK_STRIDE
 from src.stats import clopper_pearson_upper
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -58,7 +59,7 @@ def check_run(run_dir: Path, *, episodes: int, first_seed: int) -> dict[str, Any
     if certificate is None:
         raise ValueError(f"{run_dir}/policy.pt holds no certificate")
     config = actor.config
-    params = config.env.constructor_params(max_steps=CONSTRAINT_HORIZON)
+    params = config.env.constructor_params(max_steps=certificate.horizon)
     seeds = list(range(first_seed, first_seed + episodes))
     batch = collect_episodes(
         make_vec=lambda copies: make_vector_env(
@@ -66,7 +67,7 @@ def check_run(run_dir: Path, *, episodes: int, first_seed: int) -> dict[str, Any
         ),
         actor=actor,
         seeds=seeds,
-        max_steps=CONSTRAINT_HORIZON,
+        max_steps=certificate.horizon,
         batch_size=min(episodes, 500),
         actor_seed=first_seed,
     )
@@ -82,6 +83,7 @@ def check_run(run_dir: Path, *, episodes: int, first_seed: int) -> dict[str, Any
         "env": config.env_name,
         "algo": config.algo,
         "max_risk": certificate.max_risk,
+        "horizon": certificate.horizon,
         "certified": certificate.certified,
         "allowance": certificate.allowance,
         "calibration": f"{certificate.violations}/{certificate.episodes}",
@@ -172,13 +174,15 @@ def shield_runs(results: Path) -> list[Path]:
 
 def markdown(records: Sequence[dict[str, Any]], command: str, machine: dict[str, Any]) -> str:
     """The section of BENCHMARKS.md."""
+    horizons = ", ".join(str(h) for h in sorted({r["horizon"] for r in records}))
     lines = [
         "## Certificates on fresh seeds",
         "",
         f"`{command}` ({machine['date']}, {machine['processor']}, {machine['cpus']} CPUs). "
-        f"Every shield run's deployed policy plays episodes of {CONSTRAINT_HORIZON} steps from "
-        "reset seeds that no training, calibration or evaluation uses; a certificate says "
-        "P(violation within 100 steps) <= max_risk at 1 - delta = 95%. *Reproduced*: every "
+        "Every shield run's deployed policy plays episodes of its certificate's horizon H "
+        f"({horizons} steps) from reset seeds that no training, calibration or evaluation "
+        "uses and no check looked at before (`src.seeds`); a certificate says, per run, "
+        "P(violation within H steps) <= max_risk at 1 - delta = 95%. *Reproduced*: every "
         "tested allowance run again on the calibration seeds gives the recorded violations; "
         "*calibration s*: the time of those runs (the certificate's cost, one thread), "
         "*evaluation s*: the run's whole evaluation (`evaluate_run`, shield on and off), "
@@ -230,15 +234,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--results", type=Path, required=True, help="a results folder")
     parser.add_argument("--episodes", type=int, default=1000, help="fresh episodes per run")
-    parser.add_argument("--seed-offset", type=int, default=9_000_000)
+    parser.add_argument("--seed-offset", type=int, default=CERTIFICATE_CHECK.first)
     parser.add_argument("--write", action="store_true", help="write its BENCHMARKS.md section")
     args = parser.parse_args(argv)
     load = list(os.getloadavg())
     runs = shield_runs(args.results)
     if not runs:
         parser.error(f"{args.results} holds no shield run with a policy.pt")
+    if not 1 <= args.episodes <= CHECK_STRIDE:
+        parser.error(f"--episodes {args.episodes}: must be in [1, {CHECK_STRIDE}]")
+    top = args.seed_offset + CHECK_STRIDE * len(runs)
+    if args.seed_offset == CERTIFICATE_CHECK.first and top > CERTIFICATE_CHECK.stop:
+        parser.error(f"{len(runs)} runs need seeds beyond {CERTIFICATE_CHECK.describe()}")
     records = [
-        check_run(run, episodes=args.episodes, first_seed=args.seed_offset + 100_000 * k)
+        check_run(run, episodes=args.episodes, first_seed=args.seed_offset + CHECK_STRIDE * k)
         for k, run in enumerate(runs)
     ]
     command = (

@@ -8,7 +8,8 @@ machine count only this process's work. Measured, per env:
 - the arithmetic share of the filter: the shield's models fitted on `passive` rollouts
   collected while it only watches, then armed; the inputs of the filter calls of one rollout
   are recorded and replayed. Every matmul the filter runs (`mm`, `addmm`, `bmm`, `baddbmm`,
-  `matmul`, `linear`, seen at torch's dispatcher) is recorded with its shapes, its FLOPs
+  `matmul`, `linear` seen at torch's dispatcher, and the products `src.numerics` sends to
+  OpenBLAS) is recorded with its shapes, its FLOPs
   counted from them (2 per multiply-add), and the same sequence of matmuls is timed alone on
   preallocated inputs and outputs. The fraction matmul-only time / filter time is the share of
   the filter's time that is arithmetic; FLOPs / filter time its achieved rate. Replays of the
@@ -57,21 +58,21 @@ import yaml
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from benchmarks.common import machine_info, positive_int, save_results
+from src import numerics
 from src.algos import metrics as M
 from src.algos.ippo import IPPO
 from src.algos.networks import ActorCritic
 from src.algos.policy import Actor
-from src.algos.seeding import copy_seeds
 from src.algos.shield.assemble import load_shield
 from src.algos.shield.budget import BudgetShield
 from src.algos.shield.trainer import ShieldedIPPO
 from src.algos.train import build_trainer, make_vector_env_for
-from src.config.base import CONSTRAINT_HORIZON
 from src.config.run import RunConfig, make_run_config
 from src.core.logging import WARNING, configure_logging
 from src.envs.registry import make_vector_env
 from src.evaluation.episodes import horizon_summary
 from src.evaluation.evaluate import collect_episodes
+from src.seeds import copy_seeds
 
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "benchmarks" / "out"
@@ -297,6 +298,8 @@ class Matmul:
     op: str
     shapes: tuple[tuple[int, ...], ...]
     strides: tuple[tuple[int, ...], ...]
+    library: str = "torch"
+    """Where it ran: torch's dispatcher, or `numerics` (OpenBLAS, `src.numerics`)."""
 
     @property
     def flops(self) -> int:
@@ -311,13 +314,45 @@ class Matmul:
         return 2 * math.prod(batch) * x[-2] * x[-1] * w[-1]
 
 
+NUMERICS_MATMULS = ("baddbmm", "bmm", "linear")
+"""The products of `src.numerics` (their arguments in torch's order)."""
+
+
 class MatmulRecorder(TorchDispatchMode):
-    """Records every matmul that reaches torch's dispatcher inside the block."""
+    """Records every matmul that reaches torch's dispatcher inside the block, and every product
+    of `src.numerics` (which runs in OpenBLAS, out of the dispatcher's sight)."""
 
     def __init__(self) -> None:
         """Nothing recorded yet."""
         super().__init__()
         self.calls: list[Matmul] = []
+        self._undo: list[Callable[[], None]] = []
+
+    def __enter__(self) -> MatmulRecorder:
+        """Record from here on."""
+        for name in NUMERICS_MATMULS:
+            self._undo.append(patch(numerics, name, self._recording(name, getattr(numerics, name))))
+        return super().__enter__()
+
+    def __exit__(self, *exc: Any) -> None:
+        """Stop recording."""
+        super().__exit__(*exc)
+        while self._undo:
+            self._undo.pop()()
+
+    def _record(self, op: str, args: Sequence[Any], library: str) -> None:
+        """Append the call of `op` on the tensors among `args`."""
+        tensors = [a for a in args if isinstance(a, torch.Tensor)]
+        shapes = tuple(tuple(t.shape) for t in tensors)
+        strides = tuple(tuple(t.stride()) for t in tensors)
+        self.calls.append(Matmul(op=op, shapes=shapes, strides=strides, library=library))
+
+    def _recording(self, name: str, function: Callable[..., Any]) -> Callable[..., Any]:
+        def recorded(*args: Any, **kwargs: Any) -> Any:
+            self._record(name, args, "numerics")
+            return function(*args, **kwargs)
+
+        return recorded
 
     def __torch_dispatch__(
         self,
@@ -329,14 +364,7 @@ class MatmulRecorder(TorchDispatchMode):
         """Record a matmul's argument shapes, then run the op."""
         name = func.overloadpacket.__name__
         if name in MATMULS:
-            tensors = [a for a in args if isinstance(a, torch.Tensor)]
-            self.calls.append(
-                Matmul(
-                    op=name,
-                    shapes=tuple(tuple(t.shape) for t in tensors),
-                    strides=tuple(tuple(t.stride()) for t in tensors),
-                )
-            )
+            self._record(name, args, "torch")
         return func(*args, **(kwargs or {}))
 
 
@@ -364,12 +392,24 @@ def matmul_replay(calls: Sequence[Matmul], seed: int = 0) -> Callable[[], None]:
     it stands for.
     """
     generator = torch.Generator().manual_seed(seed)
-    plans: list[tuple[str, list[tuple[Any, ...]], tuple[Any, ...]]] = []
+    plans: list[tuple[Callable[..., Any], list[tuple[Any, ...]], tuple[Any, ...]]] = []
     spans: dict[tuple[Any, ...], int] = defaultdict(int)
     for call in calls:
         shapes, strides = list(call.shapes), list(call.strides)
         op = call.op
-        if op == "linear":  # addmm(bias, x as 2-d, weight.t())
+        if call.library == "numerics":
+            # The same product on OpenBLAS: numerics' function with `out=` where it takes one.
+            if op == "linear":
+                out_shape = (*shapes[0][:-1], shapes[1][0])
+            else:
+                meta = [
+                    torch.empty_strided(sh, st, device="meta")
+                    for sh, st in zip(shapes, strides, strict=True)
+                ]
+                out_shape = tuple(getattr(torch, op)(*meta).shape)
+            function = getattr(numerics, op)
+            op = f"numerics.{op}"
+        elif op == "linear":  # addmm(bias, x as 2-d, weight.t())
             x, w = shapes[0], shapes[1]
             bias = (shapes[2], strides[2]) if len(shapes) > 2 else ((w[0],), (1,))
             rows = math.prod(x[:-1])
@@ -377,8 +417,10 @@ def matmul_replay(calls: Sequence[Matmul], seed: int = 0) -> Callable[[], None]:
             strides = [bias[1], (x[-1], 1), (strides[1][1], strides[1][0])]
             op = "addmm"
         pairs = list(zip(shapes, strides, strict=True))
-        meta = [torch.empty_strided(sh, st, device="meta") for sh, st in pairs]
-        out_shape = tuple(getattr(torch, op)(*meta).shape)
+        if not op.startswith("numerics."):
+            meta = [torch.empty_strided(sh, st, device="meta") for sh, st in pairs]
+            out_shape = tuple(getattr(torch, op)(*meta).shape)
+            function = getattr(torch, op)
         args = []
         for position, (sh, st) in enumerate(pairs):
             key = (op, position, len(sh), sh[-1] if sh else 0)
@@ -387,13 +429,15 @@ def matmul_replay(calls: Sequence[Matmul], seed: int = 0) -> Callable[[], None]:
         out_strides = _contiguous_strides(out_shape)
         key = (op, "out", len(out_shape), out_shape[-1] if out_shape else 0)
         spans[key] = max(spans[key], _span(out_shape, out_strides))
-        plans.append((op, args, (key, out_shape, out_strides)))
+        plans.append((function, args, (key, out_shape, out_strides)))
     buffers = {key: torch.randn(max(span, 1), generator=generator) for key, span in spans.items()}
     steps: list[Callable[[], Any]] = []
-    for op, args, (key, shape, stride) in plans:
+    for function, args, (key, shape, stride) in plans:
         tensors = tuple(buffers[k].as_strided(sh, st) for k, sh, st in args)
+        if function is numerics.bmm:  # no `out`: it returns OpenBLAS's own array
+            steps.append(lambda f=function, a=tensors: f(*a))
+            continue
         out = buffers[key].as_strided(shape, stride)
-        function = getattr(torch, op)
         steps.append(lambda f=function, a=tensors, o=out: f(*a, out=o))
 
     def run() -> None:
@@ -649,7 +693,7 @@ def evaluation_cost(trainer: ShieldedIPPO, sizes: Sizes, *, floor: bool = True) 
     # P(violation within the constraint's horizon), its interval's upper end, the mean return
     # within it: the evaluation's own summary of each mode's episodes.
     risk: dict[str, dict[str, float]] = {}
-    horizon = min(CONSTRAINT_HORIZON, steps)
+    horizon = min(config.constraint_horizon or steps, steps)
 
     def run(mode: str) -> float:
         started = time.process_time()

@@ -82,7 +82,6 @@ from src.algos.shield.diagnostics import (  # noqa: E402
     true_plan_risk,
 )
 from src.analysis.files import write_text  # noqa: E402
-from src.config.base import CONSTRAINT_HORIZON  # noqa: E402
 from src.envs.registry import make_vector_env  # noqa: E402
 from src.stats import clopper_pearson_interval  # noqa: E402
 
@@ -101,15 +100,14 @@ TRUTHS = ("deployed", "backup")
 """The continuations after the decision's joint action: the deployed policy, the backup."""
 
 
-def sample_steps(*, horizon: int, scope: str, count: int) -> np.ndarray:
+def sample_steps(*, horizon: int, scope: str, count: int, cap: int) -> np.ndarray:
     """`count` steps (1-based, increasing, distinct) spread evenly over the steps whose
-    decisions have a whole window before the cap (`CONSTRAINT_HORIZON`): [1, cap - horizon + 1]
-    with the `receding` scope, [1, horizon] with `episode` (its window ends at step horizon)."""
-    last = horizon if scope == "episode" else CONSTRAINT_HORIZON - horizon + 1
-    if not 1 <= horizon <= CONSTRAINT_HORIZON or count < 1:
-        raise ValueError(
-            f"need count >= 1 and 1 <= horizon <= {CONSTRAINT_HORIZON}, got {count}, {horizon}"
-        )
+    decisions have a whole window before the cap `cap` (the constraint horizon):
+    [1, cap - horizon + 1] with the `receding` scope, [1, horizon] with `episode` (its window
+    ends at step horizon)."""
+    last = horizon if scope == "episode" else cap - horizon + 1
+    if not 1 <= horizon <= cap or count < 1:
+        raise ValueError(f"need count >= 1 and 1 <= horizon <= {cap}, got {count}, {horizon}")
     return np.unique(np.rint(np.linspace(1, last, count)).astype(np.int64))
 
 
@@ -151,14 +149,17 @@ def check_run(
     follower = load_actor(run_dir, shielded=True)
     config = actor.config
     scope = shield.config.risk_scope
-    when = sample_steps(horizon=shield.config.horizon, scope=scope, count=steps)
+    cap = config.constraint_horizon
+    if cap is None:
+        raise ValueError(f"{run_dir}: its config records no constraint_horizon")
+    when = sample_steps(horizon=shield.config.horizon, scope=scope, count=steps, cap=cap)
     sampled = set(when.tolist())
     offset = config.evaluation.first_seed(config.run_idx)
     env = make_vector_env(
         config.env_name,
         num_envs=episodes,
         seed=None,
-        **config.env.constructor_params(max_steps=CONSTRAINT_HORIZON),
+        **config.env.constructor_params(max_steps=cap),
     )
     obs = env.reset(seed=[offset + i for i in range(episodes)])
     actor.reset(episodes, offset)
@@ -333,7 +334,7 @@ def render_markdown(payload: Mapping[str, Any]) -> str:
         "",
         f"- Decisions: each of {first.get('episodes', '?')} evaluation episodes per run (the "
         f"run's evaluation reset seeds) at the steps {first.get('steps', '?')} of "
-        f"{CONSTRAINT_HORIZON}; a decision is the joint action the deployed shield executed "
+        f"the constraint horizon; a decision is the joint action the deployed shield executed "
         "in one episode at one of these steps. **n runs pooled**: the decisions of the n runs "
         "of that env together. Fallbacks: decisions where the shield executed the least-risk "
         "action it found because none was within its allowance.",

@@ -42,7 +42,7 @@ import os
 import platform
 from collections.abc import Iterable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     import torch
@@ -53,6 +53,7 @@ __all__ = [
     "baddbmm",
     "bmm",
     "kernels",
+    "linear",
     "openblas_core",
     "pin_kernels",
     "probe_fingerprint",
@@ -150,6 +151,76 @@ def bmm(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
         return torch.bmm(x, weight)
     _check_openblas()
     return torch.from_numpy(np.matmul(x.detach().numpy(), weight.detach().numpy()))
+
+
+def linear(
+    x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, *, out: torch.Tensor | None = None
+) -> torch.Tensor:
+    """`torch.nn.functional.linear(x, weight, bias)`, x [..., in] @ weight[out, in].T + bias,
+    with its products (forward and, through `_OpenBLASLinear`, backward) in NumPy's OpenBLAS.
+
+    `out` [..., out], if given and no gradient is tracked, receives the result.
+    """
+    import torch
+
+    tracked = torch.is_grad_enabled() and (
+        x.requires_grad or weight.requires_grad or bias.requires_grad
+    )
+    if tracked:
+        return _linear_function().apply(x, weight, bias)
+    return _affine(x.detach(), weight.detach(), bias.detach(), out)
+
+
+def _affine(
+    x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, out: torch.Tensor | None
+) -> torch.Tensor:
+    """x [..., in] @ weight.T + bias in OpenBLAS, into `out` if given."""
+    import numpy as np
+    import torch
+
+    _check_openblas()
+    flat = x.reshape(-1, x.shape[-1]).numpy()
+    if out is None:
+        result = np.matmul(flat, weight.numpy().T)
+        result += bias.numpy()
+        return torch.from_numpy(result).view(*x.shape[:-1], weight.shape[0])
+    target = out.view(-1, weight.shape[0]).numpy()
+    np.matmul(flat, weight.numpy().T, out=target)
+    target += bias.numpy()
+    return out
+
+
+@functools.cache
+def _linear_function() -> type:
+    """The autograd function of `linear`: products in OpenBLAS both ways, the bias's gradient
+    summed by torch (torch imported lazily, as everywhere in this module: importing it loads
+    NumPy, which must come after `pin_kernels`)."""
+    import numpy as np
+    import torch
+
+    class OpenBLASLinear(torch.autograd.Function):
+        @staticmethod
+        def forward(
+            ctx: Any, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor
+        ) -> torch.Tensor:
+            ctx.save_for_backward(x, weight)
+            return _affine(x.detach(), weight.detach(), bias.detach(), None)
+
+        @staticmethod
+        def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
+            x, weight = ctx.saved_tensors
+            g = grad.reshape(-1, weight.shape[0]).contiguous().numpy()
+            grad_x = grad_weight = grad_bias = None
+            if ctx.needs_input_grad[0]:
+                grad_x = torch.from_numpy(np.matmul(g, weight.detach().numpy())).view(x.shape)
+            if ctx.needs_input_grad[1]:
+                flat = x.detach().reshape(-1, x.shape[-1]).numpy()
+                grad_weight = torch.from_numpy(np.matmul(g.T, flat))
+            if ctx.needs_input_grad[2]:
+                grad_bias = grad.reshape(-1, weight.shape[0]).sum(0)
+            return grad_x, grad_weight, grad_bias
+
+    return OpenBLASLinear
 
 
 def openblas_core() -> str | None:

@@ -9,12 +9,16 @@ from __future__ import annotations
 import numpy as np
 from numpy.typing import ArrayLike
 from scipy.special import betaincinv
-from scipy.stats import norm, rankdata
+from scipy.stats import binom, norm, rankdata
+from scipy.stats import t as student_t
 
 __all__ = [
     "beta_posterior_upper",
+    "between_run_interval",
     "clopper_pearson_interval",
     "clopper_pearson_upper",
+    "exact_mcnemar",
+    "holm_adjust",
     "paired_auc_test",
     "rank_auc",
 ]
@@ -103,7 +107,11 @@ def rank_auc(scores: ArrayLike, labels: ArrayLike) -> float:
 
 
 def paired_auc_test(
-    first: ArrayLike, second: ArrayLike, labels: ArrayLike
+    first: ArrayLike,
+    second: ArrayLike,
+    labels: ArrayLike,
+    *,
+    clusters: ArrayLike | None = None,
 ) -> tuple[float, float, float]:
     """DeLong's test of two AUCs on the same labelled cases: (AUC of `first`, AUC of `second`,
     one-sided p-value of "second ranks the labels better than first").
@@ -114,11 +122,46 @@ def paired_auc_test(
     their difference. p is NaN without both classes; when the difference has no variance
     (both rank every case alike, e.g. both separate the classes perfectly or one ties them
     all and the other separates them), p is 0 if the second's AUC is higher, else 1.
+
+    Without `clusters` the cases are independent. `clusters` (one id per case, e.g. the
+    episode a decision was taken in) makes only the clusters independent, cases of one cluster
+    may share anything: the variance is then the clustered DeLong estimator of Obuchowski
+    ("Nonparametric analysis of clustered ROC curve data", Biometrics 1997). With K clusters,
+    M positives and N negatives, V10(j) the structural component of positive j (the share of
+    all negatives it outranks, ties half) and V01(j) that of negative j (the share of all
+    positives that outrank it), D the contrast second minus first of a quantity, and per
+    cluster k the sums over its positives and over its negatives
+
+        A_k = sum_{positives j in k} (D V10(j) - D AUC),
+        B_k = sum_{negatives j in k} (D V01(j) - D AUC),
+
+    the variance of AUC_2 - AUC_1 is the between-cluster variability of those sums,
+
+        var = K / (K - 1) sum_k (A_k / M + B_k / N)^2
+            = S10 / M + S01 / N + 2 S11 / (M N),
+
+    with Obuchowski's S10 = K / ((K - 1) M) sum_k A_k^2, S01 = K / ((K - 1) N) sum_k B_k^2
+    and their covariance S11 = K / (K - 1) sum_k A_k B_k, all of the contrast (a cluster
+    without positives or without negatives has A_k = 0 or B_k = 0). With one case per
+    cluster (K = M + N) this is the independent-case variance with each component's sample
+    variance divided by its count (M, N) instead of count - 1, times K / (K - 1). One cluster
+    has no between-cluster variability: p is NaN (no test). With clusters, z is referred to
+    Student's t with K - 1 degrees of freedom (the variance is estimated from K cluster sums;
+    a normal reference rejects too often when K is small). `clusters` of another length
+    than `labels` is refused.
     """
     labels = np.asarray(labels, dtype=bool).reshape(-1)
     scores = [np.asarray(x, dtype=np.float64).reshape(-1) for x in (first, second)]
     if any(x.shape != labels.shape for x in scores):
         raise ValueError("first, second and labels must have the same length")
+    cluster_ids = None
+    if clusters is not None:
+        clusters = np.asarray(clusters).reshape(-1)
+        if clusters.shape != labels.shape:
+            raise ValueError(
+                f"clusters must hold one id per case: {clusters.size} ids for {labels.size} cases"
+            )
+        cluster_ids = np.unique(clusters, return_inverse=True)[1].reshape(-1)
     auc = [rank_auc(x, labels) for x in scores]
     positives, negatives = int(labels.sum()), int((~labels).sum())
     if positives == 0 or negatives == 0:
@@ -130,11 +173,120 @@ def paired_auc_test(
         every, pos, neg = rankdata(x), rankdata(x[labels]), rankdata(x[~labels])
         v10.append((every[labels] - pos) / negatives)
         v01.append(1.0 - (every[~labels] - neg) / positives)
-    s10 = np.cov(np.stack(v10)) if positives > 1 else np.zeros((2, 2))
-    s01 = np.cov(np.stack(v01)) if negatives > 1 else np.zeros((2, 2))
-    contrast = np.array([-1.0, 1.0])
-    variance = contrast @ s10 @ contrast / positives + contrast @ s01 @ contrast / negatives
+    if cluster_ids is not None:
+        variance = _clustered_difference_variance(v10, v01, labels, cluster_ids)
+        if np.isnan(variance):
+            return auc[0], auc[1], float("nan")
+    else:
+        s10 = np.cov(np.stack(v10)) if positives > 1 else np.zeros((2, 2))
+        s01 = np.cov(np.stack(v01)) if negatives > 1 else np.zeros((2, 2))
+        contrast = np.array([-1.0, 1.0])
+        variance = contrast @ s10 @ contrast / positives + contrast @ s01 @ contrast / negatives
     if not variance > 0:
         return auc[0], auc[1], 0.0 if auc[1] > auc[0] else 1.0
     z = (auc[1] - auc[0]) / np.sqrt(variance)
+    if cluster_ids is not None:
+        return auc[0], auc[1], float(student_t.sf(z, int(cluster_ids.max())))
     return auc[0], auc[1], float(norm.sf(z))
+
+
+def _clustered_difference_variance(
+    v10: list[np.ndarray], v01: list[np.ndarray], labels: np.ndarray, cluster_ids: np.ndarray
+) -> float:
+    """Obuchowski's (1997) variance of AUC_2 - AUC_1 (`paired_auc_test`): v10 and v01 are the
+    structural components of the first and the second scores per positive and per negative,
+    cluster_ids the cluster 0..K-1 of every case; NaN with one cluster."""
+    k = int(cluster_ids.max()) + 1
+    if k < 2:
+        return float("nan")
+    positives, negatives = v10[0].size, v01[0].size
+    # The contrast's AUC is the mean of either component (up to rounding): centre each by its
+    # own mean so that the cluster sums of each add up to 0.
+    d10, d01 = v10[1] - v10[0], v01[1] - v01[0]
+    a = np.bincount(cluster_ids[labels], weights=d10 - d10.mean(), minlength=k)
+    b = np.bincount(cluster_ids[~labels], weights=d01 - d01.mean(), minlength=k)
+    return float(k / (k - 1) * np.sum((a / positives + b / negatives) ** 2))
+
+
+def between_run_interval(
+    *, k: ArrayLike, n: ArrayLike, confidence: float
+) -> tuple[float, float, float]:
+    """Runs as the unit: the mean of the per-run rates k_r / n_r and its interval, (mean, low,
+    high).
+
+    The interval is the two-sided Student-t interval of the mean over the R runs (R - 1
+    degrees of freedom, at `confidence`), widened to contain the pooled Clopper-Pearson
+    interval of (sum k, sum n) and clipped to [0, 1]. The t-interval says where the average
+    over runs like these may lie when the runs differ; the pooled exact interval is the
+    binomial noise of their episodes, which runs that happen to agree would otherwise hide
+    (their t-interval has width 0). With one run the interval is the pooled one.
+
+    Rates 0.1, 0.2, 0.3 of 100 episodes each: mean 0.2, standard deviation 0.1, half-width
+    t(0.975, 2) x 0.1 / sqrt(3) = 4.3027 x 0.0577 = 0.2484, so [-0.0484, 0.4484], clipped:
+
+    >>> mean, low, high = between_run_interval(k=[10, 20, 30], n=[100, 100, 100], confidence=0.95)
+    >>> round(mean, 6), low, round(high, 4)
+    (0.2, 0.0, 0.4484)
+    """
+    k_arr = np.asarray(k, dtype=np.float64).reshape(-1)
+    n_arr = np.asarray(n, dtype=np.float64).reshape(-1)
+    if k_arr.shape != n_arr.shape or k_arr.size == 0:
+        raise ValueError(f"k and n must be non-empty and of one length, got {k_arr} and {n_arr}")
+    _check_counts(k_arr, n_arr)
+    pooled_low, pooled_high = clopper_pearson_interval(
+        k=k_arr.sum(), n=n_arr.sum(), confidence=confidence
+    )
+    rates = k_arr / n_arr
+    mean = float(rates.mean())
+    low, high = float(pooled_low), float(pooled_high)
+    if rates.size > 1:
+        half = float(
+            student_t.ppf(0.5 + confidence / 2.0, rates.size - 1)
+            * rates.std(ddof=1)
+            / np.sqrt(rates.size)
+        )
+        low, high = min(low, mean - half), max(high, mean + half)
+    return mean, max(low, 0.0), min(high, 1.0)
+
+
+def exact_mcnemar(b: int, c: int) -> float:
+    """Exact two-sided McNemar test of paired binary outcomes: b pairs where only the first
+    had the event, c where only the second had it; p = min(1, 2 P(Bin(b + c, 1/2) <=
+    min(b, c))), and 1 when b + c = 0 (no discordant pair says nothing).
+
+    b = 8, c = 1: 2 (C(9, 0) + C(9, 1)) / 2^9 = 2 x 10 / 512:
+
+    >>> exact_mcnemar(8, 1)
+    0.0390625
+    >>> exact_mcnemar(0, 0), exact_mcnemar(3, 3)
+    (1.0, 1.0)
+    """
+    if isinstance(b, bool) or isinstance(c, bool) or int(b) != b or int(c) != c:
+        raise ValueError(f"b and c must be integers, got {b!r} and {c!r}")
+    b, c = int(b), int(c)
+    if b < 0 or c < 0:
+        raise ValueError(f"b and c must be >= 0, got {b} and {c}")
+    if b + c == 0:
+        return 1.0
+    return float(min(1.0, 2.0 * binom.cdf(min(b, c), b + c, 0.5)))
+
+
+def holm_adjust(p_values: ArrayLike) -> np.ndarray:
+    """Holm's step-down adjusted p-values, in the order given: the i-th smallest p becomes
+    max over j <= i of min(1, (m - j + 1) p_(j)) for m tests. Rejecting where the adjusted p
+    is <= alpha keeps the chance of any false rejection at most alpha, whatever the
+    dependence between the tests.
+
+    0.01 x 3 = 0.03; 0.03 x 2 = 0.06; 0.04 x 1 = 0.04, raised to the 0.06 before it:
+
+    >>> [round(float(p), 4) for p in holm_adjust([0.01, 0.04, 0.03])]
+    [0.03, 0.06, 0.06]
+    """
+    p = np.asarray(p_values, dtype=np.float64).reshape(-1)
+    if np.any(np.isnan(p)) or np.any(p < 0.0) or np.any(p > 1.0):
+        raise ValueError(f"p-values must lie in [0, 1], got {p}")
+    order = np.argsort(p, kind="stable")
+    scaled = np.minimum(1.0, (p.size - np.arange(p.size)) * p[order])
+    adjusted = np.empty_like(p)
+    adjusted[order] = np.maximum.accumulate(scaled)
+    return adjusted

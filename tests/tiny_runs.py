@@ -21,7 +21,7 @@ def tiny_run_config(algo: str, **overrides: Any) -> dict[str, Any]:
         "mini_batches": 2,
         "env_params": {"max_steps": 10},
         "final_policy_eval_episodes": 4,
-        "final_policy_eval_horizons": (1, 5),
+        "final_policy_eval_horizons": (1, 5, 10),  # 10: the cap, the constraint horizon
         "checkpoint_every": 100,
     }
     settings.update(overrides)

@@ -32,12 +32,13 @@ from src.algos.buffer import RolloutBuffer
 from src.algos.filters import ActionFilter, Unfiltered
 from src.algos.maths import compute_gae, explained_variance, normalise, ppo_clip_loss, value_loss
 from src.algos.networks import ActorCritic, sample_actions
-from src.algos.seeding import copy_seeds, seed_everything
+from src.algos.seeding import seed_everything
 from src.algos.tracker import EpisodeTracker
 from src.config.run import RunConfig
 from src.core.logging import log
 from src.numerics import adam
 from src.records import EpisodeLog
+from src.seeds import copy_seeds
 
 __all__ = ["IPPO", "IPPO_VERSIONS", "TrainingCallback"]
 

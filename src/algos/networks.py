@@ -16,7 +16,18 @@ import numpy as np
 import torch
 from torch import nn
 
-__all__ = ["ActorCritic", "add_agent_ids", "mlp", "sample_actions"]
+from src import numerics
+
+__all__ = ["ActorCritic", "Linear", "add_agent_ids", "mlp", "sample_actions"]
+
+
+class Linear(nn.Linear):
+    """`nn.Linear` whose products run on the pinned OpenBLAS path (`src.numerics.linear`):
+    the same state dict and initialisation, and the same bits on every CPU with AVX2."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """x [..., in] -> [..., out]."""
+        return numerics.linear(x, self.weight, self.bias)
 
 
 def mlp(
@@ -34,12 +45,12 @@ def mlp(
     layers: list[nn.Module] = []
     width = in_dim
     for hidden in hidden_sizes:
-        linear = nn.Linear(width, int(hidden))
+        linear = Linear(width, int(hidden))
         nn.init.orthogonal_(linear.weight, gain=float(np.sqrt(2.0)))
         nn.init.zeros_(linear.bias)
         layers += [linear, nn.Tanh()]
         width = int(hidden)
-    head = nn.Linear(width, out_dim)
+    head = Linear(width, out_dim)
     nn.init.orthogonal_(head.weight, gain=out_gain)
     nn.init.zeros_(head.bias)
     layers.append(head)

@@ -1,4 +1,5 @@
-"""Seeds of a run: the global RNGs, the env copies' reset seeds, the shield's generators.
+"""Seeds of a run: the global RNGs and the shield's generators (the env copies' reset seeds:
+`src.seeds.copy_seeds`).
 
 Everything random in training draws from one of these, derived from the run's seed, so the
 same config and seed give the same numbers.
@@ -11,7 +12,7 @@ import random
 import numpy as np
 import torch
 
-__all__ = ["copy_seeds", "derived_seeds", "seed_everything"]
+__all__ = ["derived_seeds", "seed_everything"]
 
 
 def seed_everything(seed: int) -> None:
@@ -19,11 +20,6 @@ def seed_everything(seed: int) -> None:
     random.seed(seed)
     np.random.seed(seed % 2**32)
     torch.manual_seed(seed)
-
-
-def copy_seeds(seed: int, num_envs: int) -> list[int]:
-    """Independent per-copy reset seeds, so runs with neighbouring seeds share no copy."""
-    return [int(s) for s in np.random.SeedSequence(seed).generate_state(num_envs)]
 
 
 def derived_seeds(seed: int, count: int) -> list[int]:

@@ -17,6 +17,7 @@ from src.analysis.export import (
     EVAL_SCHEMA,
     HISTORY_SCHEMA,
     UPDATES_SCHEMA,
+    VIOLATING_EPISODES,
     load_run_config,
 )
 from src.analysis.files import read_parquet, write_parquet
@@ -36,7 +37,7 @@ RUN_TABLES: dict[str, pa.Schema] = {
 
 # File name stem -> nullable columns added after files of that table were first written:
 # read as null from older files (`src.analysis.files.read_parquet`).
-ADDED_COLUMNS: dict[str, tuple[str, ...]] = {"eval": tuple(CERTIFICATE_COLUMNS)}
+ADDED_COLUMNS: dict[str, tuple[str, ...]] = {"eval": (*CERTIFICATE_COLUMNS, VIOLATING_EPISODES)}
 
 
 def load_table(tables_dir: str | Path, name: str) -> pa.Table:
@@ -62,8 +63,11 @@ def _write_csv(table: pa.Table, path: Path) -> None:
     frame = table.to_pandas()
     for field in table.schema:
         if pa.types.is_list(field.type):
-            # One JSON list per cell, readable back with json.loads.
-            frame[field.name] = [json.dumps([float(x) for x in v]) for v in frame[field.name]]
+            # One JSON list per cell (null stays empty), readable back with json.loads.
+            kind = int if pa.types.is_integer(field.type.value_type) else float
+            frame[field.name] = [
+                None if v is None else json.dumps([kind(x) for x in v]) for v in frame[field.name]
+            ]
     with atomic_output(path) as tmp:
         frame.to_csv(tmp, index=False)
 

@@ -28,6 +28,7 @@ __all__ = [
     "HISTORY_SCHEMA",
     "UPDATES_SCHEMA",
     "UPDATE_METRIC_KEYS",
+    "VIOLATING_EPISODES",
     "certificate_columns",
     "config_from_metadata",
     "export_run",
@@ -91,6 +92,9 @@ CERTIFICATE_COLUMNS: dict[str, tuple[str, pa.DataType]] = {
     "cert_first_seed": ("first_seed", pa.int64()),
 }
 
+VIOLATING_EPISODES = "violating_episodes"
+"""Eval column: the per-episode outcomes of a row (the paired comparisons read it)."""
+
 EVAL_SCHEMA = pa.schema(
     [
         pa.field("env", pa.string(), nullable=False),
@@ -110,6 +114,11 @@ EVAL_SCHEMA = pa.schema(
         pa.field("mean_goals", pa.float64(), nullable=True),
         *(pa.field(key, pa.string(), nullable=False) for key in VERSION_KEYS),
         *(pa.field(name, dtype, nullable=True) for name, (_, dtype) in CERTIFICATE_COLUMNS.items()),
+        # Indices i < n of the episodes whose first violation is within the horizon, sorted:
+        # run r's episode i has reset seed final_policy_eval_seed_offset + r * n + i for every
+        # algorithm, so two policies' outcomes pair episode by episode. Null in files written
+        # before the column existed.
+        pa.field(VIOLATING_EPISODES, pa.list_(pa.int32()), nullable=True),
     ]
 )
 

@@ -8,14 +8,19 @@ How intervals are drawn (the same in every figure, and said on it):
   across runs with a Student-t interval, drawn only with two runs or more;
 - the number of runs of each policy is in its legend label;
 - every figure about violations draws each env's `max_risk` (from the run configs in the
-  tables' metadata) as a dotted black line.
+  tables' metadata) as a dotted black line;
+- the final policies' risk is read at each env's constraint horizon H (its runs'
+  `constraint_horizon`, `src.analysis.constraint.constraint_horizons`), drawn as a dashed grey
+  vertical line where H is an axis; evaluated horizons beyond it are beyond the constraint.
 
 Figures:
 - `learning_curves`: team return, episode cost and violation rate of training episodes against
   env steps, in bins that hold episodes of every run (`adaptive_edges`), so curves have no gaps.
-- `violation_vs_horizon`: the final policy's P(violation within H steps) against H.
-- `return_vs_risk`: final return against P(violation) at the constraint horizon
-  (`src.analysis.constraint.constraint_horizon`).
+- `violation_vs_horizon`: the final policy's P(violation within H steps) against H, the
+  constraint horizon marked.
+- `return_vs_risk`: final return against P(violation) at the constraint horizon, with the
+  between-run interval on which the verdict is taken (`src.analysis.constraint`) and the pooled
+  Clopper-Pearson interval.
 - `shield_interventions`: the shield's interventions per policy update over training.
 - `lagrange_multiplier`: the Lagrange multiplier lambda over training.
 Which algorithms appear in the last two is read from the data (the column is non-null), never
@@ -40,7 +45,9 @@ from scipy import stats
 from src.algos.metrics import LAMBDA, SHIELD_INTERVENTIONS
 from src.analysis.aggregate import load_table
 from src.analysis.constraint import (
-    constraint_horizon,
+    between_runs,
+    constraint_horizons,
+    judged_horizon,
     max_risk_by_env,
     pooled_rate,
     pooled_violations,
@@ -82,6 +89,9 @@ BAND_ALPHA = 0.2
 RUN_ALPHA = 0.35
 TRAINING_CONFIDENCE = 0.95
 MAX_RISK_STYLE: dict[str, object] = {"color": "black", "linestyle": ":", "linewidth": 1.3}
+HORIZON_STYLE: dict[str, object] = {"color": "grey", "linestyle": "--", "linewidth": 1.0}
+HORIZON_LABEL = "constraint horizon"
+POOLED_LABEL = "_pooled interval"  # a leading underscore keeps it out of the legend
 
 # Max-risk values per env, as `src.analysis.constraint.max_risk_by_env` returns them.
 MaxRisk = Mapping[str, tuple[float, ...]]
@@ -370,11 +380,14 @@ def _confidence(evaluation: pd.DataFrame) -> float:
     return float(evaluation["confidence"].min())
 
 
-def violation_vs_horizon(evaluation: pd.DataFrame, *, max_risk: MaxRisk) -> Figure:
+def violation_vs_horizon(
+    evaluation: pd.DataFrame, *, max_risk: MaxRisk, horizons: Mapping[str, int]
+) -> Figure:
     """P(violation within H steps) of the final policies against H, one panel per env.
 
     Pooled over runs with a Clopper-Pearson band; each run's value is a dot; `max_risk` maps
-    each env to its `max_risk` values (dotted lines).
+    each env to its `max_risk` values (dotted lines), `horizons` to its constraint horizon
+    (a dashed grey vertical line: to its right, beyond the constraint).
     """
     if evaluation.empty:
         return _note_figure("no final-policy evaluation (final_policy_eval_episodes is 0)")
@@ -389,7 +402,7 @@ def violation_vs_horizon(evaluation: pd.DataFrame, *, max_risk: MaxRisk) -> Figu
                 (pooled["env"] == env) & (pooled["algo"] == algo) & (pooled["shielded"] == shielded)
             ].sort_values("horizon")
             color = algo_color(algo)
-            horizons = policy["horizon"].to_numpy(dtype=np.float64)
+            steps = policy["horizon"].to_numpy(dtype=np.float64)
             runs = int(policy["runs"].max())
             if runs > 1:
                 ax.scatter(
@@ -401,7 +414,7 @@ def violation_vs_horizon(evaluation: pd.DataFrame, *, max_risk: MaxRisk) -> Figu
                     linewidths=0,
                 )
             ax.plot(
-                horizons,
+                steps,
                 policy["p_violation"],
                 marker="o",
                 markersize=3,
@@ -409,8 +422,13 @@ def violation_vs_horizon(evaluation: pd.DataFrame, *, max_risk: MaxRisk) -> Figu
                 linestyle=policy_linestyle(algo, shielded),
                 label=_runs_label(policy_label(algo, shielded), runs),
             )
-            _band(ax, horizons, policy["ci_low"], policy["ci_high"], color=color)
+            _band(ax, steps, policy["ci_low"], policy["ci_high"], color=color)
         _max_risk_lines(ax, max_risk.get(env, ()))
+        ax.axvline(
+            judged_horizon(horizons, env, env_rows["horizon"]),
+            label=HORIZON_LABEL,
+            **HORIZON_STYLE,
+        )
         span = sorted(int(h) for h in env_rows["horizon"].unique())
         if len(span) > 1 and span[0] > 0 and span[-1] / span[0] >= 10:
             ax.set_xscale("log")
@@ -422,7 +440,8 @@ def violation_vs_horizon(evaluation: pd.DataFrame, *, max_risk: MaxRisk) -> Figu
         fig,
         "Final policies: P(violation within H) pooled over runs (violations and episodes "
         f"summed), band = {_confidence(evaluation):.0%} Clopper-Pearson interval; dots: "
-        "single runs; dotted: max_risk.",
+        "single runs; dotted: max_risk; dashed grey: the constraint horizon (right of it: "
+        "beyond the constraint).",
     )
     _legend(fig, axes)
     return fig
@@ -435,11 +454,16 @@ def _mean_half_width(values: np.ndarray) -> tuple[float, float]:
     return float(mean[0]), 0.0 if np.isnan(half) else half
 
 
-def return_vs_risk(evaluation: pd.DataFrame, *, max_risk: MaxRisk) -> Figure:
-    """Final return against P(violation) at the constraint horizon, per policy and per run.
+def return_vs_risk(
+    evaluation: pd.DataFrame, *, max_risk: MaxRisk, horizons: Mapping[str, int]
+) -> Figure:
+    """Final return against P(violation) at each env's constraint horizon (`horizons`), per
+    policy and per run.
 
-    Large markers: x the pooled P(violation) with its Clopper-Pearson interval, y the mean
-    return across runs with its t-interval; small markers: single runs.
+    Large markers: x the mean of the runs' violation rates with its between-run interval (thin
+    bar with caps: the interval the verdict is taken on) and, thick and faint, the pooled
+    Clopper-Pearson interval; y the mean return across runs with its t-interval; small
+    markers: single runs.
     """
     if evaluation.empty:
         return _note_figure("no final-policy evaluation (final_policy_eval_episodes is 0)")
@@ -449,13 +473,15 @@ def return_vs_risk(evaluation: pd.DataFrame, *, max_risk: MaxRisk) -> Figure:
     horizons_used: set[int] = set()
     for ax, env in zip(axes, envs, strict=True):
         env_rows = evaluation[evaluation["env"] == env]
-        horizon = constraint_horizon(env_rows["horizon"])
+        horizon = judged_horizon(horizons, env, env_rows["horizon"])
         horizons_used.add(horizon)
         at_h = env_rows[env_rows["horizon"] == horizon]
         pooled = pooled_violations(at_h, by=["algo", "shielded"])
+        between = between_runs(at_h, by=["algo", "shielded"])
         for algo, shielded in _policies(at_h):
             group = at_h[(at_h["algo"] == algo) & (at_h["shielded"] == shielded)]
             row = pooled[(pooled["algo"] == algo) & (pooled["shielded"] == shielded)].iloc[0]
+            runs = between[(between["algo"] == algo) & (between["shielded"] == shielded)].iloc[0]
             color = algo_color(algo)
             marker = "s" if policy_linestyle(algo, shielded) == "--" else "o"
             returns = group["mean_return"].to_numpy(dtype=np.float64)
@@ -470,7 +496,16 @@ def return_vs_risk(evaluation: pd.DataFrame, *, max_risk: MaxRisk) -> Figure:
                     linewidths=0,
                 )
             mean_return, half = _mean_half_width(returns)
-            p, low, high = (float(row[c]) for c in ("p_violation", "ci_low", "ci_high"))
+            ax.hlines(
+                mean_return,
+                float(row["ci_low"]),
+                float(row["ci_high"]),
+                color=color,
+                alpha=2 * BAND_ALPHA,
+                linewidth=6,
+                label=POOLED_LABEL,
+            )
+            p, low, high = (float(runs[c]) for c in ("runs_mean", "runs_low", "runs_high"))
             ax.errorbar(
                 p,
                 mean_return,
@@ -489,13 +524,15 @@ def return_vs_risk(evaluation: pd.DataFrame, *, max_risk: MaxRisk) -> Figure:
         ax.set_xlabel(f"P(violation within {horizon} steps)")
         ax.set_ylabel(f"team return over {horizon} steps")
         ax.set_title(env)
+    confidence = _confidence(evaluation)
     figure_title(
         fig,
-        "Return against risk at H = "
+        "Return against risk at the constraint horizon H = "
         + ", ".join(str(h) for h in sorted(horizons_used))
-        + ": large markers: P(violation) pooled over runs with its "
-        f"{_confidence(evaluation):.0%} Clopper-Pearson interval, mean return across runs with "
-        "its 95% t-interval (none for one run); small markers: single runs; dotted: max_risk.",
+        + ": large markers: mean of the runs' P(violation) with its "
+        f"{confidence:.0%} between-run interval (thin bar; met when left of max_risk), the "
+        "pooled Clopper-Pearson interval thick and faint; mean return across runs with its "
+        "95% t-interval (none for one run); small markers: single runs; dotted: max_risk.",
     )
     _legend(fig, axes)
     return fig
@@ -559,17 +596,22 @@ def lagrange_multiplier(updates: pd.DataFrame) -> Figure:
 def make_figures(tables_dir: str | Path, figures_dir: str | Path) -> list[Path]:
     """Draw every figure of `FIGURE_NAMES` from the aggregated tables; returns the paths written.
 
-    `max_risk` comes from the run configs stored in the tables' metadata.
+    `max_risk` and the constraint horizons come from the run configs stored in the tables'
+    metadata.
     """
     history_table = load_table(tables_dir, "history")
     history = history_table.to_pandas()
     evaluation = load_table(tables_dir, "eval").to_pandas()
     updates = load_table(tables_dir, "updates").to_pandas()
-    max_risk = max_risk_by_env(run_configs(history_table))
+    configs = run_configs(history_table)
+    max_risk = max_risk_by_env(configs)
+    horizons = constraint_horizons(configs) if len(evaluation) else {}
     builders: dict[str, Callable[[], Figure]] = {
         "learning_curves": lambda: learning_curves(history, max_risk=max_risk),
-        "violation_vs_horizon": lambda: violation_vs_horizon(evaluation, max_risk=max_risk),
-        "return_vs_risk": lambda: return_vs_risk(evaluation, max_risk=max_risk),
+        "violation_vs_horizon": lambda: violation_vs_horizon(
+            evaluation, max_risk=max_risk, horizons=horizons
+        ),
+        "return_vs_risk": lambda: return_vs_risk(evaluation, max_risk=max_risk, horizons=horizons),
         "shield_interventions": lambda: shield_interventions(updates),
         "lagrange_multiplier": lambda: lagrange_multiplier(updates),
     }

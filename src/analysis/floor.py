@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from src.analysis.constraint import constraint_horizon
+from src.analysis.constraint import run_constraint_horizon
 from src.analysis.files import read_json, write_text
 from src.config.base import create_base_config
 from src.config.evaluation import EvalConfig
@@ -61,7 +61,7 @@ class Floor:
     method: str
     """`witness` (centralised careful team) or `none` (the task has no witness)."""
     horizon: int
-    """H of P(violation within H): the constraint horizon of the evaluation."""
+    """H of P(violation within H): the constraint horizon of the env's runs."""
     first_seed: int
     """Reset seed of the first layout; layouts are `first_seed + i`, i < episodes."""
     episodes: int
@@ -170,13 +170,27 @@ def load_floor(path: str | Path) -> Floor:
     return Floor(**raw)
 
 
+def _constraint_horizon(base: dict[str, Any], env_name: str, env_params: dict[str, Any]) -> int:
+    """The constraint horizon of env `env_name`'s runs: `base.constraint_horizon` when the
+    config sets it, else the env's episode cap (its `max_steps` parameter, else the built
+    env's own)."""
+    if base.get("constraint_horizon") is None and env_params.get("max_steps") is None:
+        probe = make_vector_env(env_name, num_envs=1, seed=None, **env_params)
+        try:
+            return int(probe.max_steps)
+        finally:
+            probe.close()
+    return run_constraint_horizon({**base, "env_name": env_name, "env_params": env_params})
+
+
 def floor_settings(workflow_config: dict[str, Any], env_name: str) -> dict[str, Any]:
     """The keyword arguments of `task_floor` for env `env_name` of a checked workflow config.
 
     The layouts are the evaluation layouts of every run (at least one: with no evaluation
-    episodes, the first run's first layout), the horizon the constraint horizon of the
-    evaluation, the confidence the evaluation's. Only the env and evaluation settings are read:
-    the floor depends on no algorithm.
+    episodes, the first run's first layout), the horizon the env's constraint horizon (the
+    config's `base.constraint_horizon`, else the env's episode cap `max_steps`, as the workflow
+    sets it in every run config), the confidence the evaluation's. Only the env and evaluation
+    settings are read: the floor depends on no algorithm.
     """
     env_params = dict(workflow_config["env_params"][env_name])
     given = dict(workflow_config["base"])
@@ -196,6 +210,6 @@ def floor_settings(workflow_config: dict[str, Any], env_name: str) -> dict[str, 
         "env_params": env_params,
         "first_seed": evaluation.first_seed(0),
         "episodes": max(1, workflow_config["num_runs"] * evaluation.episodes),
-        "horizon": constraint_horizon(evaluation.horizons),
+        "horizon": _constraint_horizon(given, env_name, env_params),
         "confidence": evaluation.final_policy_eval_confidence,
     }

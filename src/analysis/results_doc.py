@@ -7,16 +7,22 @@ and then
 
 which copies the experiment's figures (PNG) into `docs/results/` and writes `docs/results.md`:
 what was run (read from the run configs stored in the tables, never typed in), the summary
-table (`tables/summary.md`), the certificate of every shield run that has one (the `cert_*`
-columns of the evaluation table), and every figure with a description of what it shows and
-how to read it. The descriptions are generic, so the page stays right whatever the numbers are.
+table (`tables/summary.md`), what the run shows per env (the policies' risks at the constraint
+horizon with both intervals, and which policy is safer than which only where an exact paired
+McNemar test on the shared evaluation layouts says so, Holm-adjusted over every pair on the
+page: `src.analysis.constraint.compare_policies`), the certificate of every shield run that
+has one (the `cert_*` columns of the evaluation table), worded as the per-run statement its
+test makes, with what the certificates say together, and every figure with a description of
+what it shows and how to read it. The descriptions are generic, so the page stays right
+whatever the numbers are.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -33,10 +39,20 @@ from src.algos.metrics import (
 )
 from src.algos.registry import get_algorithm
 from src.analysis.aggregate import load_table
-from src.analysis.constraint import CONSTRAINT_HORIZON, run_configs
+from src.analysis.constraint import (
+    CERTIFICATE_STATEMENT,
+    MET,
+    POINT,
+    Comparison,
+    certificate_family,
+    compare_policies,
+    constraint_horizons,
+    run_configs,
+)
 from src.analysis.figures import FIGURE_NAMES
 from src.analysis.files import write_text
-from src.analysis.tables import NO_FLOOR
+from src.analysis.style import policy_label
+from src.analysis.tables import BEYOND, NO_FLOOR
 from src.config.lagrange import LagrangeConfig
 from src.containment import copy_file, open_regular
 from src.core.io import atomic_output
@@ -45,6 +61,7 @@ __all__ = [
     "FIGURE_GUIDE",
     "RESULTS_FOLDER",
     "certificate_lines",
+    "comparison_sentence",
     "experiment_dir",
     "main",
     "shield_comparison",
@@ -76,17 +93,21 @@ FIGURE_GUIDE: dict[str, tuple[str, str]] = {
         "its Clopper-Pearson interval; dots are single runs. Dashed curves are shielded "
         "policies evaluated with their shield off (the base policy): the distance between a "
         "solid curve and its dashed twin is what the shield contributes. The curves can only "
-        f"rise with H; compare them at H = {CONSTRAINT_HORIZON} with the dotted `max_risk` line.",
+        "rise with H; compare them at the constraint horizon (the dashed grey vertical line: "
+        "the steps the constraint covers) with the dotted `max_risk` line; to the right of it "
+        "they are beyond the constraint.",
     ),
     "return_vs_risk": (
         "Return against risk",
-        f"Each final policy at the constraint horizon (the largest evaluated H <= "
-        f"{CONSTRAINT_HORIZON}): horizontally its pooled probability of a violation within H "
-        "steps with the Clopper-Pearson interval, vertically its mean team return over those "
-        "steps with the 95% t-interval across runs (none with a single run); small markers "
-        "are single runs, squares shielded policies with the shield off. Up and to the left "
-        "is better. A policy meets the constraint with confidence when its whole horizontal "
-        "bar lies left of the dotted `max_risk` line.",
+        "Each final policy at the constraint horizon H (its runs' `constraint_horizon`): "
+        "horizontally the mean of its runs' probabilities of a violation within H steps with "
+        "the between-run interval (thin bar with caps: runs as the unit, widened to contain "
+        "the pooled interval) and, thick and faint, the pooled Clopper-Pearson interval of "
+        "these runs' policies; vertically its mean team return over those steps with the 95% "
+        "t-interval across runs (none with a single run); small markers are single runs, "
+        "squares shielded policies with the shield off. Up and to the left is better. A policy "
+        "meets the constraint (`met` in the summary table) when its thin bar lies left of the "
+        "dotted `max_risk` line.",
     ),
     "shield_interventions": (
         "Shield interventions during training",
@@ -145,8 +166,11 @@ def _setup(configs: Sequence[dict], tag: str) -> list[str]:
         + ", ".join(
             f"`{e}` {_values([c for c in configs if c['env_name'] == e], 'n_agents')}" for e in envs
         ),
-        f"- constraint: P(violation within an episode) <= `max_risk` = "
-        f"{_values(configs, 'max_risk')}",
+        f"- constraint: P(violation within H steps of an episode) <= `max_risk` = "
+        f"{_values(configs, 'max_risk')}, H the constraint horizon: "
+        + ", ".join(f"`{e}` {h}" for e, h in constraint_horizons(configs).items())
+        + " (each run's `constraint_horizon`: the task's episode cap `max_steps` unless the "
+        "config sets it)",
         f"- evaluation: {_values(configs, 'final_policy_eval_episodes')} episodes per final "
         f"policy at horizons {_values(configs, 'final_policy_eval_horizons')}, intervals at "
         f"confidence {_values(configs, 'final_policy_eval_confidence')}",
@@ -263,31 +287,144 @@ def _shield_line(env: str, history: pd.DataFrame, updates: pd.DataFrame, configs
     return text
 
 
-def _observations(source: Path, configs: list[dict]) -> list[str]:
-    """What the run shows, per env: the policies ranked by risk, returns, lambda, shield."""
+def _p_text(p: float) -> str:
+    """A p-value on the page: three significant digits, `< 0.001` below that."""
+    return "< 0.001" if p < 0.001 else f"= {p:.3g}"
+
+
+def comparison_sentence(
+    comparison: Comparison, *, alpha: float, names: Mapping[tuple[str, bool], str]
+) -> str:
+    """The page's sentence on a pair of policies: "A is safer than B" only when the
+    Holm-adjusted exact McNemar p is <= `alpha`, else that they do not differ detectably;
+    `names` maps each policy (algo, shielded) to its label.
+
+    >>> from src.analysis.constraint import Comparison
+    >>> pair = Comparison(env="e", first=("a", False), second=("b", False), horizon=100,
+    ...                   first_only=1, second_only=8, runs=(0,), left_out=(),
+    ...                   p_value=0.0390625, p_adjusted=0.0390625)
+    >>> comparison_sentence(pair, alpha=0.05, names={("a", False): "a", ("b", False): "b"})
+    'a is safer than b (McNemar p = 0.0391, Holm-adjusted; ...: a 1, b 8)'
+    """
+    first, second = names[comparison.first], names[comparison.second]
+    if not comparison.runs:
+        return f"{first} and {second}: no run could be paired, so they are not compared"
+    counts = {first: comparison.first_only, second: comparison.second_only}
+    safer = comparison.safer(alpha)
+    if safer is not None:
+        winner, loser = (first, second) if safer == comparison.first else (second, first)
+        return (
+            f"{winner} is safer than {loser} (McNemar p {_p_text(comparison.p_adjusted)}, "
+            f"Holm-adjusted; episodes where only one violated: {winner} {counts[winner]}, "
+            f"{loser} {counts[loser]})"
+        )
+    return (
+        f"{first} and {second} do not differ detectably (p {_p_text(comparison.p_adjusted)}, "
+        f"Holm-adjusted; episodes where only one violated: {first} {counts[first]}, "
+        f"{second} {counts[second]})"
+    )
+
+
+def _comparison_intro(comparisons: Sequence[Comparison], alpha: float) -> str:
+    """How the page compares policies: the paired design, the test and the family."""
+    tested = sum(1 for c in comparisons if c.runs)
+    return (
+        "Which policy is safer is said only where a paired test shows it. Every algorithm is "
+        "evaluated on the same reset seeds (run r's episode i has the seed "
+        "`final_policy_eval_seed_offset` + r N + i), so run r of one policy is paired with run "
+        "r of another, episode by episode, at the env's constraint horizon: b counts the "
+        "episodes in which only the first violated, c those in which only the second did, "
+        "summed over the runs both have, and the exact McNemar test gives "
+        "p = min(1, 2 P(Bin(b + c, 1/2) <= min(b, c))). Every pair of an env's policies is "
+        f"compared ({tested} pairs on this page, each policy against every other, so that no "
+        "comparison is chosen after seeing the numbers), and the p-values are Holm-adjusted "
+        "over all of them: a pair is said to differ only when its adjusted p is <= "
+        f"{alpha:g} (1 - the evaluation's confidence). The estimates per policy are listed in "
+        "the summary's order, not ranked."
+    )
+
+
+def _risk_listing(rows: pd.DataFrame, horizon: int) -> str:
+    """Each policy's pooled risk and its risk across runs at `horizon`, in the summary's order."""
+    column = f"p_violation_h{horizon}"
+    parts = []
+    for _, r in rows.iterrows():
+        text = f"{r.policy} {r[column]:.3f} [{r[column + '_low']:.3f}, {r[column + '_high']:.3f}]"
+        rates = json.loads(r["run_p_violation"]) if isinstance(r["run_p_violation"], str) else []
+        if len(rates) > 1:
+            runs = column + "_runs"
+            text += (
+                f", across runs {r[runs]:.3f} [{r[runs + '_low']:.3f}, {r[runs + '_high']:.3f}] "
+                f"(runs: {', '.join(f'{x:.3f}' for x in rates)})"
+            )
+        else:
+            text += " (one run: the pooled interval only)"
+        parts.append(text)
+    return "; ".join(parts)
+
+
+def _verdict_sentence(rows: pd.DataFrame, max_risk: float) -> str:
+    """Which policies meet `max_risk`, on the interval across runs or its mean only."""
+    met = [r.policy for _, r in rows.iterrows() if r["constraint"] == MET]
+    point = [r.policy for _, r in rows.iterrows() if r["constraint"] == POINT]
+    only = f"by the mean of the runs' rates only (point): {', '.join(point)}"
+    if met:
+        return (
+            f"`max_risk` = {max_risk} is met (the upper end of the interval across runs "
+            f"<= `max_risk`) by {', '.join(met)}" + (f"; {only}." if point else ".")
+        )
+    if point:
+        return f"No policy meets `max_risk` = {max_risk} with its interval across runs; {only}."
+    return f"No policy meets `max_risk` = {max_risk}."
+
+
+def _observations(
+    source: Path,
+    configs: list[dict],
+    comparisons: Sequence[Comparison],
+    *,
+    alpha: float,
+) -> list[str]:
+    """What the run shows, per env: the policies' risks (listed, not ranked), the paired
+    comparisons, returns, lambda, shield."""
     summary = pd.read_csv(source / "tables" / "summary.csv")
     history = load_table(source / "tables", "history").to_pandas()
     updates = load_table(source / "tables", "updates").to_pandas()
-    lines = []
+    lines = [_comparison_intro(comparisons, alpha), ""] if comparisons else []
     for env, rows in summary.groupby("env", sort=True):
         horizon = int(rows["constraint_horizon"].iloc[0])
         max_risk = float(rows["max_risk"].iloc[0])
-        column = f"p_violation_h{horizon}"
-        ranked = rows.sort_values(column)
-        risks = ", ".join(
-            f"{r.policy} {r[column]:.3f} [{r[column + '_low']:.3f}, {r[column + '_high']:.3f}]"
-            for _, r in ranked.iterrows()
-        )
-        met = [r.policy for _, r in ranked.iterrows() if r["constraint"] != "not met"]
         reference = rows.loc[rows["policy"] == "ippo", "eval_return_mean"]
         lines.append(
-            f"- `{env}`: P(violation within {horizon}), lowest first: {risks}. "
-            + (
-                f"`max_risk` = {max_risk} is met (at least by its estimate) by {', '.join(met)}."
-                if met
-                else f"No policy meets `max_risk` = {max_risk}."
-            )
+            f"- `{env}`: P(violation within {horizon} steps) per policy, pooled over its runs "
+            "[Clopper-Pearson interval] and across runs (mean of the runs' rates [between-run "
+            f"interval]): {_risk_listing(rows, horizon)}. {_verdict_sentence(rows, max_risk)}"
         )
+        beyond = sorted(
+            int(c.removeprefix("p_violation_h"))
+            for c in rows.columns
+            if c.startswith("p_violation_h")
+            and c.removeprefix("p_violation_h").isdigit()
+            and int(c.removeprefix("p_violation_h")) > horizon
+        )
+        if beyond:
+            lines.append(
+                f"  Evaluated horizons beyond the constraint horizon {horizon} "
+                f"({', '.join(map(str, beyond))}) are beyond the constraint: the summary table "
+                f"shows them (marked {BEYOND}) for what the policies do after the steps the "
+                "constraint covers; no verdict or comparison is taken there."
+            )
+        mine = [c for c in comparisons if c.env == env]
+        if mine:
+            names = {policy: policy_label(*policy) for c in mine for policy in (c.first, c.second)}
+            lines.append(
+                f"  Paired comparisons at H = {horizon} (exact McNemar test, Holm-adjusted over "
+                "the pairs on this page):"
+            )
+            lines += [f"  - {comparison_sentence(c, alpha=alpha, names=names)}." for c in mine]
+            left_out = list(dict.fromkeys(note for c in mine for note in c.left_out))
+            if left_out:
+                lines.append(f"  Left out of the pairing: {'; '.join(left_out)}.")
         if "floor" in rows and not pd.isna(rows["floor"].iloc[0]):
             first = rows.iloc[0]
             verdict = "well posed" if bool(first["feasible"]) else "not well posed"
@@ -304,7 +441,7 @@ def _observations(source: Path, configs: list[dict]) -> list[str]:
         if "collision_share" in rows:
             shares = ", ".join(
                 f"{r.policy} {r['collision_share']:.0%}"
-                for _, r in ranked.iterrows()
+                for _, r in rows.iterrows()
                 if not pd.isna(r["collision_share"])
             )
             if shares:
@@ -312,7 +449,7 @@ def _observations(source: Path, configs: list[dict]) -> list[str]:
                     f"  Share of violating episodes that began with a collision: {shares}."
                 )
         if len(reference):
-            others = [(r.policy, r["eval_return_mean"]) for _, r in ranked.iterrows()]
+            others = [(r.policy, r["eval_return_mean"]) for _, r in rows.iterrows()]
             others = [(policy, value) for policy, value in others if policy != "ippo"]
             lines.append("  " + _returns_against_ippo(others, float(reference.iloc[0])))
         env_configs = [c for c in configs if c["env_name"] == env]
@@ -416,8 +553,20 @@ def shield_comparison(source: Path, configs: Sequence[dict]) -> list[str]:
     return rows
 
 
-def _certificate_line(run: pd.Series, max_risk: float | None) -> str:
-    """One run's certificate in words."""
+def _certificate_line(run: pd.Series, max_risk: float | None, horizon: int | None) -> str:
+    """One run's certificate in words; `horizon`: its env's constraint horizon (None: unknown)."""
+    text = _certificate_outcome(run, max_risk)
+    tested = int(run["cert_horizon"])
+    if horizon is not None and int(run["cert_episodes"]) > 0 and tested != horizon:
+        text += (
+            f"; its calibration episodes covered {tested} steps, not the constraint horizon "
+            f"{horizon}, so it says nothing about the constraint"
+        )
+    return text
+
+
+def _certificate_outcome(run: pd.Series, max_risk: float | None) -> str:
+    """One run's certificate test and its outcome in words."""
     bound = "`max_risk`" if max_risk is None else f"`max_risk` = {max_risk:g}"
     horizon, delta = int(run["cert_horizon"]), float(run["cert_delta"])
     allowance = f"{float(run['cert_allowance']):.4g}"
@@ -434,8 +583,8 @@ def _certificate_line(run: pd.Series, max_risk: float | None) -> str:
     if bool(run["certified"]):
         return (
             f"certified: with the deployed allowance {allowance}, {tally} (p = {p_value:.3g} "
-            f"<= delta = {delta:g}), so P(violation within {horizon} steps) <= {bound} holds "
-            f"with confidence {1 - delta:.0%}"
+            f"<= delta = {delta:g}), so the test certified P(violation within {horizon} steps) "
+            f"<= {bound} for this run, in the per-run sense stated above"
         )
     return (
         f"no certificate: with the most cautious allowance {allowance}, {tally} (p = "
@@ -447,7 +596,9 @@ def _certificate_line(run: pd.Series, max_risk: float | None) -> str:
 def certificate_lines(evaluation: pd.DataFrame, configs: Sequence[dict]) -> list[str]:
     """One line per env and shield run with a certificate (the evaluation's `certified` and
     `cert_*` columns): certified or not, the deployed allowance, the calibration episodes'
-    violations, the p-value and delta, in words. Empty when no run has a certificate."""
+    violations, the p-value and delta, in words (and when the calibration episodes covered
+    another horizon than the env's constraint horizon, that it says nothing about the
+    constraint). Empty when no run has a certificate."""
     if "certified" not in evaluation.columns:
         return []
     rows = evaluation[evaluation["certified"].notna()]
@@ -456,9 +607,11 @@ def certificate_lines(evaluation: pd.DataFrame, configs: Sequence[dict]) -> list
         for c in configs
         if "max_risk" in c
     }
+    horizons = constraint_horizons(configs)
     lines = []
     for (env, algo, run), group in rows.groupby(["env", "algo", "run"], sort=True):
-        text = _certificate_line(group.iloc[0], risks.get((env, algo, int(run))))
+        risk = risks.get((env, algo, int(run)))
+        text = _certificate_line(group.iloc[0], risk, horizons.get(str(env)))
         lines.append(f"- `{env}`, `{algo}` run {run}: {text}.")
     return lines
 
@@ -484,6 +637,20 @@ def write_results_doc(
     if unexplained:
         raise ValueError(f"no description in FIGURE_GUIDE for the figures {unexplained}")
     configs = run_configs(load_table(source / "tables", "history"))
+    evaluation = load_table(source / "tables", "eval").to_pandas()
+    comparisons: list[Comparison] = []
+    alpha = 0.05
+    if len(evaluation):
+        names = {
+            (str(a), bool(sh)): policy_label(str(a), bool(sh))
+            for a, sh in evaluation[["algo", "shielded"]].drop_duplicates().itertuples(index=False)
+        }
+        comparisons = compare_policies(
+            evaluation, configs, constraint_horizons(configs), label=names
+        )
+        # The level of the comparisons: 1 - the evaluation's confidence (rounded: 1 - 0.95 is
+        # 0.05 plus a rounding error in binary).
+        alpha = round(1.0 - float(evaluation["confidence"].min()), 12)
 
     docs = Path(docs_dir)
     folder = docs / RESULTS_FOLDER
@@ -524,11 +691,13 @@ def write_results_doc(
         "computed: [design.md](design.md) (section 5.1), and its measurement on the paper's "
         "grid: [BENCHMARKS.md](../benchmarks/BENCHMARKS.md) (risk floors).",
         "",
-        *_observations(source, configs),
+        *_observations(source, configs, comparisons, alpha=alpha),
         "",
     ]
-    certificates = certificate_lines(load_table(source / "tables", "eval").to_pandas(), configs)
+    certificates = certificate_lines(evaluation, configs)
     if certificates:
+        statement = CERTIFICATE_STATEMENT.format(horizon="H", max_risk="`max_risk`")
+        family = certificate_family(evaluation, configs)
         lines += [
             "## Certificates of the shields",
             "",
@@ -537,10 +706,14 @@ def write_results_doc(
             "never use): an allowance passes when its violating episodes are few enough for "
             "the binomial test at level delta, the test stops at the first that fails, and "
             "the shield deploys the last that passed (fixed-sequence testing, "
-            "`src/algos/shield/calibration.py`). A certified run's deployed policy keeps "
-            "P(violation within the tested horizon) <= `max_risk` with probability at least "
-            "1 - delta; the evaluation above measures it again on other episodes.",
+            "`src/algos/shield/calibration.py`). Each run's certificate is a per-run, "
+            f"unconditional statement about its test: {statement} (H = the constraint "
+            "horizon, delta = `shield_credible_delta` from the run's config). It is not a "
+            "probability that a run which was certified meets `max_risk`, and the summary's "
+            '"x/y runs certified" is a count of the runs that passed, not a joint claim; the '
+            "evaluation above measures every deployed policy again on other episodes.",
             "",
+            *([family.statement(), ""] if family is not None else []),
             *certificates,
             "",
         ]

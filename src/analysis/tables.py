@@ -8,16 +8,25 @@ Per run, the summary takes
 - `collision_share`, `eval_goals`: at the constraint horizon, the share of violating episodes
   whose first violation is a collision between agents, and the goals per episode.
 Across the runs of a policy these get the mean and a 95% Student-t interval (NaN with a single
-run; costs clipped at 0). Probabilities are pooled instead (`src.analysis.constraint`): for
-every evaluation horizon H, `violations_h{H}` = k summed over the runs, `p_violation_h{H}` =
-k / n with n = `eval_episodes` summed over the runs, and the Clopper-Pearson interval of (k, n)
-at the evaluation's confidence. `constraint` is the verdict at the constraint horizon against
-the runs' `max_risk` (from their configs): "met", "point" or "not met".
+run; costs clipped at 0). Probabilities get two intervals (`src.analysis.constraint`): for
+every evaluation horizon H, pooled over the runs, `violations_h{H}` = k summed over the runs,
+`p_violation_h{H}` = k / n with n = `eval_episodes` summed over the runs, and the
+Clopper-Pearson interval of (k, n) at the evaluation's confidence (an interval for these runs'
+policies); and with runs as the unit, `p_violation_h{H}_runs` = the mean of the runs' rates
+with its between-run interval (`src.stats.between_run_interval`). `constraint_horizon` is the
+env's constraint horizon (its runs' `constraint_horizon`), `run_ids` and `run_p_violation` the
+runs and their rates there (JSON lists, in run order), and `constraint` the verdict there
+against the runs' `max_risk` (from their configs): "met" (the between-run interval's upper end
+<= `max_risk`), "point" (only the mean of the runs' rates) or "not met". Horizons beyond the
+constraint horizon are marked as beyond the constraint in the Markdown and LaTeX tables.
 
 The deployed policy of a shielded algorithm whose runs carry a certificate (the v1 shield's
 fixed-sequence test on calibration episodes, the `certified` / `cert_*` columns of the
 evaluation) gets `certified_runs`, the number of its runs whose certificate passed, and
-`certificate`, e.g. "2/3 certified ≤ 0.1 at 95% (run 1: no certificate)".
+`certificate`, a count, e.g. "2/3 runs certified (each its own test: ≤ 0.1 at delta = 0.05;
+run 1: no certificate)". Each certificate is a per-run statement
+(`src.analysis.constraint.CERTIFICATE_STATEMENT`); the notes add what they say together
+(`src.analysis.constraint.CertificateFamily`).
 
 A `shield` run evaluated with the shield off is its own policy row; its training columns are
 empty (it was trained shielded).
@@ -25,8 +34,9 @@ empty (it was trained shielded).
 
 from __future__ import annotations
 
+import json
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -35,9 +45,13 @@ from scipy import stats
 
 from src.analysis.aggregate import load_table
 from src.analysis.constraint import (
-    CONSTRAINT_HORIZON,
-    constraint_horizon,
+    CERTIFICATE_STATEMENT,
+    CertificateFamily,
+    between_runs,
+    certificate_family,
+    constraint_horizons,
     constraint_status,
+    judged_horizon,
     max_risk_of_runs,
     pooled_violations,
     run_configs,
@@ -131,11 +145,14 @@ def _per_run_eval(evaluation: pd.DataFrame) -> pd.DataFrame:
 
 
 def _probability_columns(evaluation: pd.DataFrame, horizons: list[int]) -> pd.DataFrame:
-    """Per policy: pooled evaluation episodes, and k, estimate and interval per horizon."""
+    """Per policy: pooled evaluation episodes, and per horizon k, the pooled estimate and
+    interval, and the mean of the runs' rates with its between-run interval."""
     pooled = pooled_violations(evaluation, by=[*_POLICY_KEYS, "horizon"])
+    between = between_runs(evaluation, by=[*_POLICY_KEYS, "horizon"])
     columns: list[pd.DataFrame] = []
     for h in horizons:
         at_h = pooled[pooled["horizon"] == h].set_index(_POLICY_KEYS)
+        runs_at_h = between[between["horizon"] == h].set_index(_POLICY_KEYS)
         columns.append(
             pd.DataFrame(
                 {
@@ -143,6 +160,9 @@ def _probability_columns(evaluation: pd.DataFrame, horizons: list[int]) -> pd.Da
                     f"p_violation_h{h}_low": at_h["ci_low"],
                     f"p_violation_h{h}_high": at_h["ci_high"],
                     f"violations_h{h}": at_h["violations"],
+                    f"p_violation_h{h}_runs": runs_at_h["runs_mean"],
+                    f"p_violation_h{h}_runs_low": runs_at_h["runs_low"],
+                    f"p_violation_h{h}_runs_high": runs_at_h["runs_high"],
                 }
             )
         )
@@ -154,17 +174,22 @@ def _probability_columns(evaluation: pd.DataFrame, horizons: list[int]) -> pd.Da
 
 
 def _verdicts(
-    probabilities: pd.DataFrame, evaluation: pd.DataFrame, max_risk: pd.DataFrame
+    probabilities: pd.DataFrame,
+    evaluation: pd.DataFrame,
+    max_risk: pd.DataFrame,
+    horizons: Mapping[str, int],
 ) -> pd.DataFrame:
-    """Per policy: its `max_risk` (the strictest of its runs), the horizon and the verdict."""
+    """Per policy: its `max_risk` (the strictest of its runs), the constraint horizon, the runs'
+    rates there and the verdict on their between-run interval."""
     rows = []
     for _, policy in probabilities.iterrows():
         env, algo = policy["env"], policy["algo"]
         risks = max_risk.loc[(max_risk["env"] == env) & (max_risk["algo"] == algo), "max_risk"]
         bound = float(risks.min()) if len(risks) else math.nan
-        horizon = constraint_horizon(evaluation.loc[evaluation["env"] == env, "horizon"])
-        estimate = float(policy[f"p_violation_h{horizon}"])
-        upper = float(policy[f"p_violation_h{horizon}_high"])
+        horizon = judged_horizon(horizons, env, evaluation.loc[evaluation["env"] == env, "horizon"])
+        estimate = float(policy[f"p_violation_h{horizon}_runs"])
+        upper = float(policy[f"p_violation_h{horizon}_runs_high"])
+        runs = _run_rates(evaluation, policy, horizon)
         rows.append(
             {
                 "env": env,
@@ -173,6 +198,8 @@ def _verdicts(
                 "max_risk": bound,
                 "constraint_horizon": horizon,
                 "constraint": constraint_status(estimate=estimate, upper=upper, max_risk=bound),
+                "run_ids": json.dumps([int(r) for r in runs.index]),
+                "run_p_violation": json.dumps([float(p) for p in runs]),
                 **_at_horizon(evaluation, policy, horizon),
             }
         )
@@ -183,9 +210,28 @@ def _verdicts(
             "max_risk",
             "constraint_horizon",
             "constraint",
+            "run_ids",
+            "run_p_violation",
             "collision_share",
             "eval_goals",
         ],
+    )
+
+
+def _policy_rows(evaluation: pd.DataFrame, policy: pd.Series, horizon: int) -> pd.DataFrame:
+    return evaluation[
+        (evaluation["env"] == policy["env"])
+        & (evaluation["algo"] == policy["algo"])
+        & (evaluation["shielded"] == policy["shielded"])
+        & (evaluation["horizon"] == horizon)
+    ]
+
+
+def _run_rates(evaluation: pd.DataFrame, policy: pd.Series, horizon: int) -> pd.Series:
+    """A policy's violation rate per run at `horizon`, indexed by run in increasing order."""
+    rows = _policy_rows(evaluation, policy, horizon).sort_values("run")
+    return pd.Series(
+        (rows["violations"] / rows["n"]).to_numpy(dtype=np.float64), index=rows["run"].to_numpy()
     )
 
 
@@ -196,12 +242,7 @@ def _at_horizon(evaluation: pd.DataFrame, policy: pd.Series, horizon: int) -> di
     violation includes a collision between agents; `eval_goals`: goals per episode within H.
     NaN where the task does not report them.
     """
-    rows = evaluation[
-        (evaluation["env"] == policy["env"])
-        & (evaluation["algo"] == policy["algo"])
-        & (evaluation["shielded"] == policy["shielded"])
-        & (evaluation["horizon"] == horizon)
-    ]
+    rows = _policy_rows(evaluation, policy, horizon)
     share, goals = math.nan, math.nan
     if "collision_violations" in rows and rows["collision_violations"].notna().all():
         violations = float(rows["violations"].sum())
@@ -213,16 +254,27 @@ def _at_horizon(evaluation: pd.DataFrame, policy: pd.Series, horizon: int) -> di
 
 
 def summary_frame(
-    history: pd.DataFrame, evaluation: pd.DataFrame, *, max_risk: pd.DataFrame | None = None
+    history: pd.DataFrame,
+    evaluation: pd.DataFrame,
+    *,
+    max_risk: pd.DataFrame | None = None,
+    horizons: Mapping[str, int] | None = None,
 ) -> pd.DataFrame:
-    """One row per (env, algo, shielded): constraint verdict, run means, pooled probabilities.
+    """One row per (env, algo, shielded): constraint verdict, run means, probabilities.
 
     `max_risk` has one row per run (`env`, `algo`, `run`, `max_risk`, as
     `src.analysis.constraint.max_risk_of_runs` builds it from the run configs); without it the
-    verdict is empty.
+    verdict is empty. `horizons` maps every evaluated env to its constraint horizon
+    (`src.analysis.constraint.constraint_horizons` of the run configs); it is required when
+    there are evaluation rows, and the evaluation must have each env's horizon.
     """
     if history.empty:
         raise ValueError("the history table is empty: there is no training episode to summarise")
+    if horizons is None and not evaluation.empty:
+        raise ValueError(
+            "the constraint horizon of every env is needed to judge the evaluation "
+            "(constraint_horizons of the run configs)"
+        )
     if max_risk is None:
         max_risk = max_risk_of_runs([])
     train = final_training_metrics(history)
@@ -261,9 +313,9 @@ def summary_frame(
     frame = pd.DataFrame(rows)
     if evaluation.empty:
         return frame.drop(columns="_run_ids")
-    horizons = sorted(int(h) for h in evaluation["horizon"].unique())
-    probabilities = _probability_columns(evaluation, horizons)
-    verdicts = _verdicts(probabilities, evaluation, max_risk)
+    evaluated = sorted(int(h) for h in evaluation["horizon"].unique())
+    probabilities = _probability_columns(evaluation, evaluated)
+    verdicts = _verdicts(probabilities, evaluation, max_risk, horizons or {})
     frame = frame.merge(verdicts, on=_POLICY_KEYS, how="left").merge(
         probabilities, on=_POLICY_KEYS, how="left"
     )
@@ -275,6 +327,8 @@ def summary_frame(
         "max_risk",
         "constraint_horizon",
         "constraint",
+        "run_ids",
+        "run_p_violation",
         "certified_runs",
         CERTIFICATE_COLUMN,
         "confidence",
@@ -296,20 +350,20 @@ def _run_certificates(evaluation: pd.DataFrame) -> pd.DataFrame:
 def certificate_text(
     certified: dict[int, bool | None], *, max_risk: float, delta: float, tested: dict[int, bool]
 ) -> str:
-    """The certificate cell of a policy: how many of its runs are certified, and why the others
-    are not.
+    """The certificate cell of a policy: how many of its runs are certified (a count: each
+    certificate is its own run's test, not a joint claim), and why the others are not.
 
     `certified`: run -> passed (None: the run has no certificate); `tested`: run -> whether its
-    shield ran calibration episodes; `delta`: the largest delta of the runs (the confidence
-    stated is 1 - delta).
+    shield ran calibration episodes; `delta`: the largest delta of the runs.
 
     >>> certificate_text({0: True, 1: False, 2: True}, max_risk=0.1, delta=0.05,
     ...                  tested={0: True, 1: True, 2: True})
-    '2/3 certified ≤ 0.1 at 95% (run 1: no certificate)'
+    '2/3 runs certified (each its own test: ≤ 0.1 at delta = 0.05; run 1: no certificate)'
     """
     passed = sum(bool(flag) for flag in certified.values())
     bound = "max_risk" if math.isnan(max_risk) else f"{max_risk:g}"
-    text = f"{passed}/{len(certified)} certified ≤ {bound} at {1 - delta:.0%}"
+    text = f"{passed}/{len(certified)} runs certified (each its own test: ≤ {bound} at delta = "
+    text += f"{delta:g}"
     reasons: dict[str, list[int]] = {}
     for run, flag in sorted(certified.items()):
         if not flag:
@@ -320,8 +374,8 @@ def certificate_text(
             f"run{'s' if len(runs) > 1 else ''} {', '.join(map(str, runs))}: {reason}"
             for reason, runs in reasons.items()
         ]
-        text += f" ({'; '.join(parts)})"
-    return text
+        text += f"; {'; '.join(parts)}"
+    return text + ")"
 
 
 def _certificates(frame: pd.DataFrame, evaluation: pd.DataFrame) -> pd.DataFrame:
@@ -384,17 +438,47 @@ def _horizons(frame: pd.DataFrame) -> list[int]:
     )
 
 
+BEYOND = "†"
+"""Mark of a horizon beyond the constraint horizon (beyond the constraint) in the tables."""
+
+
+def _beyond(frame: pd.DataFrame, horizon: int) -> pd.Series:
+    """Per row: whether `horizon` lies beyond the row's constraint horizon."""
+    if "constraint_horizon" not in frame.columns:
+        return pd.Series(False, index=frame.index)
+    bound = pd.to_numeric(frame["constraint_horizon"], errors="coerce")
+    return bound.notna() & (horizon > bound)
+
+
+def _runs_cell(frame: pd.DataFrame, index: int) -> str:
+    """Mean of the runs' rates at the constraint horizon, its between-run interval, and the
+    runs' own rates (run order)."""
+    horizon = frame.loc[index, "constraint_horizon"]
+    column = f"p_violation_h{int(horizon)}_runs" if not pd.isna(horizon) else ""
+    if column not in frame.columns or pd.isna(frame.loc[index, column]):
+        return "–"
+    low, high = frame.loc[index, f"{column}_low"], frame.loc[index, f"{column}_high"]
+    cell = f"{_format(frame.loc[index, column])} [{_format(low)}, {_format(high)}]"
+    rates = json.loads(frame.loc[index, "run_p_violation"])
+    if len(rates) == 1:
+        return f"{cell} (one run: pooled interval)"
+    return f"{cell} ({', '.join(_format(r) for r in rates)})"
+
+
 def _header_and_rows(frame: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
     horizons = _horizons(frame)
     verdict = "constraint" in frame.columns
     header = ["env", "policy", "runs"]
     if verdict:
-        header += ["max_risk", "constraint"]
+        header += ["max_risk", "H", "constraint", "P(viol. ≤ H) across runs (per run)"]
     certificates = CERTIFICATE_COLUMN in frame.columns and frame[CERTIFICATE_COLUMN].any()
     if certificates:
         header.append(CERTIFICATE_COLUMN)
     header += list(MEAN_METRICS.values())
-    header += [f"P(viol. ≤ {h})" for h in horizons]
+    beyond = {h: _beyond(frame, h) for h in horizons}
+    # A column beyond every row's constraint is marked in its header, else the cells beyond.
+    marked = {h: bool(len(frame)) and bool(beyond[h].all()) for h in horizons}
+    header += [f"P(viol. ≤ {h}){BEYOND if marked[h] else ''}" for h in horizons]
     split = "collision_share" in frame.columns and frame["collision_share"].notna().any()
     if split:
         header.append("collisions")
@@ -402,15 +486,21 @@ def _header_and_rows(frame: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
     for i in frame.index:
         cells = [str(frame.loc[i, "env"]), str(frame.loc[i, "policy"]), str(frame.loc[i, "runs"])]
         if verdict:
-            bound = frame.loc[i, "max_risk"]
+            bound, horizon = frame.loc[i, "max_risk"], frame.loc[i, "constraint_horizon"]
             cells += [
                 "–" if pd.isna(bound) else _format(bound),
+                "–" if pd.isna(horizon) else str(int(horizon)),
                 str(frame.loc[i, "constraint"] or "–"),
+                _runs_cell(frame, i),
             ]
         if certificates:
             cells.append(str(frame.loc[i, CERTIFICATE_COLUMN] or "–"))
         cells += [_mean_cell(frame, i, metric) for metric in MEAN_METRICS]
-        cells += [_probability_cell(frame, i, f"p_violation_h{h}") for h in horizons]
+        cells += [
+            _probability_cell(frame, i, f"p_violation_h{h}")
+            + (BEYOND if beyond[h][i] and not marked[h] else "")
+            for h in horizons
+        ]
         if split:
             share = frame.loc[i, "collision_share"]
             cells.append("–" if pd.isna(share) else f"{share:.0%}")
@@ -418,8 +508,9 @@ def _header_and_rows(frame: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
     return header, rows
 
 
-def _notes(frame: pd.DataFrame) -> list[str]:
-    """What the cells mean, with this table's horizons and confidence."""
+def _notes(frame: pd.DataFrame, family: CertificateFamily | None = None) -> list[str]:
+    """What the cells mean, with this table's horizons and confidence; `family`: the
+    experiment's certificates taken together."""
     notes = [
         "Returns and costs: mean across runs, 95% t-interval across runs in brackets (none "
         "with one run).",
@@ -428,26 +519,44 @@ def _notes(frame: pd.DataFrame) -> list[str]:
         confidence = frame["confidence"].min()
         episodes = ", ".join(str(int(n)) for n in sorted(frame["eval_episodes"].unique()))
         pairs = frame[["env", "constraint_horizon"]].drop_duplicates()
-        if pairs["constraint_horizon"].nunique() == 1:
-            where = f"H = {pairs['constraint_horizon'].iloc[0]}"
-        else:
-            where = ", ".join(f"{e}: H = {h}" for e, h in pairs.itertuples(index=False))
+        where = ", ".join(f"{e}: H = {int(h)}" for e, h in pairs.itertuples(index=False))
         notes += [
-            "P(viol. ≤ H): probability of a violation within H steps, pooled over the runs' "
+            "P(viol. ≤ h): probability of a violation within h steps, pooled over the runs' "
             f"evaluation episodes (violations and episodes summed; {episodes} episodes per "
-            f"policy), {confidence:.0%} Clopper-Pearson interval in brackets.",
-            f"constraint: judged at the largest horizon ≤ {CONSTRAINT_HORIZON} ({where}) "
-            "against max_risk: met = the interval's upper end ≤ max_risk; point = only the "
-            "estimate ≤ max_risk; not met = the estimate > max_risk.",
+            f"policy), {confidence:.0%} Clopper-Pearson interval in brackets: an interval for "
+            "these runs' policies.",
+            "H: the constraint horizon, the steps the constraint P(violation within H steps) "
+            "≤ max_risk covers (the runs' constraint_horizon: the task's episode cap max_steps "
+            f"unless the config sets it; {where}).",
+            "P(viol. ≤ H) across runs: runs as the unit, the mean of the runs' violation rates "
+            f"within H with a {confidence:.0%} Student-t interval over the runs (runs - 1 "
+            "degrees of freedom), widened to contain the pooled Clopper-Pearson interval and "
+            "clipped to [0, 1] (with one run: the pooled interval only); in parentheses each "
+            "run's rate, in run order. It says where another run of the same training may "
+            "land; the pooled interval speaks only of these runs' policies.",
+            "constraint: judged exactly at H against max_risk: met = the upper end of the "
+            "interval across runs ≤ max_risk; point = only the mean of the runs' rates ≤ "
+            "max_risk; not met = that mean > max_risk.",
         ]
+        if any(_beyond(frame, h).any() for h in _horizons(frame)):
+            notes.append(
+                f"{BEYOND}: beyond the constraint horizon H (beyond the constraint): what the "
+                "policies do after the steps the constraint covers; no verdict is taken there."
+            )
     if CERTIFICATE_COLUMN in frame.columns and frame[CERTIFICATE_COLUMN].any():
-        notes.append(
-            "certificate: runs of a shielded policy whose deployed shield passed the "
-            "fixed-sequence binomial test that ends its training: P(violation within "
-            f"{CONSTRAINT_HORIZON} steps) ≤ max_risk at confidence 1 - delta, on calibration "
-            "episodes in the real env that nothing else uses; the other runs have no "
-            "certificate (not tested: their shield ran no calibration episodes)."
+        statement = CERTIFICATE_STATEMENT.format(horizon="H", max_risk="max_risk")
+        note = (
+            "certificate: the number of a shielded policy's runs whose deployed shield passed "
+            "the fixed-sequence binomial test that ends its training, on calibration episodes "
+            "in the real env that nothing else uses: a count, not a joint claim. Each run's "
+            f"certificate is a per-run, unconditional statement: {statement} (H = the "
+            "constraint horizon, delta = the run's shield_credible_delta); it is not a "
+            "probability that a run which was certified meets max_risk. Not tested: the "
+            "shield ran no calibration episodes."
         )
+        if family is not None:
+            note += f" {family.statement()}"
+        notes.append(note)
     if "collision_share" in frame.columns and frame["collision_share"].notna().any():
         notes.append(
             "collisions: of the episodes that violated within the constraint horizon, the share "
@@ -461,15 +570,16 @@ def _notes(frame: pd.DataFrame) -> list[str]:
 _TEXT_COLUMNS = ("env", "policy", "constraint", CERTIFICATE_COLUMN)
 
 
-def summary_markdown(frame: pd.DataFrame) -> str:
-    """The summary as a Markdown table followed by what its cells mean."""
+def summary_markdown(frame: pd.DataFrame, *, family: CertificateFamily | None = None) -> str:
+    """The summary as a Markdown table followed by what its cells mean (`family`: the
+    experiment's certificates together, stated in the certificate note)."""
     header, rows = _header_and_rows(frame)
     lines = [
         "| " + " | ".join(header) + " |",
         "|" + "|".join("---" if h in _TEXT_COLUMNS else "---:" for h in header) + "|",
     ]
     lines += ["| " + " | ".join(cells) + " |" for cells in rows]
-    return "\n".join([*lines, "", *(f"- {note}" for note in _notes(frame)), ""])
+    return "\n".join([*lines, "", *(f"- {note}" for note in _notes(frame, family)), ""])
 
 
 def _latex_escape(text: str) -> str:
@@ -481,12 +591,12 @@ def _latex_escape(text: str) -> str:
         ("#", r"\#"),
     ):
         text = text.replace(char, escaped)
-    return text.replace("≤", r"$\leq$").replace("–", "--")
+    return text.replace("≤", r"$\leq$").replace("–", "--").replace(BEYOND, r"$^\dagger$")
 
 
-def _latex(frame: pd.DataFrame) -> str:
+def _latex(frame: pd.DataFrame, family: CertificateFamily | None = None) -> str:
     header, rows = _header_and_rows(frame)
-    lines = [f"% {note}" for note in _notes(frame)]
+    lines = [f"% {note}" for note in _notes(frame, family)]
     lines += [
         r"\begin{tabular}{" + "".join("l" if h in _TEXT_COLUMNS else "r" for h in header) + "}",
         r"\toprule",
@@ -583,15 +693,22 @@ def floor_markdown(floors: pd.DataFrame) -> str:
 def make_summary(tables_dir: str | Path, *, floors: Sequence[str | Path] = ()) -> None:
     """Write `summary.csv`, `summary.md` and `summary.tex` from the tables in `tables_dir`.
 
-    `max_risk` comes from the run configs stored in the tables' metadata. `floors` are the
-    envs' floor records (`src.analysis.floor`): `summary.md` shows them next to `max_risk`
-    and `summary.csv` carries each env's `floor`, `floor_upper` and `feasible`.
+    `max_risk` and the constraint horizons come from the run configs stored in the tables'
+    metadata. `floors` are the envs' floor records (`src.analysis.floor`): `summary.md` shows
+    them next to `max_risk` and `summary.csv` carries each env's `floor`, `floor_upper` and
+    `feasible`.
     """
     history_table = load_table(tables_dir, "history")
     history = history_table.to_pandas()
     evaluation = load_table(tables_dir, "eval").to_pandas()
-    max_risk = max_risk_of_runs(run_configs(history_table))
-    frame = summary_frame(history, evaluation, max_risk=max_risk)
+    configs = run_configs(history_table)
+    frame = summary_frame(
+        history,
+        evaluation,
+        max_risk=max_risk_of_runs(configs),
+        horizons=constraint_horizons(configs) if len(evaluation) else {},
+    )
+    family = certificate_family(evaluation, configs)
     floor_rows = floor_frame([load_floor(path) for path in floors], frame)
     if len(floor_rows):
         frame = frame.merge(
@@ -600,8 +717,8 @@ def make_summary(tables_dir: str | Path, *, floors: Sequence[str | Path] = ()) -
     out = Path(tables_dir)
     with atomic_output(out / "summary.csv") as tmp:
         frame.to_csv(tmp, index=False)
-    markdown = summary_markdown(frame)
+    markdown = summary_markdown(frame, family=family)
     if len(floor_rows):
         markdown += "\n## Risk floors\n\n" + floor_markdown(floor_rows)
     write_text(markdown, out / "summary.md")
-    write_text(_latex(frame), out / "summary.tex")
+    write_text(_latex(frame, family), out / "summary.tex")

@@ -71,7 +71,7 @@ import pandas as pd
 import pyarrow as pa
 
 from src.algos import metrics as M
-from src.analysis.export import CERTIFICATE_COLUMNS, updates_table
+from src.analysis.export import CERTIFICATE_COLUMNS, VIOLATING_EPISODES, updates_table
 from src.containment import (
     ContainmentError,
     check_results_folder,
@@ -218,6 +218,19 @@ def _update_rows(updates: Any, config: Mapping[str, Any]) -> list[dict[str, Any]
     return rows
 
 
+def _flat_lists(evaluation: pd.DataFrame) -> pd.DataFrame:
+    """The evaluation table with its list column (`violating_episodes`) as JSON text, one
+    list per cell as in the experiment's CSV tables, so that every wandb table cell is a
+    scalar."""
+    if VIOLATING_EPISODES not in evaluation.columns:
+        return evaluation
+    lists = [
+        None if v is None else json.dumps([int(i) for i in v])
+        for v in evaluation[VIOLATING_EPISODES]
+    ]
+    return evaluation.assign(**{VIOLATING_EPISODES: lists})
+
+
 def _certificate_summary(evaluation: pd.DataFrame) -> dict[str, Any]:
     """The run summary's certificate fields from a run's evaluation table: `certificate/<key>`
     for every certificate key of `CERTIFICATE_COLUMNS` that has a value (the same on every row
@@ -300,7 +313,7 @@ def _log_run(run_dir: Path, wandb_dir: Path, figures: list[Path], summary: Path)
         _define_axes(run, episodes, updates)
         log_history(run, _merge_by_env_step(episodes, updates))
         # Media and tables go to the summary, so the history holds only the training rows.
-        run.summary["eval"] = wandb.Table(dataframe=evaluation)
+        run.summary["eval"] = wandb.Table(dataframe=_flat_lists(evaluation))
         for key, value in certificate.items():
             run.summary[key] = value
         if summary.is_file():

@@ -29,7 +29,6 @@ from src.checks import (
 
 __all__ = [
     "BASE_CHECKS",
-    "CONSTRAINT_HORIZON",
     "CREDIBLE_SCHEDULES",
     "LIMITS",
     "OPPONENT_MODES",
@@ -100,10 +99,6 @@ SEED_MAX = 2**32 - 1
 """The largest seed the pipeline derives: NumPy's legacy seeding and the envs' reset seeds take
 32-bit values, so every seed derived from `seed_offset` and `final_policy_eval_seed_offset`
 must fit (`_check_consistency`)."""
-CONSTRAINT_HORIZON = 100
-"""Steps of the constraint P(violation within them) <= max_risk: the verdict of the results is
-taken at this horizon (or the largest evaluated one below it), the shield's certificate over
-episodes of this many steps."""
 
 # Upper limits of the sizes: far above any experiment this pipeline runs on one machine or a
 # cluster, low enough that a typo (an extra zero or three) is refused before anything is
@@ -169,6 +164,11 @@ OPTIONAL_CHECKS: dict[str, Callable[[str, Any], Any]] = {
     "wandb_project": _wandb_project,
     "wandb_dir": _wandb_dir,
     "final_policy_eval_num_envs": _positive,
+    # Steps of the constraint P(violation within them) <= max_risk; the workflow sets it to
+    # the task's episode cap `max_steps` unless the config does (`RunConfig.constraint_horizon`).
+    "constraint_horizon": lambda k, v: check_int(
+        k, v, low=1, high=LIMITS["final_policy_eval_horizon"]
+    ),
 }
 
 
@@ -200,8 +200,9 @@ def _check_consistency(cfg: Mapping[str, Any]) -> None:
             f"timesteps={cfg['timesteps']!r}: must be >= num_envs*rollouts = "
             f"{cfg['num_envs']}*{cfg['rollouts']} = {per_update} (at least one policy update)"
         )
-    # Run i is seeded seed_offset + i and its env copy e with that seed + e; evaluation episode
-    # j with final_policy_eval_seed_offset + j. The largest of each must fit every RNG.
+    # Run i is seeded seed_offset + i (its env copies reset from seeds hashed from it,
+    # src.seeds.copy_seeds); evaluation episode j with final_policy_eval_seed_offset + j. The
+    # largest of each must fit every RNG.
     offset = cfg["seed_offset"]
     top = offset + cfg["num_runs"] - 1 + cfg["num_envs"] - 1
     if top > SEED_MAX:
@@ -272,7 +273,8 @@ def create_base_config(
     equals its own JSON round trip. Overrides may add any JSON-serialisable key; the
     optional keys with a rule of their own are checked too: `wandb_mode` (offline, online,
     disabled), `wandb_project` (a name wandb accepts), `wandb_dir` (path, stored as a
-    string), `final_policy_eval_num_envs` (int >= 1). Env names are checked by the env
+    string), `final_policy_eval_num_envs` (int >= 1), `constraint_horizon` (int >= 1: the
+    steps the constraint covers). Env names are checked by the env
     registry, implementation versions by the algorithm registry (`src.config.run`).
 
     >>> cfg = create_base_config("hazard_grid", 2, 2, 64, 1, 16, 2, 4, 3e-4, 0.1, False)

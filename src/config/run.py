@@ -117,8 +117,29 @@ class RunConfig:
 
     @property
     def max_risk(self) -> float:
-        """The constraint: P(violation within an episode) <= max_risk."""
+        """The constraint: P(violation within `constraint_horizon` steps) <= max_risk."""
         return float(self.base["max_risk"])
+
+    @property
+    def constraint_horizon(self) -> int | None:
+        """Steps the constraint covers: the base's `constraint_horizon` (the workflow sets it
+        to the task's episode cap unless the config does), else the env's `max_steps`
+        parameter; None when neither is given (`constraint_horizon_of` then takes the env's
+        own cap)."""
+        given = self.base.get("constraint_horizon", self.env.params.get("max_steps"))
+        return None if given is None else int(given)
+
+    def constraint_horizon_of(self, cap: int) -> int:
+        """The constraint horizon of this run on an env whose episodes end by `cap` steps;
+        raises ValueError when it is longer than the episode (nothing would be measured past
+        the cap)."""
+        horizon = self.constraint_horizon or int(cap)
+        if horizon > cap:
+            raise ValueError(
+                f"constraint_horizon={horizon}: at most the episode cap max_steps={cap} of "
+                f"env {self.env_name}"
+            )
+        return horizon
 
     def version(self, key: str) -> str:
         """The implementation version `key` (e.g. `lag_version`) of the base config."""

@@ -259,15 +259,15 @@ class ShieldConfig(Section):
     held-out factor once 100 labelled decisions per bin are there."""
     adapt_rate: float = 0.1
     """v1: step of the log-allowance per finished training episode after arming,
-    log a += adapt_rate * (max_risk - violated), violated: within the episode's first 100
-    steps (the certificate's horizon); starting at max_risk; 0 keeps the allowance at
+    log a += adapt_rate * (max_risk - violated), violated: within the constraint horizon
+    (the certificate's); starting at max_risk; 0 keeps the allowance at
     max_risk."""
     calibration_episodes: int = 200
     """v1: calibration episodes n per tested allowance of the certificate (run r uses reset
     seeds calibration_seed_offset + r * n + i); 0: no test, the run has no certificate."""
-    calibration_seed_offset: int = 2_000_000
+    calibration_seed_offset: int = 20_000_000
     """v1: reset seed of run 0's first calibration episode; the workflow refuses ranges that
-    meet the training or evaluation seeds."""
+    meet the training, evaluation or video seeds or a reserved range (`src.seeds`)."""
     certify_multiples: tuple[float, ...] = (0.3, 0.4, 0.55, 0.7, 0.85, 1.0)
     """v1: the allowances the certificate tests, most cautious first, as multiples of the
     allowance training settled at (its geometric mean over the second half of the armed

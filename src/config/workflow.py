@@ -22,18 +22,28 @@ containing itself is refused in one line naming the key, in time proportional to
 
 from __future__ import annotations
 
+import contextlib
 import copy
+import functools
+import json
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 import yaml
 
 from src.checks import ConfigError
-from src.config.base import BASE_CHECKS, SEED_MAX, check_base_value
+from src.config.base import (
+    BASE_CHECKS,
+    OPTIONAL_CHECKS,
+    SEED_MAX,
+    check_base_value,
+    check_optional_value,
+)
 from src.config.run import SECTIONS, RunConfig
 from src.custom import ComponentError, EnvEntry, recorded_entries, register_algorithm, register_env
+from src.seeds import check_seed_uses
 
 __all__ = [
     "MAX_CONFIG_DEPTH",
@@ -303,7 +313,10 @@ def validate_workflow_config(
     values += [(f"base.{key}", key, value) for key, value in config["base"].items()]
     for path, key, value in values:
         try:
-            check_base_value(key, value)
+            if key in OPTIONAL_CHECKS:
+                check_optional_value(key, value)
+            else:
+                check_base_value(key, value)
         except ConfigError as problem:
             why = str(problem).split(": ", 1)[-1]
             raise WorkflowConfigError(f"config key '{path}' = {_one_line(value)}: {why}") from None
@@ -376,6 +389,8 @@ def resolve_run_config(
         "threads": workflow_config["threads"],
         "checkpoint_every": workflow_config["checkpoint_every"],
     }
+    if "constraint_horizon" not in base:
+        flat["constraint_horizon"] = episode_cap(workflow_config, env)
     custom = recorded_entries(env, algo)
     if custom:
         flat["custom"] = custom
@@ -394,6 +409,45 @@ def iter_runs(workflow_config: Mapping[str, Any]) -> Iterator[tuple[str, str, in
                 yield env, algo, run_idx
 
 
+def episode_cap(config: Mapping[str, Any], env: str) -> int:
+    """The episode cap `max_steps` of `env` with its `env_params`: the parameter when the
+    config sets it, else the env's own (built once per process and parameters)."""
+    params = config["env_params"][env]
+    if "max_steps" in params:
+        return int(params["max_steps"])
+    custom = config["custom_envs"].get(env)
+    with _env_params_errors(env, custom):
+        return _built_cap(env, json.dumps(params, sort_keys=True), _one_line(custom))
+
+
+@functools.cache
+def _built_cap(env: str, params: str, custom: str) -> int:
+    """`episode_cap` of an env whose config leaves `max_steps` to the env (`custom`: the
+    task's import path, part of the cache key)."""
+    from src.envs.registry import make_vector_env
+
+    vector = make_vector_env(env, num_envs=1, **json.loads(params))
+    try:
+        return int(vector.max_steps)
+    finally:
+        vector.close()
+
+
+@contextlib.contextmanager
+def _env_params_errors(env: str, custom: Any) -> Iterator[None]:
+    """Building `env` inside: its constructor's refusal as one line naming the config key
+    (`custom_envs.{env}` for a task that cannot be loaded, else `env_params.{env}`)."""
+    try:
+        yield
+    except ComponentError as error:
+        raise WorkflowConfigError(
+            f"config key 'custom_envs.{env}' = {_one_line(custom)}: {error}"
+        ) from None
+    except (TypeError, ValueError) as error:
+        message = " ".join(str(error).split())
+        raise WorkflowConfigError(f"config key 'env_params.{env}': {message}") from None
+
+
 def _check_env_params(config: Mapping[str, Any], env: str) -> tuple[int, int, int, str]:
     """Build the env once so its constructor checks its parameters (a task given by import
     path also runs through an episode); (obs_dim, n_actions, cap, action kind)."""
@@ -401,17 +455,11 @@ def _check_env_params(config: Mapping[str, Any], env: str) -> tuple[int, int, in
     from src.envs.task import probe_task
 
     params = config["env_params"][env]
-    try:
+    with _env_params_errors(env, config["custom_envs"].get(env)):
         make_env(env, **params).close()
         vector = make_vector_env(env, num_envs=1, **params)
         if env in config["custom_envs"]:
             probe_task(vector)
-    except ComponentError as error:
-        value = _one_line(config["custom_envs"][env])
-        raise WorkflowConfigError(f"config key 'custom_envs.{env}' = {value}: {error}") from None
-    except (TypeError, ValueError) as error:
-        message = " ".join(str(error).split())
-        raise WorkflowConfigError(f"config key 'env_params.{env}': {message}") from None
     # Built-in spread with continuous_actions has Box actions too.
     kind = "box" if getattr(vector, "continuous_actions", False) else "discrete"
     shape = (int(vector.obs_dim), int(vector.n_actions), int(vector.max_steps), kind)
@@ -441,6 +489,7 @@ def _check_run(
             f"actions, and env {run.env_name} has {action_kind} actions; leave it out for "
             "this env or give the env the actions the algorithm takes"
         )
+    _check_constraint_horizon(config, run, max_steps)
     if run.shield is not None:
         try:
             run.shield.check_against(
@@ -464,33 +513,132 @@ def _check_run(
             )
 
 
+def _check_constraint_horizon(config: Mapping[str, Any], run: RunConfig, max_steps: int) -> None:
+    """The constraint horizon fits the episode and is one of the evaluated horizons (the
+    results judge the constraint there, never at a shorter horizon)."""
+    horizon = run.constraint_horizon or max_steps
+    if "constraint_horizon" in config["base"]:
+        what = f"base.constraint_horizon = {horizon}"
+    else:
+        what = f"{horizon}, the episode cap max_steps of env {run.env_name}"
+    if horizon > max_steps:
+        raise WorkflowConfigError(
+            f"config key 'base.constraint_horizon' = {horizon}: at most the episode cap "
+            f"max_steps = {max_steps} of env {run.env_name}"
+        )
+    horizons = run.evaluation.horizons
+    if run.evaluation.episodes > 0 and horizon not in horizons:
+        raise WorkflowConfigError(
+            f"config key 'base.final_policy_eval_horizons' = {list(horizons)}: must include "
+            f"the constraint horizon ({what}), where the results judge the constraint; add "
+            "it, or set base.constraint_horizon to one of them"
+        )
+
+
 def _check_calibration_seeds(config: Mapping[str, Any], run: RunConfig) -> None:
-    """The shield's calibration episodes (every run's) must use reset seeds that no training
-    copy and no evaluation or video episode uses, and that fit every RNG."""
+    """The shield's calibration seeds (every run's) fit every RNG (whether they meet another
+    use's is `_check_seed_uses`)."""
     shield, runs = run.shield, config["num_runs"]
     if shield is None or shield.calibration_episodes == 0:
         return
     first = shield.calibration_seed_offset
     last = first + runs * shield.calibration_episodes - 1
-    where = f"config key 'algo_params.{run.algo}.calibration_seed_offset' = {first}"
     if last > SEED_MAX:
         raise WorkflowConfigError(
-            f"{where}: its largest seed, calibration_seed_offset + num_runs * "
-            f"calibration_episodes - 1 = {last}, must be at most {SEED_MAX} (2**32 - 1)"
+            f"config key 'algo_params.{run.algo}.calibration_seed_offset' = {first}: its "
+            "largest seed, calibration_seed_offset + num_runs * calibration_episodes - 1 = "
+            f"{last}, must be at most {SEED_MAX} (2**32 - 1)"
         )
+
+
+def _check_seed_uses(config: Mapping[str, Any], runs: Mapping[tuple[str, str], RunConfig]) -> None:
+    """No two uses of reset seeds that make a claim share one, and none meets a reserved
+    range (`src.seeds`): training copies, evaluation, videos, each shielded algorithm's
+    calibration."""
+    first = next(iter(runs.values()))
+    calibration = {
+        algo: (run.shield.calibration_seed_offset, run.shield.calibration_episodes)
+        for (_, algo), run in runs.items()
+        if run.shield is not None and run.shield.shield_version == "v1"
+    }
+    problem = check_seed_uses(
+        seed_offset=first.base["seed_offset"],
+        num_runs=config["num_runs"],
+        num_envs=first.ppo.num_envs,
+        eval_offset=first.evaluation.final_policy_eval_seed_offset,
+        eval_episodes=first.evaluation.episodes,
+        video_episodes=config["render"]["episodes"],
+        calibration=calibration,
+    )
+    if problem is not None:
+        raise WorkflowConfigError(
+            f"{problem}; move one of them (src/seeds.py lists every use and reserved range)"
+        )
+
+
+KNOB_READERS: dict[str, tuple[Callable[[RunConfig], bool], str]] = {
+    "shield_opponent_mode": (
+        lambda run: run.shield.shield_version == "v0" or run.shield.coordination == "decentralised",
+        "the decentralised shield (coordination: decentralised, e.g. shield_dec) and "
+        "shield_version v0; the central v1 shield judges the others' actual proposals",
+    ),
+    "om_version": (
+        lambda run: run.shield.shield_version == "v0" or run.shield.coordination == "decentralised",
+        "the decentralised shield (coordination: decentralised, e.g. shield_dec) and "
+        "shield_version v0; the central v1 shield has no opponent model",
+    ),
+    "shield_reward_mode": (
+        lambda run: run.shield.shield_version == "v0",
+        "shield_version v0 only; v1 decides by its models' risk against its allowance and "
+        "certifies with its own exact test",
+    ),
+    "shield_credible_schedule": (
+        lambda run: run.shield.shield_version == "v0",
+        "shield_version v0 only; v1 decides by its models' risk against its allowance and "
+        "certifies with its own exact test",
+    ),
+}
+"""Shield knobs that only some shield versions read: key -> (whether a shielded run reads
+it, who does)."""
+
+
+@functools.cache
+def _base_defaults(schema_path: str) -> dict[str, Any]:
+    """The schema's default of each base key."""
+    with open(schema_path, encoding="utf-8") as handle:
+        properties = yaml.safe_load(handle)["properties"]["base"]["properties"]
+    return {key: spec["default"] for key, spec in properties.items() if "default" in spec}
+
+
+def _check_knobs(
+    config: Mapping[str, Any],
+    runs: Mapping[tuple[str, str], RunConfig],
+    defaults: Mapping[str, Any],
+) -> None:
+    """Every shield knob set has an effect: a base key off its default (`defaults`) that the
+    versions of the experiment's shields ignore is refused, naming who would read it, and so is
+    a shield that would never arm (`shield_patience` >= the run's policy updates). An
+    experiment without shields is left alone (its shield keys wait for the shields)."""
     base = config["base"]
-    train_first = base.get("seed_offset", 0)
-    train_last = train_first + runs - 1 + run.ppo.num_envs - 1
-    eval_first = run.evaluation.final_policy_eval_seed_offset
-    eval_last = eval_first + runs * max(run.evaluation.episodes, config["render"]["episodes"]) - 1
-    for name, low, high in (
-        ("training", train_first, train_last),
-        ("evaluation", eval_first, eval_last),
-    ):
-        if first <= high and low <= last:
+    shielded = [run for run in runs.values() if run.shield is not None]
+    for key, (reads, who) in KNOB_READERS.items():
+        if not shielded or key not in base or base[key] == defaults.get(key):
+            continue
+        if not any(reads(run) for run in shielded):
             raise WorkflowConfigError(
-                f"{where}: the calibration seeds {first}..{last} meet the {name} seeds "
-                f"{low}..{high}; choose an offset outside them"
+                f"config key 'base.{key}' = {_one_line(base[key])}: no shield of this "
+                f"experiment reads it (read by {who}); leave it at its default "
+                f"{_one_line(defaults.get(key))} or remove it"
+            )
+    for (env, algo), run in runs.items():
+        if run.shield is None:
+            continue
+        updates = run.ppo.num_updates
+        if run.shield.shield_patience >= updates:
+            raise WorkflowConfigError(
+                f"config key 'base.shield_patience' = {run.shield.shield_patience}: the shield "
+                f"of {algo} on {env} would never arm; it must be less than the run's {updates} "
+                "policy updates (timesteps / (num_envs * rollouts))"
             )
 
 
@@ -512,6 +660,8 @@ def check_workflow_config(
         for env in config["envs"]
         for algo in config["algos"]
     }
+    _check_seed_uses(config, runs)
+    _check_knobs(config, runs, _base_defaults(str(schema_path)))
     if check_components:
         shapes = {env: _check_env_params(config, env) for env in config["envs"]}
         for (env, _), run in runs.items():

@@ -1,7 +1,9 @@
 """First-violation times and per-horizon statistics of evaluation episodes (pure functions).
 
 docs/design.md, "Evaluation": episode i has first violation time T_i (1-based step at which some
-agent's cost is > 0; none if it never happens). For a horizon H, k = #{T_i <= H} and p = k / N.
+agent's cost is > 0; none if it never happens). For a horizon H, k = #{T_i <= H} and p = k / N,
+and the indices {i : T_i <= H} are kept, so that two policies evaluated on the same reset seeds
+can be compared episode by episode (a paired test).
 Episodes that end before H are *censored*: they count as safe after their end, and their return
 and cost over the first H steps are those of the whole episode.
 """
@@ -23,6 +25,7 @@ __all__ = [
     "first_violation_steps",
     "horizon_summary",
     "sums_within_horizons",
+    "violating_episodes",
     "violation_counts",
 ]
 
@@ -39,6 +42,7 @@ HORIZON_COLUMNS = (
     "mean_cost",
     "collision_violations",
     "mean_goals",
+    "violating_episodes",
 )
 
 
@@ -122,20 +126,37 @@ def first_violation_steps(violation: np.ndarray, length: np.ndarray) -> np.ndarr
     return np.where(counted.any(axis=1), first, NO_VIOLATION).astype(np.int64)
 
 
+def _checked_first(first_violation: np.ndarray) -> np.ndarray:
+    first = np.asarray(first_violation, dtype=np.int64)
+    if first.ndim != 1:
+        raise ValueError(f"first_violation must be [N], got shape {first.shape}")
+    if np.any((first < 1) & (first != NO_VIOLATION)):
+        raise ValueError(f"first_violation entries must be >= 1 or {NO_VIOLATION}")
+    return first
+
+
 def violation_counts(first_violation: np.ndarray, horizons: Sequence[int]) -> np.ndarray:
     """k_H = number of episodes whose first violation is at a step <= H, for every horizon H.
 
     >>> violation_counts(np.array([1, 5, -1, 10]), [1, 5, 9, 10])
     array([1, 2, 2, 3])
     """
-    first = np.asarray(first_violation, dtype=np.int64)
-    if first.ndim != 1:
-        raise ValueError(f"first_violation must be [N], got shape {first.shape}")
-    if np.any((first < 1) & (first != NO_VIOLATION)):
-        raise ValueError(f"first_violation entries must be >= 1 or {NO_VIOLATION}")
+    first = _checked_first(first_violation)
     horizon = check_horizons(horizons)
     violated = first != NO_VIOLATION
     return ((first[None, :] <= horizon[:, None]) & violated[None, :]).sum(axis=1).astype(np.int64)
+
+
+def violating_episodes(first_violation: np.ndarray, horizons: Sequence[int]) -> list[list[int]]:
+    """Per horizon H, the sorted indices i of the episodes whose first violation is at a step
+    <= H (the episodes `violation_counts` counts).
+
+    >>> violating_episodes(np.array([1, 5, -1, 10]), [1, 5, 10])
+    [[0], [0, 1], [0, 1, 3]]
+    """
+    first = _checked_first(first_violation)
+    violated = first != NO_VIOLATION
+    return [np.flatnonzero(violated & (first <= h)).tolist() for h in check_horizons(horizons)]
 
 
 def sums_within_horizons(
@@ -162,7 +183,9 @@ def horizon_summary(
     Columns are `HORIZON_COLUMNS`; rows follow the order of `horizons`. `collision_violations`
     counts the episodes whose first violation (at a step <= H) includes a collision between
     agents (NaN when the batch does not tell collisions apart); `mean_goals` is the mean number
-    of goals the team reached within the first H steps (NaN for tasks without goals).
+    of goals the team reached within the first H steps (NaN for tasks without goals);
+    `violating_episodes` lists the indices i < N (in the batch's order) of the episodes counted
+    in `violations`, sorted.
     """
     if batch.n_episodes < 1:
         raise ValueError("cannot summarise zero episodes")
@@ -194,6 +217,7 @@ def horizon_summary(
             "mean_cost": costs.mean(axis=1),
             "collision_violations": collisions.astype(np.float64),
             "mean_goals": goals,
+            "violating_episodes": violating_episodes(first, horizon),
         },
         columns=list(HORIZON_COLUMNS),
     )

@@ -3,7 +3,9 @@
 `final_policy_eval_episodes` episodes N per run; run r's episode i is seeded
 `final_policy_eval_seed_offset + r * N + i`, the same for every algorithm (paired comparisons)
 and disjoint between runs (pooled episodes are independent layouts), run in batches of env
-copies of one `VectorEnv`; the hidden training cap is lifted to the largest horizon. Shielded
+copies of one `VectorEnv`; the hidden training cap is lifted to the largest horizon. Each row
+keeps, besides the counts, the indices i of its violating episodes (`violating_episodes`), so
+that two algorithms' run r can be compared episode by episode on the same seeds. Shielded
 algorithms are evaluated twice (their spec's `eval_modes`): with the shield (deployed policy)
 and without it (base policy). Every row of a run carries the certificate of its deployed
 shield (`src.algos.shield.calibration.Certificate`, read from policy.pt; null columns for runs

@@ -28,14 +28,16 @@ def _shielded(algo: str) -> bool:
 
 
 def make_config(env: str, algo: str, run: int, *, episodes: int = 50) -> dict:
-    """A resolved run config (flat form), as the workflow writes it into config.json."""
+    """A resolved run config (flat form), as the workflow writes it into config.json: the
+    constraint covers the episode cap, 100 steps (evaluated up to 200)."""
     return make_run_config(
         env_name=env,
         algo=algo,
         run_idx=run,
         n_agents=2,
         num_envs=4,
-        env_params={"max_steps": 50},
+        env_params={"max_steps": 100},
+        constraint_horizon=100,
         final_policy_eval_episodes=episodes,
         final_policy_eval_horizons=HORIZONS,
         final_policy_eval_seed_offset=1_000_000,

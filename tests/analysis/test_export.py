@@ -146,9 +146,11 @@ def documented_columns(section: str) -> dict[str, str]:
 
 
 def dtype_name(field) -> str:
-    return {"list<item: double>": "list<float64>", "double": "float64"}.get(
-        str(field.type), str(field.type)
-    )
+    return {
+        "list<item: double>": "list<float64>",
+        "list<item: int32>": "list<int32>",
+        "double": "float64",
+    }.get(str(field.type), str(field.type))
 
 
 @pytest.mark.parametrize(

@@ -60,6 +60,7 @@ def text_of(fig: Figure) -> str:
 
 
 RISK = {"hazard_grid": (0.1,), "spread": (0.1,)}
+HORIZON = {"hazard_grid": 100, "spread": 100}
 
 
 @pytest.mark.parametrize(
@@ -68,14 +69,14 @@ RISK = {"hazard_grid": (0.1,), "spread": (0.1,)}
         ("learning_curves", partial(learning_curves, max_risk=RISK), "history", "env steps", 3),
         (
             "violation_vs_horizon",
-            partial(violation_vs_horizon, max_risk=RISK),
+            partial(violation_vs_horizon, max_risk=RISK, horizons=HORIZON),
             "eval",
             "horizon H (env steps)",
             4,
         ),
         (
             "return_vs_risk",
-            partial(return_vs_risk, max_risk=RISK),
+            partial(return_vs_risk, max_risk=RISK, horizons=HORIZON),
             "eval",
             "P(violation within 100 steps)",
             4,
@@ -108,9 +109,11 @@ def test_nothing_to_draw_gives_a_figure_with_a_note(tmp_path: Path) -> None:
     evaluation = load_table(tmp_path / "tables", "eval").to_pandas()
     updates = load_table(tmp_path / "tables", "updates").to_pandas()
     assert "final_policy_eval_episodes is 0" in text_of(
-        violation_vs_horizon(evaluation, max_risk={})
+        violation_vs_horizon(evaluation, max_risk={}, horizons={})
     )
-    assert "final_policy_eval_episodes is 0" in text_of(return_vs_risk(evaluation, max_risk={}))
+    assert "final_policy_eval_episodes is 0" in text_of(
+        return_vs_risk(evaluation, max_risk={}, horizons={})
+    )
     assert "no shield runs" in text_of(shield_interventions(updates))
     assert "no run logs a Lagrange multiplier" in text_of(lagrange_multiplier(updates))
 
@@ -236,8 +239,10 @@ def test_violation_figures_pool_runs_with_clopper_pearson_and_draw_max_risk() ->
     evaluation = eval_frame({0: 0.1, 1: 0.3})
     low, high = (float(b) for b in clopper_pearson_interval(k=40, n=200, confidence=0.95))
 
-    fig = violation_vs_horizon(evaluation, max_risk={"e": (0.05, 0.2)})
+    fig = violation_vs_horizon(evaluation, max_risk={"e": (0.05, 0.2)}, horizons={"e": 100})
     ax = fig.axes[0]
+    (marker,) = lines_labelled(ax, "constraint horizon")
+    assert list(marker.get_xdata()) == [100, 100]
     (curve,) = lines_labelled(ax, "ippo (2 runs)")
     assert list(curve.get_ydata()) == pytest.approx([20 / 200, 40 / 200])
     band = ax.collections[-1].get_paths()[0].vertices[:, 1]
@@ -245,11 +250,16 @@ def test_violation_figures_pool_runs_with_clopper_pearson_and_draw_max_risk() ->
     assert high == pytest.approx(band.max())
     assert sorted(line.get_ydata()[0] for line in lines_labelled(ax, "max_risk")) == [0.05, 0.2]
 
-    fig = return_vs_risk(evaluation, max_risk={"e": (0.05,)})
+    fig = return_vs_risk(evaluation, max_risk={"e": (0.05,)}, horizons={"e": 100})
     ax = fig.axes[0]
     (container,) = ax.containers
+    # The bar the verdict reads: across runs, 0.2 +- 1.27 clipped to [0, 1].
     x_bar = container.lines[2][0].get_segments()[0]
-    assert [x_bar[0][0], x_bar[1][0]] == pytest.approx([low, high])
+    assert [x_bar[0][0], x_bar[1][0]] == pytest.approx([0.0, 1.0])
+    # The pooled interval of these runs' policies, thick and faint behind it.
+    (pooled,) = [c for c in ax.collections if c.get_label() == "_pooled interval"]
+    segment = pooled.get_segments()[0]
+    assert [segment[0][0], segment[1][0]] == pytest.approx([low, high])
     (limit,) = lines_labelled(ax, "max_risk")
     assert list(limit.get_xdata()) == [0.05, 0.05]
     assert "P(violation within 100 steps)" in ax.get_xlabel()

@@ -5,11 +5,20 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+from pathlib import Path
 
 import pandas as pd
 import pytest
+import yaml
 
-from src.analysis.floor import Floor, feasible, load_floor, task_floor, write_floor
+from src.analysis.floor import (
+    Floor,
+    feasible,
+    floor_settings,
+    load_floor,
+    task_floor,
+    write_floor,
+)
 from src.analysis.tables import NO_FLOOR, floor_frame, floor_markdown
 
 
@@ -107,3 +116,12 @@ def test_the_floor_table_stands_next_to_max_risk():
     # A task without a careful team says why its floor is missing, not a bare dash.
     assert f"| spread | – | {NO_FLOOR} | – | – | – |" in text
     assert NO_FLOOR.startswith("not computed: the task has no careful team")
+
+
+@pytest.mark.parametrize(("given", "horizon"), [({}, 100), ({"constraint_horizon": 50}, 50)])
+def test_the_floor_is_taken_at_the_constraint_horizon(given: dict, horizon: int) -> None:
+    """The default experiment's hazard_grid caps episodes at 100 steps: the floor covers the
+    episode, or the config's own constraint_horizon."""
+    config = yaml.safe_load((Path(__file__).parents[2] / "config" / "config.yaml").read_text())
+    config["base"].update(given)
+    assert floor_settings(config, "hazard_grid")["horizon"] == horizon

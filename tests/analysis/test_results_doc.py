@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from src.analysis.aggregate import aggregate, load_table
-from src.analysis.constraint import run_configs
+from src.analysis.constraint import compare_policies, run_configs
 from src.analysis.export import certificate_columns
 from src.analysis.figures import FIGURE_NAMES, make_figures
 from src.analysis.floor import Floor, write_floor
@@ -22,6 +22,7 @@ from src.analysis.results_doc import (
     _returns_against_ippo,
     _shield_line,
     certificate_lines,
+    comparison_sentence,
     experiment_dir,
     main,
     return_ratio,
@@ -99,11 +100,26 @@ def test_page_says_what_the_run_shows(experiment: Path, tmp_path: Path) -> None:
     text = write_results_doc(experiment, tmp_path / "docs").read_text()
     summary = pd.read_csv(experiment / "tables" / "summary.csv")
     section = text.split("## What this run shows", 1)[1].split("## Figures", 1)[0]
-    # Every policy is ranked with its pooled risk at the constraint horizon, lowest first.
-    ranked = summary.sort_values("p_violation_h100")
+    # Every policy is listed with its pooled risk and its risk across runs at the constraint
+    # horizon, in the summary's order: a listing, not a ranking.
     line = next(x for x in section.splitlines() if x.startswith("- `hazard_grid`"))
-    positions = [line.index(f"{r.policy} {r.p_violation_h100:.3f}") for r in ranked.itertuples()]
+    assert line.startswith("- `hazard_grid`: P(violation within 100 steps) per policy, pooled")
+    positions = [line.index(f"{r.policy} {r.p_violation_h100:.3f} [") for r in summary.itertuples()]
     assert positions == sorted(positions)
+    for r in summary.itertuples():
+        assert f", across runs {r.p_violation_h100_runs:.3f} [" in line
+    assert "lowest first" not in section and "not ranked" in section
+    # The horizon beyond the constraint horizon is said to be beyond the constraint.
+    assert "Evaluated horizons beyond the constraint horizon 100 (200) are beyond the" in section
+    # Comparisons only from the paired test, every pair of the four policies.
+    assert "exact McNemar test gives p = min(1, 2 P(Bin(b + c, 1/2) <= min(b, c)))" in section
+    assert "(6 pairs on this page" in section
+    pairs = [x for x in section.splitlines() if x.startswith("  - ")]
+    assert len(pairs) == 6
+    for pair in pairs:
+        assert (" is safer than " in pair and "(McNemar p " in pair) or (
+            " do not differ detectably (p " in pair
+        ), pair
     assert "Evaluation return relative to ippo's" in section
     # The synthetic shields never arm (shield_patience beyond their updates).
     assert "the shield never armed" in section
@@ -117,11 +133,28 @@ def test_page_states_each_shield_runs_certificate(experiment: Path, tmp_path: Pa
     assert lines == [
         "- `hazard_grid`, `shield` run 0: certified: with the deployed allowance 0.02, 8 of "
         "200 calibration episodes violated within 100 steps (p = 0.0001 <= delta = 0.05), so "
-        "P(violation within 100 steps) <= `max_risk` = 0.1 holds with confidence 95%.",
+        "the test certified P(violation within 100 steps) <= `max_risk` = 0.1 for this run, "
+        "in the per-run sense stated above.",
         "- `hazard_grid`, `shield` run 1: no certificate: with the most cautious allowance "
         "0.02, 40 of 200 calibration episodes violated within 100 steps (p = 0.97 > delta = "
         "0.05); the shield deploys that allowance without a guarantee of `max_risk` = 0.1.",
     ]
+    # Each certificate is worded as the per-run, unconditional statement of its test, never as
+    # holding given that the run was certified.
+    assert (
+        "Each run's certificate is a per-run, unconditional statement about its test: with "
+        "probability >= 1 - delta over its calibration episodes, the test does not certify an "
+        "allowance whose P(violation within H steps of an episode, reset seeds drawn like the "
+        "calibration ones) exceeds `max_risk` (H = the constraint horizon, delta = "
+        "`shield_credible_delta` from the run's config)."
+    ) in section
+    assert "holds with confidence" not in text and "A certified run's deployed policy" not in text
+    # Both runs tested an allowance at delta 0.05: together at least 1 - 2 x 0.05 = 0.9.
+    assert (
+        "The experiment's 2 certificates (its 2 shielded runs that tested an allowance) all "
+        "hold together with probability >= 1 - 2 × 0.05 = 0.9 (Bonferroni); a joint statement "
+        "at 1 - 0.05 needs `shield_credible_delta` = 0.05 / 2 = 0.025 in every run."
+    ) in section
     # The section comes after what the run shows and before the figures.
     assert text.index("## What this run shows") < text.index("## Certificates of the shields")
 
@@ -318,3 +351,58 @@ def test_the_code_path_line_writes_no_markup_from_a_run_folder() -> None:
     line = _code_path_line([{"kernels": planted}])
     assert "<img" not in line and "](" not in line
     assert line.startswith("- code path: `unrecognised` (MKL_CBWR=unrecognised, ")
+
+
+def _three_policies() -> list:
+    """One run of 20 episodes of the shield (violating in none), its base policy (in episodes
+    0..9) and `zeta` (in 18 and 19), compared pair by pair."""
+    rows = [
+        {
+            "env": "grid",
+            "algo": algo,
+            "run": 0,
+            "shielded": shielded,
+            "horizon": 100,
+            "n": 20,
+            "violations": len(episodes),
+            "confidence": 0.95,
+            "violating_episodes": episodes,
+        }
+        for algo, shielded, episodes in (
+            ("shield", True, []),
+            ("shield", False, list(range(10))),
+            ("zeta", False, [18, 19]),
+        )
+    ]
+    configs = [
+        {
+            "env_name": "grid",
+            "algo": algo,
+            "run_idx": 0,
+            "constraint_horizon": 100,
+            "final_policy_eval_seed_offset": 1000,
+        }
+        for algo in ("shield", "zeta")
+    ]
+    return compare_policies(pd.DataFrame(rows), configs, {"grid": 100})
+
+
+def test_the_page_says_safer_only_when_the_holm_adjusted_mcnemar_test_does() -> None:
+    """Pairs (b, c): shield against its base (0, 10): p = 2 / 2^10, Holm x 3 = 0.00586;
+    the base against zeta (10, 2): p = 2 (1 + 12 + 66) / 2^12 = 0.0386, Holm x 2 = 0.0771 >
+    0.05, so no difference is claimed although the unadjusted p is below 0.05."""
+    names = {
+        ("shield", True): "shield",
+        ("shield", False): "shield (shield off)",
+        ("zeta", False): "zeta",
+    }
+    sentences = [comparison_sentence(c, alpha=0.05, names=names) for c in _three_policies()]
+    assert sentences[0] == (
+        "shield is safer than shield (shield off) (McNemar p = 0.00586, Holm-adjusted; "
+        "episodes where only one violated: shield 0, shield (shield off) 10)"
+    )
+    assert sentences[2] == (
+        "shield (shield off) and zeta do not differ detectably (p = 0.0771, Holm-adjusted; "
+        "episodes where only one violated: shield (shield off) 10, zeta 2)"
+    )
+    assert sentences[1].startswith("shield and zeta do not differ detectably (p = 0.5, ")

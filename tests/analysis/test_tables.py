@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
 
@@ -90,7 +91,7 @@ def test_summary_frame_hand_checked() -> None:
     max_risk = pd.DataFrame(
         {"env": "e", "algo": ["ippo", "ippo", "shield"], "run": [0, 1, 0], "max_risk": 0.1}
     )
-    frame = summary_frame(history, evaluation, max_risk=max_risk)
+    frame = summary_frame(history, evaluation, max_risk=max_risk, horizons={"e": 5})
     assert frame[["algo", "shielded", "policy", "runs"]].values.tolist() == [
         ["ippo", False, "ippo", 2],
         ["shield", True, "shield", 1],
@@ -107,7 +108,7 @@ def test_summary_frame_hand_checked() -> None:
     assert ippo["p_violation_h5"] == pytest.approx(0.3)
     low, high = (float(b) for b in clopper_pearson_interval(k=40, n=200, confidence=0.95))
     assert (ippo["p_violation_h1_low"], ippo["p_violation_h1_high"]) == pytest.approx((low, high))
-    # The verdict is taken at the largest horizon <= 100, here H = 5.
+    # The verdict is taken at the env's constraint horizon, here H = 5.
     assert frame["constraint_horizon"].tolist() == [5, 5, 5]
     assert frame["constraint"].tolist() == ["not met", "met", "not met"]
     shield_off = frame.iloc[2]
@@ -124,18 +125,18 @@ def test_summary_frame_hand_checked() -> None:
         (5, 0.05, "point"),  # the estimate equal to max_risk still meets it
     ],
 )
-def test_verdict_compares_the_pooled_interval_with_max_risk(
+def test_verdict_of_one_run_compares_its_exact_interval_with_max_risk(
     k: int, max_risk: float, verdict: str
 ) -> None:
     history = pd.DataFrame(history_rows(0, [1.0, 2.0]))
     evaluation = pd.DataFrame(eval_rows(0, "ippo", False, {50: k, 100: k, 200: 100}))
     bounds = pd.DataFrame({"env": ["e"], "algo": ["ippo"], "run": [0], "max_risk": [max_risk]})
-    frame = summary_frame(history, evaluation, max_risk=bounds)
+    frame = summary_frame(history, evaluation, max_risk=bounds, horizons={"e": 100})
     assert frame.loc[0, "constraint_horizon"] == 100  # not 200, where every episode violates
     assert frame.loc[0, "constraint"] == verdict
     assert frame.loc[0, "max_risk"] == max_risk
     # Without max_risk there is no verdict.
-    assert summary_frame(history, evaluation).loc[0, "constraint"] == ""
+    assert summary_frame(history, evaluation, horizons={"e": 100}).loc[0, "constraint"] == ""
 
 
 def test_summary_without_evaluation_keeps_training_columns() -> None:
@@ -177,7 +178,10 @@ def test_make_summary_writes_csv_markdown_and_latex(tmp_path: Path) -> None:
     markdown = (tmp_path / "tables" / "summary.md").read_text()
     assert markdown.count("\n| hazard_grid |") == 4
     assert "P(viol. ≤ 200)" in markdown and "| constraint |" in markdown
-    assert "Clopper-Pearson" in markdown and "largest horizon ≤ 100 (H = 100)" in markdown
+    assert "Clopper-Pearson" in markdown and "hazard_grid: H = 100" in markdown
+    assert "| max_risk | H | constraint | P(viol. ≤ H) across runs (per run) |" in markdown
+    assert "P(viol. ≤ 200)† |" in markdown  # beyond the constraint horizon
+    assert "†: beyond the constraint horizon H (beyond the constraint)" in markdown
     latex = (tmp_path / "tables" / "summary.tex").read_text()
     assert "\\begin{tabular}" in latex and "hazard\\_grid" in latex
     assert latex.count("\\\\") == 5  # header and four rows
@@ -215,9 +219,10 @@ def test_certificate_column_counts_the_certified_runs() -> None:
     max_risk = pd.DataFrame(
         {"env": "e", "algo": ["ippo", "shield", "shield"], "run": [0, 0, 1], "max_risk": 0.1}
     )
-    frame = summary_frame(history, evaluation, max_risk=max_risk).set_index("policy")
-    assert (
-        frame.loc["shield", "certificate"] == "1/2 certified ≤ 0.1 at 95% (run 1: no certificate)"
+    frame = summary_frame(history, evaluation, max_risk=max_risk, horizons={"e": 100})
+    frame = frame.set_index("policy")
+    assert frame.loc["shield", "certificate"] == (
+        "1/2 runs certified (each its own test: ≤ 0.1 at delta = 0.05; run 1: no certificate)"
     )
     assert frame.loc["shield", "certified_runs"] == 1 and frame.loc["shield", "runs"] == 2
     # Only the deployed policy of a shielded algorithm is certified, never ippo or the base.
@@ -226,9 +231,16 @@ def test_certificate_column_counts_the_certified_runs() -> None:
         assert math.isnan(frame.loc[policy, "certified_runs"])
     markdown = summary_markdown(frame.reset_index())
     header = markdown.splitlines()[0]
-    assert "| constraint | certificate |" in header
-    assert "| 1/2 certified ≤ 0.1 at 95% (run 1: no certificate) |" in markdown
-    assert "certificate: runs of a shielded policy whose deployed shield passed" in markdown
+    assert "| constraint | P(viol. ≤ H) across runs (per run) | certificate |" in header
+    assert "| 1/2 runs certified (each its own test: ≤ 0.1 at delta = 0.05; run 1: no " in markdown
+    assert "a count, not a joint claim" in markdown
+    # The per-run statement, unconditional, never "holds given that the run was certified".
+    assert (
+        "Each run's certificate is a per-run, unconditional statement: with probability >= "
+        "1 - delta over its calibration episodes, the test does not certify an allowance whose "
+        "P(violation within H steps of an episode, reset seeds drawn like the calibration "
+        "ones) exceeds max_risk"
+    ) in markdown
 
 
 def test_certificate_column_names_untested_and_missing_runs() -> None:
@@ -248,10 +260,11 @@ def test_certificate_column_names_untested_and_missing_runs() -> None:
         # A run from before the certificate (eval table without the columns): null.
         + certificate_rows(eval_rows(2, "shield", True, {100: 0}), None)
     )
-    frame = summary_frame(history, evaluation)
-    # Without max_risk the bound is named; the confidence is the weakest of the runs (90%).
+    frame = summary_frame(history, evaluation, horizons={"e": 100})
+    # Without max_risk the bound is named; the delta is the largest of the runs (0.1).
     assert frame.loc[0, "certificate"] == (
-        "1/3 certified ≤ max_risk at 90% (run 1: not tested; run 2: no certificate)"
+        "1/3 runs certified (each its own test: ≤ max_risk at delta = 0.1; run 1: not tested; "
+        "run 2: no certificate)"
     )
     assert frame.loc[0, "certified_runs"] == 1
 
@@ -259,7 +272,7 @@ def test_certificate_column_names_untested_and_missing_runs() -> None:
 def test_summary_without_certificates_has_no_certificate_cells() -> None:
     history = pd.DataFrame(history_rows(0, [1.0] * 10, algo="shield"))
     evaluation = pd.DataFrame(eval_rows(0, "shield", True, {100: 1}))  # no cert_* columns
-    frame = summary_frame(history, evaluation)
+    frame = summary_frame(history, evaluation, horizons={"e": 100})
     assert frame["certificate"].tolist() == [""]
     assert "certificate" not in summary_markdown(frame).splitlines()[0]
 
@@ -272,9 +285,71 @@ def test_make_summary_states_the_certificates(tmp_path: Path) -> None:
     make_summary(tmp_path / "tables")
     csv = pd.read_csv(tmp_path / "tables" / "summary.csv").set_index("policy")
     assert csv.loc["shield", "certified_runs"] == 2 and csv.loc["shield", "runs"] == 2
-    assert csv.loc["shield", "certificate"] == "2/2 certified ≤ 0.1 at 95%"
+    cell = "2/2 runs certified (each its own test: ≤ 0.1 at delta = 0.05)"
+    assert csv.loc["shield", "certificate"] == cell
     assert csv[["certified_runs", "certificate"]].drop(index="shield").isna().all().all()
     markdown = (tmp_path / "tables" / "summary.md").read_text()
-    assert "| 2/2 certified ≤ 0.1 at 95% |" in markdown
+    assert f"| {cell} |" in markdown
+    # The two certificates together, from the configs' shield_credible_delta (0.05 each).
+    assert "all hold together with probability >= 1 - 2 × 0.05 = 0.9 (Bonferroni)" in markdown
+    assert "`shield_credible_delta` = 0.05 / 2 = 0.025 in every run" in markdown
     latex = (tmp_path / "tables" / "summary.tex").read_text()
-    assert "2/2 certified $\\leq$ 0.1 at 95\\%" in latex
+    assert "2/2 runs certified (each its own test: $\\leq$ 0.1 at delta = 0.05)" in latex
+
+
+@pytest.mark.parametrize(("horizon", "verdict"), [(200, "not met"), (100, "met")])
+def test_the_verdict_is_taken_exactly_at_the_constraint_horizon(horizon: int, verdict: str) -> None:
+    """Horizons [1, 10, 50, 100, 200], one run of 100 episodes: none violates within 100
+    steps (upper end 1 - 0.025 ** (1 / 100) = 0.036 <= 0.05), all within 200. The verdict
+    follows the constraint horizon of the configs; the horizon beyond it is marked."""
+    history = pd.DataFrame(history_rows(0, [1.0, 2.0]))
+    evaluation = pd.DataFrame(eval_rows(0, "ippo", False, {1: 0, 10: 0, 50: 0, 100: 0, 200: 100}))
+    bounds = pd.DataFrame({"env": ["e"], "algo": ["ippo"], "run": [0], "max_risk": [0.05]})
+    frame = summary_frame(history, evaluation, max_risk=bounds, horizons={"e": horizon})
+    assert frame.loc[0, "constraint_horizon"] == horizon
+    assert frame.loc[0, "constraint"] == verdict
+    header = summary_markdown(frame).splitlines()[0]
+    assert ("P(viol. ≤ 200)†" in header) == (horizon == 100)
+    assert "P(viol. ≤ 100)†" not in header
+
+
+def test_an_evaluation_without_the_constraint_horizon_is_refused() -> None:
+    history = pd.DataFrame(history_rows(0, [1.0, 2.0]))
+    evaluation = pd.DataFrame(eval_rows(0, "ippo", False, {1: 0, 10: 0, 50: 0, 100: 0, 200: 9}))
+    with pytest.raises(ValueError, match=r"env e: the evaluation lacks the constraint horizon"):
+        summary_frame(history, evaluation, horizons={"e": 150})
+    with pytest.raises(ValueError, match="constraint horizon of every env is needed"):
+        summary_frame(history, evaluation)
+
+
+def test_met_is_decided_on_the_interval_across_runs() -> None:
+    """Two runs with 4 and 12 of 200 violating within 100 steps: pooled, 16 of 400 has the
+    upper end 0.064 <= 0.1, but the runs' rates 0.02 and 0.06 have mean 0.04 and, with
+    t(0.975, 1) = 12.7062 and sd / sqrt(2) = 0.02, the interval [0.04 - 0.2541, 0.04 + 0.2541]
+    = [0, 0.2941] across runs: only the mean meets max_risk, "point"."""
+    history = pd.DataFrame(history_rows(0, [1.0]) + history_rows(1, [1.0]))
+    evaluation = pd.DataFrame(
+        eval_rows(0, "ippo", False, {100: 4}, n=200) + eval_rows(1, "ippo", False, {100: 12}, n=200)
+    )
+    bounds = pd.DataFrame({"env": "e", "algo": "ippo", "run": [0, 1], "max_risk": 0.1})
+    row = summary_frame(history, evaluation, max_risk=bounds, horizons={"e": 100}).iloc[0]
+    assert row["p_violation_h100"] == pytest.approx(0.04)
+    assert row["p_violation_h100_high"] < 0.1  # the pooled interval alone would say "met"
+    half = 12.706204736174705 * 0.02
+    assert row["p_violation_h100_runs"] == pytest.approx(0.04)
+    assert row["p_violation_h100_runs_low"] == 0.0
+    assert row["p_violation_h100_runs_high"] == pytest.approx(0.04 + half)
+    assert row["constraint"] == "point"
+    assert (row["run_ids"], row["run_p_violation"]) == ("[0, 1]", "[0.02, 0.06]")
+    markdown = summary_markdown(pd.DataFrame([row]))
+    assert "| point | 0.04 [0, 0.294] (0.02, 0.06) |" in markdown
+    assert "met = the upper end of the interval across runs ≤ max_risk" in markdown
+
+
+def test_runs_that_disagree_on_the_constraint_horizon_are_refused(tmp_path: Path) -> None:
+    run_dirs = write_experiment(tmp_path, envs=("hazard_grid",), algos=("ippo",), runs=2)
+    config = json.loads((run_dirs[1] / "config.json").read_text())
+    (run_dirs[1] / "config.json").write_text(json.dumps({**config, "constraint_horizon": 200}))
+    aggregate(run_dirs, tmp_path / "tables")
+    with pytest.raises(ValueError, match=r"env hazard_grid: its runs disagree on the constraint"):
+        make_summary(tmp_path / "tables")

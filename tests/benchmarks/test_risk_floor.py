@@ -129,7 +129,7 @@ def test_witness_floors_of_a_config_are_written_as_a_table(tmp_path):
         (Path(__file__).resolve().parents[2] / ".test" / "config.yaml").read_text()
     )
     config["envs"] = ["hazard_grid", "spread"]
-    config["env_params"]["spread"] = {"n_agents": 2, "max_steps": 25}
+    config["env_params"]["spread"] = {"n_agents": 2, "max_steps": 50}  # its cap is evaluated
     path = tmp_path / "tiny.yaml"
     path.write_text(yaml.safe_dump(config))
     rows = witness_rows(path)

@@ -104,15 +104,17 @@ def test_backup_risk_counts_only_the_window() -> None:
 
 
 def test_sampled_steps_leave_every_window_before_the_cap() -> None:
-    steps = shield_truth.sample_steps(horizon=10, scope="receding", count=9)
+    steps = shield_truth.sample_steps(horizon=10, scope="receding", count=9, cap=100)
     assert steps[0] == 1 and steps[-1] == 91 and len(steps) == 9
     assert (np.diff(steps) > 0).all()
     # The episode scope's window ends at step `horizon`: only steps up to it have one.
-    assert shield_truth.sample_steps(horizon=10, scope="episode", count=20).tolist() == list(
-        range(1, 11)
-    )
+    assert shield_truth.sample_steps(
+        horizon=10, scope="episode", count=20, cap=100
+    ).tolist() == list(range(1, 11))
     with pytest.raises(ValueError, match="horizon <= 100"):
-        shield_truth.sample_steps(horizon=101, scope="receding", count=2)
+        shield_truth.sample_steps(horizon=101, scope="receding", count=2, cap=100)
+    # A 200-step constraint leaves windows up to step 191.
+    assert shield_truth.sample_steps(horizon=10, scope="receding", count=2, cap=200)[-1] == 191
 
 
 @pytest.fixture(scope="module")
@@ -163,7 +165,9 @@ def test_check_run_of_a_tiny_run(run_dir: Path, monkeypatch: pytest.MonkeyPatch)
         run_dir, episodes=episodes, steps=3, rollouts=rollouts, backup_rollouts=4, seed=0
     )
     steps = record["steps"]
-    assert steps == [1, 49, 97] and record["horizon"] == 4
+    # Decisions with a whole 4-step window before the run's constraint horizon, its episode
+    # cap of 10 steps: 1..7.
+    assert steps == [1, 4, 7] and record["horizon"] == 4
     # Receding scope: every copy is a decision at every sampled step.
     assert record["decisions"] == episodes * len(steps)
     per = {k: np.asarray(v, dtype=np.float64) for k, v in record["per_decision"].items()}

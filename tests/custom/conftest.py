@@ -52,6 +52,7 @@ def tiny_config(envs: list[str], algos: list[str], **changes: Any) -> dict[str, 
             "shield_patience": 1,
             "final_policy_eval_episodes": 4,
             "final_policy_eval_horizons": [1, 5, 10],
+            "constraint_horizon": 5,  # within every test task's episode
             "use_wandb": False,
         },
         "env_params": {name: dict(ENV_PARAMS.get(name, {"n_agents": 2})) for name in envs},

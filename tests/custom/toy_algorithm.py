@@ -18,10 +18,10 @@ import numpy as np
 import torch
 
 from src.algos import metrics as M
-from src.algos.seeding import copy_seeds
 from src.algos.tracker import EpisodeTracker
 from src.config.run import RunConfig
 from src.records import EpisodeLog
+from src.seeds import copy_seeds
 
 BOX_STD = 0.2
 """Standard deviation of the Gaussian over Box actions, as a fraction of the action range."""

@@ -44,12 +44,13 @@ def test_the_v1_shield_certificate_is_on_every_eval_row(runs: dict[str, Path]) -
     assert certificate is not None and certificate.episodes == 4 and certificate.tested
     evaluate_run(run_dir, run_dir / "eval.parquet")
     rows = read_parquet(run_dir / "eval.parquet", EVAL_SCHEMA).to_pylist()
-    assert len(rows) == 4  # two horizons, shield on and off
+    assert len(rows) == 6  # three horizons, shield on and off
     stored = certificate.to_dict()
     for row in rows:
         for column, (key, _) in CERTIFICATE_COLUMNS.items():
             assert row[column] == stored[key], column
-    assert rows[0]["cert_horizon"] == 100 and rows[0]["cert_episodes"] == 4
+    # The calibration episodes cover the constraint horizon: the tiny runs' cap, 10 steps.
+    assert rows[0]["cert_horizon"] == 10 and rows[0]["cert_episodes"] == 4
 
 
 def test_a_certified_shield_reads_as_certified(runs: dict[str, Path], tmp_path: Path) -> None:
@@ -62,10 +63,10 @@ def test_a_certified_shield_reads_as_certified(runs: dict[str, Path], tmp_path: 
     save_to_file(state, run_dir, "policy.pt")
     evaluate_run(run_dir, run_dir / "eval.parquet")
     table = read_parquet(run_dir / "eval.parquet", EVAL_SCHEMA)
-    assert table.column("certified").to_pylist() == [True] * 4
-    assert table.column("cert_violations").to_pylist() == [0] * 4
-    assert table.column("cert_p_value").to_pylist() == [0.0123] * 4
-    assert table.column("cert_allowance").to_pylist() == [0.05] * 4
+    assert table.column("certified").to_pylist() == [True] * 6
+    assert table.column("cert_violations").to_pylist() == [0] * 6
+    assert table.column("cert_p_value").to_pylist() == [0.0123] * 6
+    assert table.column("cert_allowance").to_pylist() == [0.05] * 6
 
 
 @pytest.mark.parametrize("name", ["ippo", "shield_v0"])

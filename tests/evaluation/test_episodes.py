@@ -79,6 +79,8 @@ def test_horizon_summary_hand_checked() -> None:
     assert summary["n"].tolist() == [4, 4, 4]
     assert summary["violations"].tolist() == [0, 1, 2]
     np.testing.assert_allclose(summary["p_violation"], [0.0, 0.25, 0.5])
+    # Which episodes: 0 violates at step 2, 1 at step 4, 2 only after its end, 3 never.
+    assert summary["violating_episodes"].tolist() == [[], [0], [0, 1]]
     # Return over H steps: 0.5 per step while the episode lasts (lengths 4, 4, 2, 3).
     np.testing.assert_allclose(summary["mean_return"], [0.5, 1.0, 0.5 * (4 + 4 + 2 + 3) / 4])
     # Cost over H steps counts every violating step within the episode.

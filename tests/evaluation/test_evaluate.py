@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
@@ -208,6 +209,9 @@ def test_evaluate_run_writes_eval_parquet(tmp_path: Path, scripted: dict) -> Non
     # 4, 7), so within 1, 3 and 5 steps: {0}, {0, 6, 9}, all four.
     assert frame["violations"].tolist() == [1, 3, 4]
     assert frame["n"].tolist() == [12, 12, 12]
+    # The episodes themselves (episode i is seed i here), sorted, for paired comparisons.
+    assert table.column("violating_episodes").to_pylist() == [[0], [0, 6, 9], [0, 3, 6, 9]]
+    assert [list(v) for v in frame["violating_episodes"]] == [[0], [0, 6, 9], [0, 3, 6, 9]]
     # The hidden cap is lifted to the largest horizon and n_agents comes from the config.
     name, _, seed, params = scripted["vec"][0]
     assert (name, seed, params["max_steps"], params["n_agents"]) == ("scripted", None, 5, 2)
@@ -253,6 +257,28 @@ def test_run_2_evaluates_its_own_block_of_seeds(
     assert settings.seeds(0) == [1000, 1001, 1002, 1003, 1004]
     assert settings.seeds(2) == [1010, 1011, 1012, 1013, 1014]
     assert settings.first_seed(3) == 1015
+
+
+def test_violating_episodes_are_indices_within_the_runs_block_of_seeds(
+    tmp_path: Path, scripted: dict
+) -> None:
+    """Run 1 with N = 6 from offset 0 plays seeds 6..11: seed 6 violates at step 3 (episode
+    length 4) and seed 9 at step 2, the others never (not multiples of 3). Its rows list the
+    episode indices i (seed - 6), not the seeds: within 2 steps {3}, within 5 steps {0, 3}."""
+    run_dir = write_config(
+        tmp_path,
+        run_idx=1,
+        num_runs=2,
+        seed=1,
+        final_policy_eval_episodes=6,
+        final_policy_eval_horizons=[2, 5],
+        final_policy_eval_seed_offset=0,
+    )
+    evaluate_run(run_dir, tmp_path / "eval.parquet")
+    table = pq.read_table(tmp_path / "eval.parquet")
+    assert table.column("violations").to_pylist() == [1, 2]
+    assert table.column("violating_episodes").to_pylist() == [[3], [0, 3]]
+    assert table.schema.field("violating_episodes").type == pa.list_(pa.int32())
 
 
 def test_shield_runs_are_evaluated_with_and_without_the_shield(

@@ -17,6 +17,7 @@ from src.config.workflow import (
     validate_workflow_config,
 )
 from src.core.wandb import ConfigError, create_base_config
+from src.seeds import copy_seeds
 from tests.workflow.conftest import REPO
 
 
@@ -26,7 +27,7 @@ def _minimal() -> dict:
         "envs": ["hazard_grid"],
         "algos": ["ippo"],
         "num_runs": 2,
-        "env_params": {"hazard_grid": {"n_agents": 2, "max_steps": 30}},
+        "env_params": {"hazard_grid": {"n_agents": 2, "max_steps": 50}},
     }
 
 
@@ -89,12 +90,13 @@ def test_resolved_run_config_matches_create_base_config():
         experiment_tag="t",
         wandb_project="safe-marl",
         wandb_mode="offline",
+        constraint_horizon=50,  # the env's episode cap, recorded by the workflow
     )
     extras = {
         "algo": "ippo",
         "run_idx": 1,
         "seed": 1,
-        "env_params": {"max_steps": 30},
+        "env_params": {"max_steps": 50},
         "algo_params": {"hidden_sizes": [32, 32]},
         "threads": 1,
         "checkpoint_every": 10,
@@ -197,54 +199,27 @@ def test_schema_file_is_the_shipped_one():
     assert Path(SCHEMA_PATH).is_file()
 
 
+# Training copies of the config below: seed_offset 1000, 2 runs, 4 env copies.
+TRAINING_SEED = copy_seeds(1001, 4)[2]
+
+
 @pytest.mark.parametrize(
     ("offset", "expected"),
     [
-        (1_000_100, "meet the evaluation seeds 1000000..1000399"),
-        (0, "meet the training seeds 0.."),
+        (1_000_100, "the seeds of evaluation (1000000..1000399) and of the calibration of shield"),
+        (
+            TRAINING_SEED,
+            f"training (8 hashed seeds) and of the calibration of shield ({TRAINING_SEED}..",
+        ),
+        (2_000_000, "of the ladder's tuning (spent) (2000000..2999999) share seed 2000000"),
+        (9_999_999, "of earlier certificate checks (spent) (9000000..9999999) share seed 9999999"),
+        (30_500_000, "of the certificate check (benchmarks/certificate_check.py)"),
         (2**32 - 300, "must be at most 4294967295"),
     ],
 )
-def test_calibration_seeds_must_miss_training_and_evaluation_seeds(offset: int, expected: str):
-    config = _minimal()
-    config["algos"] = ["shield"]
-    config["base"] = {"final_policy_eval_episodes": 200, "shield_patience": 1}
-    config["algo_params"] = {
-        "shield": {"calibration_seed_offset": offset, "calibration_episodes": 200}
-    }
-    with pytest.raises(WorkflowConfigError, match=r"algo_params\.shield\.calibration_seed_offset"):
-        check_workflow_config(config)
-    with pytest.raises(WorkflowConfigError, match=re.escape(expected)):
-        check_workflow_config(_minimal() | {k: config[k] for k in ("algos", "base", "algo_params")})
-    config["algo_params"]["shield"]["calibration_episodes"] = 0  # nothing tested: no seeds
-    check_workflow_config(config)
-
-
-@pytest.mark.parametrize(
-    ("offset", "met"),
-    [
-        # Training seeds 1000..1004 (seed_offset 1000, 2 runs, 4 env copies); calibration
-        # seeds offset..offset + 399 (2 runs x 200).
-        (599, None),  # ..998: one seed apart
-        (600, None),  # ..999: touching
-        (601, "training seeds 1000..1004"),  # ..1000: one seed shared
-        (1004, "training seeds 1000..1004"),  # 1004..: one seed shared
-        (1005, None),
-        (1006, None),
-        # Evaluation seeds 1_000_000..1_000_399 (2 runs x 200).
-        (999_599, None),
-        (999_600, None),  # ..999_999
-        (999_601, "evaluation seeds 1000000..1000399"),  # ..1_000_000
-        (1_000_399, "evaluation seeds 1000000..1000399"),
-        (1_000_400, None),
-        (1_000_401, None),
-    ],
-)
-def test_calibration_seeds_may_touch_other_seeds_but_share_none(
-    offset: int, met: str | None
-) -> None:
-    """The overlap check at its edges: ranges that touch or lie one seed apart pass, a range
-    sharing exactly one seed is refused."""
+def test_calibration_seeds_must_miss_every_other_use_and_reserved_range(offset: int, expected: str):
+    """Training copies (hashed, src.seeds.copy_seeds), evaluation, the spent ranges and the
+    certificate check's: a calibration range that meets any is refused, naming its key."""
     config = _minimal()
     config["algos"] = ["shield"]
     config["base"] = {
@@ -256,8 +231,127 @@ def test_calibration_seeds_may_touch_other_seeds_but_share_none(
     config["algo_params"] = {
         "shield": {"calibration_seed_offset": offset, "calibration_episodes": 200}
     }
+    with pytest.raises(WorkflowConfigError, match=r"algo_params\.shield\.calibration_seed_offset"):
+        check_workflow_config(copy.deepcopy(config))
+    with pytest.raises(WorkflowConfigError, match=re.escape(expected)):
+        check_workflow_config(copy.deepcopy(config))
+    config["algo_params"]["shield"]["calibration_episodes"] = 0  # nothing tested: no seeds
+    check_workflow_config(config)
+
+
+@pytest.mark.parametrize(
+    ("offset", "met"),
+    [
+        # Calibration seeds offset..offset + 399 (2 runs x 200); evaluation seeds
+        # 1_000_000..1_000_399 (2 runs x 200).
+        (999_599, None),  # ..999_998: one seed apart
+        (999_600, None),  # ..999_999: touching
+        (999_601, "evaluation (1000000..1000399)"),  # ..1_000_000: one seed shared
+        (1_000_399, "evaluation (1000000..1000399)"),  # 1_000_399..: one seed shared
+        (1_000_400, None),
+        (1_000_401, None),
+        # The ladder's tuning range 2,000,000..2,999,999 (spent).
+        (1_999_600, None),
+        (1_999_601, "the ladder's tuning (spent)"),
+        (2_999_999, "the ladder's tuning (spent)"),
+        (3_000_000, None),
+    ],
+)
+def test_calibration_seeds_may_touch_other_seeds_but_share_none(
+    offset: int, met: str | None
+) -> None:
+    """The overlap check at its edges: ranges that touch or lie one seed apart pass, a range
+    sharing exactly one seed is refused."""
+    config = _minimal()
+    config["algos"] = ["shield"]
+    config["base"] = {"final_policy_eval_episodes": 200, "shield_patience": 1}
+    config["algo_params"] = {
+        "shield": {"calibration_seed_offset": offset, "calibration_episodes": 200}
+    }
     if met is None:
         check_workflow_config(config)
         return
-    with pytest.raises(WorkflowConfigError, match=re.escape(f"meet the {met}")):
+    with pytest.raises(WorkflowConfigError, match=re.escape(met)):
         check_workflow_config(config)
+
+
+def _shielded(**base: object) -> dict:
+    """`_minimal` with the central and the decentralised shield, 8 updates per run."""
+    config = _minimal()
+    config["algos"] = ["ippo", "shield"]
+    config["base"] = {"timesteps": 8 * 4 * 64, "num_envs": 4, "rollouts": 64, **base}
+    return config
+
+
+def test_a_shield_that_would_never_arm_is_refused() -> None:
+    with pytest.raises(
+        WorkflowConfigError,
+        match=re.escape(
+            "config key 'base.shield_patience' = 8: the shield of shield on hazard_grid would "
+            "never arm; it must be less than the run's 8 policy updates"
+        ),
+    ):
+        check_workflow_config(_shielded(shield_patience=8), check_components=False)
+    check_workflow_config(_shielded(shield_patience=7), check_components=False)
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "algos", "who"),
+    [
+        ("shield_reward_mode", "mean", ["ippo", "shield", "shield_dec"], "shield_version v0 only"),
+        ("shield_credible_schedule", "constant", ["shield"], "shield_version v0 only"),
+        ("shield_opponent_mode", "model", ["ippo", "shield"], "the decentralised shield"),
+    ],
+)
+def test_a_knob_no_run_reads_is_refused_naming_who_would(
+    key: str, value: object, algos: list[str], who: str
+) -> None:
+    config = _shielded(shield_patience=4, **{key: value})
+    config["algos"] = algos
+    with pytest.raises(
+        WorkflowConfigError,
+        match=re.escape(f"config key 'base.{key}' = {value!r}: no shield of this experiment reads")
+        + f".*{re.escape(who)}",
+    ):
+        check_workflow_config(config, check_components=False)
+
+
+def test_a_knob_some_run_reads_is_kept() -> None:
+    """shield_dec reads the opponent mode; defaults pass; an experiment without shields keeps
+    its shield keys for later."""
+    config = _shielded(shield_patience=4, shield_opponent_mode="model")
+    config["algos"] = ["ippo_lag", "shield", "shield_dec"]
+    check_workflow_config(config, check_components=False)
+    check_workflow_config(_shielded(shield_patience=4), check_components=False)
+    unshielded = _shielded(shield_patience=99, shield_reward_mode="mean")
+    unshielded["algos"] = ["ippo"]
+    check_workflow_config(unshielded, check_components=False)
+
+
+def test_the_constraint_horizon_is_the_episode_cap_unless_set() -> None:
+    """Unset: each env's max_steps (the whole episode), recorded in the run config; set: that
+    value, which must fit the episode and be evaluated."""
+    config = check_workflow_config(_minimal())
+    assert resolve_run_config(config, "hazard_grid", "ippo", 0).constraint_horizon == 50
+    assert resolve_run_config(config, "hazard_grid", "ippo", 0).base["constraint_horizon"] == 50
+    set_to = _minimal()
+    set_to["base"] = {"constraint_horizon": 10}
+    check_workflow_config(set_to)
+    assert resolve_run_config(set_to, "hazard_grid", "ippo", 1).constraint_horizon == 10
+    longer = _minimal()
+    longer["base"] = {"constraint_horizon": 100}
+    with pytest.raises(
+        WorkflowConfigError,
+        match=re.escape("'base.constraint_horizon' = 100: at most the episode cap max_steps = 50"),
+    ):
+        check_workflow_config(longer)
+    unevaluated = _minimal()
+    unevaluated["base"] = {"final_policy_eval_horizons": [1, 10, 100]}
+    with pytest.raises(
+        WorkflowConfigError,
+        match=re.escape(
+            "'base.final_policy_eval_horizons' = [1, 10, 100]: must include the constraint "
+            "horizon (50, the episode cap max_steps of env hazard_grid)"
+        ),
+    ):
+        check_workflow_config(unevaluated)

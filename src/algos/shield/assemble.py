@@ -14,6 +14,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from src import numerics
 from src.algos.networks import ActorCritic
 from src.algos.seeding import derived_seeds
 from src.algos.shield.budget import BudgetShield
@@ -44,8 +45,8 @@ def actor_policy_logits(net: ActorCritic) -> PolicyLogits:
     """The policy inside the imagination: obs [N, D], agent [N] -> the actor's logits [N, n].
 
     Reads the actor's current weights at every call (the trainer updates them in place). In
-    inference mode the layers write into a reused workspace: Linear as `addmm(out=)`, Tanh in
-    place; any other layer type runs as a module.
+    inference mode the layers write into a reused workspace: Linear as `numerics.linear(out=)`,
+    Tanh in place; any other layer type runs as a module.
     """
     workspace = Workspace()
     layers = list(net.actor)
@@ -61,7 +62,7 @@ def actor_policy_logits(net: ActorCritic) -> PolicyLogits:
         for i, layer in enumerate(layers):
             if fast and isinstance(layer, nn.Linear):
                 out = workspace.get(f"layer{i}", (n, layer.out_features))
-                x = torch.addmm(layer.bias, x, layer.weight.t(), out=out)
+                x = numerics.linear(x, layer.weight, layer.bias, out=out)
             elif fast and isinstance(layer, nn.Tanh):
                 x = x.tanh_()
             else:

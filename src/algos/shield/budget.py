@@ -9,7 +9,8 @@ Risks. Per env copy and step, with s the joint observation and a a joint action:
   (`lookahead` imagined steps, each after the first following the member's own safest
   action), V_m is its learned least risk-to-go (`critic.RiskCritic`). q(s, a) = max_m Q_m is
   the models' risk (the worst member): the shield decides on it.
-- U(s, a) = g(q(s, a)) is the *certified* risk that each decision reports: g is the
+- U(s, a) = g(q(s, a)) is the risk that each decision reports, a *calibrated estimate* (not
+  a certified risk of the decision; the certificate is about the deployed policy): g is the
   calibration of q on the real outcomes of the decisions the shield took
   (`src.algos.shield.calibration`), or, until there are enough of them, c * q with c the
   factor of the world model's one-step risk on held-out real transitions
@@ -95,7 +96,7 @@ class Decision:
     """Excess budget of q left before the decision (`episode`; negative: an infeasible
     start), or the allowance minus the least q found (`receding`)."""
     bound: np.ndarray
-    """Certified risk U(s, a) = g(q(s, a)) of the executed joint action."""
+    """Calibrated risk estimate U(s, a) = g(q(s, a)) of the executed joint action."""
     excess: np.ndarray
     """Its q's excess over the least q found (the budget it spent)."""
     safest: np.ndarray
@@ -128,7 +129,7 @@ class BudgetStats:
     infeasible_starts: int = 0
     """Episodes whose first observation already had V(s_0) > max_risk."""
     bound_sum: float = 0.0
-    """Sum of the certified risk U(s, a) of the executed joint actions."""
+    """Sum of the calibrated risk estimate U(s, a) of the executed joint actions."""
     budget_sum: float = 0.0
     """Sum over decisions of the excess budget left before the decision."""
     seconds: float = 0.0
@@ -136,7 +137,8 @@ class BudgetStats:
 
     @property
     def mean_bound(self) -> float:
-        """Mean certified risk of the executed joint actions, NaN without decisions."""
+        """Mean calibrated risk estimate U of the executed joint actions, NaN without
+        decisions."""
         return self.bound_sum / self.decisions if self.decisions else math.nan
 
     @property
@@ -185,7 +187,7 @@ class BudgetShield(RiskFilter):
         self.joint = joint_actions(n_agents, n_actions)  # [J, A]
         # A factor of the models' risk until the shield has labelled decisions, then g(q).
         self.calibration: float | CalibrationMap = 1.0
-        # What the certified risk of an executed action may be (receding), or the episode's
+        # What the calibrated risk U of an executed action may be (receding), or the episode's
         # budget (episode): adapted in training, certified for deployment (calibration.py).
         self.allowance = config.max_risk
         self.budget = np.zeros(0, dtype=np.float64)  # [E] excess budget left
@@ -315,7 +317,7 @@ class BudgetShield(RiskFilter):
     ) -> tuple[np.ndarray, np.ndarray, int]:
         """obs [E, A, D], proposed [E, A] int64, logits [E, A, n_actions] (the policy's),
         step [E] (1-based step of these actions in their episode; 1 starts a new budget) ->
-        executed [E, A] int64, their certified risks [E] and the number of copies that fell
+        executed [E, A] int64, their calibrated risks U [E] and the number of copies that fell
         back to the safest action (`RiskFilter.filter` checks the arguments and counts)."""
         if self.config.coordination == "decentralised":
             return self._decide_alone(obs, proposed, logits)

@@ -14,8 +14,9 @@ Two measurements, both against ground truth:
   the shield's imagination estimates it (k / K). This covers every candidate, including the
   counterfactual ones the replay rarely holds.
 
-For the v1 shield (`src.algos.shield.budget`), `certified_plan_risk` is its certified risk U of
-a joint action, and two true risks of the same action in the real env go with it:
+For the v1 shield (`src.algos.shield.budget`), `certified_plan_risk` is its calibrated risk
+estimate U of a joint action (not a certified risk, despite the name), and two true risks of
+the same action in the real env go with it:
 `true_deployed_risk` (the team then keeps acting with a given policy, e.g. the deployed
 shielded one: what the shield's calibration is fitted to) and `true_plan_risk` (the team then
 follows the models' safest joint action, the backup the models' own risk q assumes).
@@ -242,7 +243,7 @@ def risk_summary(true: np.ndarray, model: np.ndarray, *, max_risk: float) -> dic
 
 
 # --------------------------------------------------------------------------------------------
-# v1: the certified risk of a decision against the true env
+# v1: the calibrated risk U of a decision against the true env
 # --------------------------------------------------------------------------------------------
 
 
@@ -401,7 +402,7 @@ def true_deployed_risk(
 def certified_plan_risk(
     shield: Any, obs: np.ndarray, first: np.ndarray, *, horizon: int | np.ndarray
 ) -> np.ndarray:
-    """The v1 shield's certified risk U [N] of `first` [N, A] at obs [N, A, D] over `horizon`
+    """The v1 shield's calibrated risk U [N] of `first` [N, A] at obs [N, A, D] over `horizon`
     steps (one number, or one per row [N]): g(q) of the action then the models' safest
     continuation, as the shield reports it for an executed action (`Decision.bound`)."""
     n, a, d = obs.shape

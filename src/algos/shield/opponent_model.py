@@ -17,6 +17,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from src import numerics
 from src.algos.shield.ensemble import fit_steps
 from src.algos.shield.kernels import Workspace, softmax_last
 from src.algos.shield.optimizer_state import OptimizerState
@@ -124,7 +125,7 @@ class OpponentMLP(OptimizerState, nn.Module):
         x[:, self.obs_dim :].scatter_(1, agent.unsqueeze(1), 1.0)
         last = len(self.weights) - 1
         for i, (w, b) in enumerate(zip(self.weights, self.biases, strict=True)):
-            x = torch.addmm(b, x, w)
+            x = numerics.linear(x, w.T, b)
             if i < last:
                 x = torch.relu(x)
         return x
@@ -149,11 +150,12 @@ class OpponentMLP(OptimizerState, nn.Module):
             x = buffer("layer0", (a, n, w0.shape[1]))
             for agent in range(a):
                 obs = joint_obs[:, agent * d : (agent + 1) * d]
-                torch.addmm(b0 + w0[d + agent], obs, w0[:d], out=x[agent])
+                numerics.linear(obs, w0[:d].T, b0 + w0[d + agent], out=x[agent])
             x = x.view(a * n, -1)
             layers = zip(self.weights[1:], self.biases[1:], strict=True)
             for i, (w, b) in enumerate(layers, start=1):
-                x = torch.addmm(b, x.relu_(), w, out=buffer(f"layer{i}", (a * n, w.shape[1])))
+                out = buffer(f"layer{i}", (a * n, w.shape[1]))
+                x = numerics.linear(x.relu_(), w.T, b, out=out)
         return x.view(a, n, self.n_actions).permute(1, 0, 2)
 
     def probs(self, joint_obs: torch.Tensor) -> torch.Tensor:

@@ -68,7 +68,6 @@ from src.algos.shield.critic import OpponentPolicy, RiskCritic
 from src.algos.shield.decentral import mixed_probs
 from src.algos.shield.opponent_model import opponent_weight
 from src.algos.shield.replay import TransitionReplay
-from src.config.base import CONSTRAINT_HORIZON
 from src.config.run import RunConfig
 from src.core.logging import log
 from src.envs.base import joint_observation
@@ -81,7 +80,12 @@ CONTINUATION_SWITCH_LEVEL = 0.05
 """`continuation: auto`: the probability that any switch of the run is on noise alone. The
 rival critic takes over when DeLong's one-sided test of its AUC being higher than the deciding
 critic's, on the same labelled decisions, gives p below the t-th test's share of this level,
-6 level / (pi^2 t^2) (summable over the run's tests, which look again after every update)."""
+6 level / (pi^2 t^2) (summable over the run's tests, which look again after every update).
+The test is episode-clustered (Obuchowski's variance, `src.stats.paired_auc_test` with the
+decisions' episodes as clusters): decisions of one episode share outcomes (overlapping
+horizons, one episode's state) and a critic's errors persist within an episode, so DeLong's
+independent-decision variance is too small and would switch on noise far more often than this
+level; the clustered one holds it up to its normal approximation (many episodes)."""
 
 
 class ShieldedIPPO(IPPO):
@@ -93,6 +97,8 @@ class ShieldedIPPO(IPPO):
         if self.config.shield is None:
             raise ValueError(f"algo {self.config.algo!r} has no shield section")
         self.shield_cfg = cfg = self.config.shield
+        # Steps of the constraint: the certificate's episodes and the allowance's events.
+        self.constraint_horizon = self.config.constraint_horizon_of(int(env.max_steps))
         parts = build_shield(
             cfg,
             n_agents=env.n_agents,
@@ -274,16 +280,20 @@ class ShieldedIPPO(IPPO):
         finished = self.history[self.episodes_seen :]
         self.episodes_seen = len(self.history)
         if self.armed:
-            self.adaptive.update(constraint_outcomes(finished, since=self.armed_at))
+            self.adaptive.update(
+                constraint_outcomes(finished, since=self.armed_at, horizon=self.constraint_horizon)
+            )
         self.shield.allowance = self.adaptive.value
         row[M.SHIELD_ALLOWANCE] = self.shield.allowance
 
     def _choose_continuation(self, row: dict[str, float | None]) -> None:
         """v1: each critic's AUC over the labelled decisions (once there are as many as the
         calibration map needs); `continuation: auto` then decides with the rival from now on
-        when its AUC is higher beyond noise: DeLong's paired test on the same decisions, at
-        the t-th test's share of `CONTINUATION_SWITCH_LEVEL` (a difference within the noise
-        keeps the deciding critic, so the choice does not follow noise back and forth)."""
+        when its AUC is higher beyond noise: DeLong's paired test on the same decisions,
+        episode-clustered (the decisions' episode ids from the ledger as `clusters`: only
+        episodes are independent), at the t-th test's share of `CONTINUATION_SWITCH_LEVEL` (a
+        difference within the noise keeps the deciding critic, so the choice does not follow
+        noise back and forth). Fewer than two episodes among the decisions: no test."""
         enough = 100 * self.shield_cfg.calibration_bins
         labelled = {name: ledger.labelled() for name, ledger in self.ledgers.items()}
         deciding, rival = self.critic, self.shield.rival
@@ -294,10 +304,19 @@ class ShieldedIPPO(IPPO):
             )
             return
         (mine, outcome), (theirs, same) = (labelled[c.continuation] for c in (deciding, rival))
-        if mine.shape != theirs.shape or not np.array_equal(outcome, same):
+        episodes, their_episodes = (
+            self.ledgers[c.continuation].labelled_episodes() for c in (deciding, rival)
+        )
+        if (
+            mine.shape != theirs.shape
+            or not np.array_equal(outcome, same)
+            or not np.array_equal(episodes, their_episodes)
+        ):
             raise RuntimeError("the critics' ledgers hold different decisions")
         if mine.size >= enough:
-            auc_mine, auc_theirs, p_value = paired_auc_test(mine, theirs, outcome)
+            auc_mine, auc_theirs, p_value = paired_auc_test(
+                mine, theirs, outcome, clusters=episodes
+            )
             row[M.SHIELD_AUC[deciding.continuation]] = auc_mine
             row[M.SHIELD_AUC[rival.continuation]] = auc_theirs
             self.continuation_tests += 1
@@ -332,7 +351,7 @@ class ShieldedIPPO(IPPO):
             fixed_sequence_test,
             max_risk=cfg.max_risk,
             delta=cfg.shield_credible_delta,
-            horizon=CONSTRAINT_HORIZON,
+            horizon=self.constraint_horizon,
             first_seed=seeds.start,
         )
         if not len(seeds):
@@ -342,7 +361,7 @@ class ShieldedIPPO(IPPO):
                 allowance=anchor,
                 max_risk=cfg.max_risk,
                 delta=cfg.shield_credible_delta,
-                horizon=CONSTRAINT_HORIZON,
+                horizon=self.constraint_horizon,
                 episodes=0,
                 violations=-1,
                 p_value=math.nan,
@@ -353,9 +372,9 @@ class ShieldedIPPO(IPPO):
         actor = Actor(net=self.net, config=self.config, action_filter=self.shield)
         play = calibration_outcomes(
             actor,
-            make_vec=lambda copies: self.make_calibration_env(copies, CONSTRAINT_HORIZON),
+            make_vec=lambda copies: self.make_calibration_env(copies, self.constraint_horizon),
             seeds=seeds,
-            horizon=CONSTRAINT_HORIZON,
+            horizon=self.constraint_horizon,
         )
 
         def outcomes(allowance: float, first: int, stop: int) -> tuple[int, float]:
@@ -586,13 +605,11 @@ class ShieldedIPPO(IPPO):
         return {POLICY_STATE_KEY: saved}
 
 
-def constraint_outcomes(
-    episodes: Sequence[EpisodeLog], *, since: int, horizon: int = CONSTRAINT_HORIZON
-) -> list[bool]:
+def constraint_outcomes(episodes: Sequence[EpisodeLog], *, since: int, horizon: int) -> list[bool]:
     """Whether each episode that started at global step `since` or later violated within its
-    first `horizon` steps, in order: the event the certificate tests (P(violation within 100
-    steps)), which the training allowance adapts to; a later violation of a longer episode
-    does not count, an episode that ended earlier counts as safe after its end."""
+    first `horizon` steps (the constraint horizon), in order: the event the certificate tests,
+    which the training allowance adapts to; a later violation does not count, an episode that
+    ended earlier counts as safe after its end."""
     return [
         ep.violated and ep.first_violation_step <= horizon for ep in episodes if ep.t_start >= since
     ]

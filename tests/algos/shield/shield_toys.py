@@ -251,10 +251,12 @@ def scripted_violations(seed: int, allowance: float) -> tuple[int, ...]:
     return tuple(steps)
 
 
-def scripted_calibration_config(*, run_idx: int = 0, updates: int = 1) -> dict[str, Any]:
+def scripted_calibration_config(
+    *, run_idx: int = 0, updates: int = 1, constraint_horizon: int = 100
+) -> dict[str, Any]:
     """A v1 shield run on the toy grid whose certificate tests the allowances 0.02, 0.04 and
     0.08 (max_risk 0.5 held by adapt_rate 0, times certify_multiples) with delta 0.4 on 8
-    calibration episodes from `CALIBRATION_SEED_OFFSET`."""
+    calibration episodes from `CALIBRATION_SEED_OFFSET`, over `constraint_horizon` steps."""
     from src.config.run import make_run_config
 
     return make_run_config(
@@ -271,6 +273,7 @@ def scripted_calibration_config(*, run_idx: int = 0, updates: int = 1) -> dict[s
         shield_version="v1",
         wm_version="v1",
         shield_credible_delta=0.4,
+        constraint_horizon=constraint_horizon,
         algo_params={
             "rollout_count": 16,
             "ensemble_size": 2,
@@ -344,14 +347,17 @@ class ScriptedCalibrationEnv:
 
 
 def scripted_calibration_trainer(
-    *, run_idx: int = 0, updates: int = 1
+    *, run_idx: int = 0, updates: int = 1, constraint_horizon: int = 100
 ) -> tuple[ShieldedIPPO, list[dict[str, Any]]]:
-    """A trainer of `scripted_calibration_config` on `GridVectorEnv` whose calibration episodes
-    are `ScriptedCalibrationEnv`'s at the shield's allowance, and the list of their resets."""
+    """A trainer of `scripted_calibration_config` on a 100-step `GridVectorEnv` whose
+    calibration episodes are `ScriptedCalibrationEnv`'s at the shield's allowance, and the
+    list of their resets."""
     from src.algos.shield.trainer import ShieldedIPPO
 
-    config = scripted_calibration_config(run_idx=run_idx, updates=updates)
-    trainer = ShieldedIPPO(config, GridVectorEnv(num_envs=2))
+    config = scripted_calibration_config(
+        run_idx=run_idx, updates=updates, constraint_horizon=constraint_horizon
+    )
+    trainer = ShieldedIPPO(config, GridVectorEnv(num_envs=2, max_steps=100))
     plays: list[dict[str, Any]] = []
     trainer.make_calibration_env = lambda copies, steps: ScriptedCalibrationEnv(
         copies, steps, plays=plays, allowance=lambda: trainer.shield.allowance

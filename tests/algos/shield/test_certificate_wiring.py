@@ -15,11 +15,11 @@ import pytest
 
 from src.algos import metrics as M
 from src.algos.policy import load_actor
-from src.algos.seeding import copy_seeds
 from src.algos.shield.calibration import load_certificate
 from src.algos.shield.trainer import _registry_env
 from src.config.run import RunConfig
 from src.core.io import save_to_file
+from src.seeds import copy_seeds
 from tests.algos.shield.shield_toys import scripted_calibration_trainer, shield_config
 from tests.tiny_runs import tiny_run_config
 
@@ -95,6 +95,22 @@ def test_certify_plays_each_look_on_its_own_seeds_to_step_100(run_idx: int) -> N
     assert trainer.shield.allowance == pytest.approx(deployed)
 
 
+def test_certify_plays_episodes_of_the_configs_constraint_horizon() -> None:
+    """A 200-step episode with a 60-step constraint: every calibration episode is capped at 60
+    steps (the scripted violations at steps 100 and 101 are then never seen), and the
+    certificate names that horizon."""
+    trainer, plays = scripted_calibration_trainer(constraint_horizon=60)
+    trainer.updates = list(SETTLED_AT_HALF)
+    certificate = trainer.certify()
+    assert {play["cap"] for play in plays} == {60} and {play["steps"] for play in plays} == {60}
+    assert certificate.horizon == 60 and certificate.violations == 0
+
+
+def test_a_constraint_longer_than_the_episode_is_refused() -> None:
+    with pytest.raises(ValueError, match="constraint_horizon=101: at most the episode cap"):
+        scripted_calibration_trainer(constraint_horizon=101)
+
+
 def test_train_deploys_and_saves_the_last_passing_allowance_not_the_last_tested(
     tmp_path: Path,
 ) -> None:
@@ -130,10 +146,10 @@ def test_the_settled_allowance_is_the_geometric_mean_of_the_second_half_of_armed
 def test_runs_calibrate_on_consecutive_disjoint_blocks_of_seeds() -> None:
     """Run r's calibration seeds are offset + r n + i, i < n."""
     config = shield_config(shield_version="v1", wm_version="v1")
-    assert (config.calibration_seed_offset, config.calibration_episodes) == (2_000_000, 200)
-    assert config.calibration_seeds(0) == range(2_000_000, 2_000_200)
-    assert config.calibration_seeds(1) == range(2_000_200, 2_000_400)
-    assert config.calibration_seeds(2) == range(2_000_400, 2_000_600)
+    assert (config.calibration_seed_offset, config.calibration_episodes) == (20_000_000, 200)
+    assert config.calibration_seeds(0) == range(20_000_000, 20_000_200)
+    assert config.calibration_seeds(1) == range(20_000_200, 20_000_400)
+    assert config.calibration_seeds(2) == range(20_000_400, 20_000_600)
     small = shield_config(calibration_seed_offset=10, calibration_episodes=3)
     assert [list(small.calibration_seeds(r)) for r in range(3)] == [
         [10, 11, 12],
@@ -150,6 +166,8 @@ def test_env_copies_of_neighbouring_runs_reset_from_disjoint_seeds(num_envs: int
     assert all(len(mine) == num_envs for mine in seeds)
     assert len({s for mine in seeds for s in mine}) == len(runs) * num_envs
     assert copy_seeds(3, num_envs) == copy_seeds(3, num_envs)
+    # Above every other use's default range (src.seeds.TRAINING_FLOOR), within 32 bits.
+    assert all(2**31 <= s < 2**32 for mine in seeds for s in mine)
 
 
 def test_the_registrys_calibration_env_has_the_asked_copies_and_cap() -> None:

@@ -420,6 +420,10 @@ def test_auto_continuation_scores_every_decision_with_both_critics_and_decides_w
     assert team[0].size == opponent[0].size > 0
     np.testing.assert_array_equal(team[1], opponent[1])
     assert not np.array_equal(team[0], opponent[0])
+    # ... taken in the same episodes: the switch's test clusters them by these ids.
+    episodes = trainer.ledgers["team"].labelled_episodes()
+    np.testing.assert_array_equal(episodes, trainer.ledgers["opponent"].labelled_episodes())
+    assert np.unique(episodes).size > 1
     assert all(M.RIVAL_CRITIC_LOSS in row for row in trainer.updates[1:])
     # Every metric it logs is a column of updates.parquet.
     table = updates_table(trainer.updates, trainer.config.to_dict())
@@ -464,6 +468,9 @@ def test_auto_continuation_scores_every_decision_with_both_critics_and_decides_w
     for name in trainer.ledgers:
         np.testing.assert_array_equal(
             resumed.ledgers[name].labelled()[0], trainer.ledgers[name].labelled()[0]
+        )
+        np.testing.assert_array_equal(
+            resumed.ledgers[name].labelled_episodes(), trainer.ledgers[name].labelled_episodes()
         )
 
     # policy.pt keeps the deciding critic only; the loaded shield decides as the trainer's.
