@@ -250,6 +250,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         check_run(run, episodes=args.episodes, first_seed=args.seed_offset + CHECK_STRIDE * k)
         for k, run in enumerate(runs)
     ]
+    root = args.results.resolve()
+    for record, run in zip(records, runs, strict=True):
+        # Named as the command names the results folder, not by this machine's paths.
+        record["run"] = str(args.results / run.relative_to(root))
     command = (
         f"python -m benchmarks.certificate_check --results {args.results} "
         f"--episodes {args.episodes} --seed-offset {args.seed_offset}"

@@ -5,6 +5,8 @@ flowing) have a joint state of every agent's cell *and goal*, too large for the 
 floor is bounded from above by the careful centralised witness team of
 :mod:`src.analysis.floor` on the evaluation layouts of every run, and ``--witness --write``
 writes that table for ``config/config.yaml`` and ``config/paper.yaml`` into BENCHMARKS.md.
+``spread`` (continuous positions, no DP) gets its witness floor in the same table: a careful
+team that keeps the agents' coasting paths apart (:class:`src.envs.witness.SpreadTeam`).
 
 *Terminating tasks* (``continuing=False``: agents stay on their goal, the episode ends when all
 are there) get the exact floor. For one layout (grid size, hazard map, goals, slip probability)
@@ -729,7 +731,8 @@ def _parse_params(items: Sequence[str]) -> dict[str, Any]:
 
 
 def witness_rows(config_path: Path, results: Path | None = None) -> list[dict[str, Any]]:
-    """The witness floor (``src.analysis.floor``) of every continuing grid env of a config.
+    """The witness floor (``src.analysis.floor``) of every env of a config that has a witness
+    (the continuing grid tasks and ``spread``).
 
     The reference goal rate is unconstrained ippo's evaluation goals at the floor's horizon
     when ``results`` holds the experiment's ``tables/eval.parquet`` with ippo rows, else the
@@ -768,6 +771,7 @@ def witness_rows(config_path: Path, results: Path | None = None) -> list[dict[st
                 "config": config_path.name,
                 "env": env_name,
                 "agents": settings["env_params"]["n_agents"],
+                "env_params": settings["env_params"],
                 "floor": floor,
                 "max_risk": max_risk,
                 "bound": FEASIBLE_FRACTION * max_risk,
@@ -800,6 +804,19 @@ def witness_markdown(rows: Sequence[dict[str, Any]], command: str) -> str:
             f"{floor.goals / reference:.2f} | {floor.greedy_p_violation:.3f} | "
             f"{'yes' if row['feasible'] else 'no'} |"
         )
+    spread = [row for row in rows if row["env"] == "spread"]
+    if spread:
+        spawns = ", ".join(
+            f"`spawn: {row['env_params'].get('spawn', 'mpe2')}` in {row['config']}"
+            for row in spread
+        )
+        lines += [
+            "",
+            "spread: goals are the landmarks covered (an agent closer than 0.1) at each step, "
+            "summed over the episode; the reference is the careless team's, which heads for the "
+            "same landmarks ignoring the others (spread reports no arrivals, so ippo has no "
+            f"goals to compare with). Agents spawn with {spawns}.",
+        ]
     return "\n".join(lines)
 
 
@@ -834,7 +851,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--witness",
         action="store_true",
-        help="witness floors of every continuing grid env of config.yaml and paper.yaml",
+        help="witness floors of every env with a witness (continuing grid tasks, spread) of "
+        "config.yaml and paper.yaml",
     )
     parser.add_argument(
         "--results",

@@ -5,8 +5,9 @@ imports. `import_closure(script)` reads the script and every module it reaches t
 `import` / `from ... import` statements (at any depth of the code, so imports inside
 functions count) and `importlib.import_module("...")` calls with a literal name, and returns
 their files: every `src` module reached, with the `__init__.py` of each package on the way,
-and the script's own helper modules next to it. The workflow makes these files inputs of the
-job's rule, so that changing a module reruns exactly the jobs whose code runs it.
+and the script's own helper modules next to it. The workflow makes these files the code input
+of the job's rule (through its fingerprint, below), so that changing a module reruns exactly
+the jobs whose code runs it.
 
 Tasks and algorithms given by import path are code of the jobs too: `component_code` adds the
 user's modules (`module_closure`: the module, what it imports from its own package, and the
@@ -15,6 +16,16 @@ task's factory and cost function for rules reaching `src/envs/registry.py`, an a
 class for rules reaching `src/algos/registry.py`. Modules of installed distributions (mpe2,
 say) and the standard library are the software environment, pinned in requirements.lock and
 recorded in every config.json, and are not listed.
+
+A job's code is one input of its rule, a fingerprint in the results folder rather than every
+file (which a dry run would list for every job): `job_code` names the code a job runs and
+lists its files (the script, its closure and the user's modules the job reaches), and the
+fingerprint `{results}/.code/{name}.sha256` (`fingerprint_path`) holds one `sha256  path` line
+per file (`code_listing`, the format of `sha256sum`). The workflow's rule `code_fingerprint`
+takes the files as inputs and writes the fingerprint (`write_fingerprint`), so it is written
+again exactly when Snakemake sees one of the files changed (newer than the fingerprint, and
+with another checksum than the one it recorded), and then the jobs that take it rerun. Only
+that rule lists the files, and only when it is about to run.
 
 >>> closure = import_closure(ROOT / "workflow" / "scripts" / "export.py")
 >>> names = {p.relative_to(ROOT).as_posix() for p in closure}
@@ -25,20 +36,30 @@ recorded in every config.json, and are not listed.
 from __future__ import annotations
 
 import ast
+import hashlib
 import sys
 import sysconfig
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from functools import cache
 from pathlib import Path
 from typing import Any
 
+from src.containment import ContainmentError, inside
+from src.core.io import atomic_output
+
 __all__ = [
+    "FINGERPRINTS",
     "PACKAGE",
     "ROOT",
+    "code_listing",
     "component_code",
+    "fingerprint_path",
     "import_closure",
     "imported_names",
+    "job_code",
     "module_closure",
+    "parse_code_name",
+    "write_fingerprint",
 ]
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -213,3 +234,103 @@ def component_code(
         if ":" in entry:  # an import path; a cost function's bare name lives in src
             files.update(module_closure(entry.split(":", 1)[0], root=base))
     return sorted(files)
+
+
+# ---------------------------------------------------------------------- fingerprints
+
+FINGERPRINTS = ".code"
+"""The folder of a results folder (`{results_dir}/{experiment_tag}`) holding the code
+fingerprints of its jobs."""
+
+
+def job_code(
+    script: str | Path,
+    *,
+    envs: Mapping[str, Any],
+    algos: Mapping[str, str],
+    env: str | None = None,
+    algo: str | None = None,
+    root: str | Path = ROOT,
+) -> tuple[str, list[Path]]:
+    """The name and the files of the code a job of `script` runs (a workflow script, the
+    job's `env` and `algo` wildcards if it has them; `envs` and `algos`: the config's
+    `custom_envs` and `custom_algos`).
+
+    The files are the script, its import closure and the user's modules its code reaches
+    (`component_code`, only the job's own env and algorithm where it has them). The name is
+    the script's name, followed by the job's env and algorithm (``train-walk-toy``) when the
+    script reaches any of the user's modules, so that jobs running different code have
+    different names and `parse_code_name` gives back what `job_code` was given.
+    """
+    path = Path(script).resolve()
+    closure = import_closure(path, root=root)
+
+    def user(env: str | None, algo: str | None) -> list[Path]:
+        return component_code(
+            closure,
+            envs={name: entry for name, entry in envs.items() if env in (None, name)},
+            algos={name: entry for name, entry in algos.items() if algo in (None, name)},
+            root=root,
+        )
+
+    scope = [wildcard for wildcard in (env, algo) if wildcard is not None]
+    name = path.stem
+    if scope and user(None, None):
+        name = "-".join([name, *scope])
+    return name, sorted({path, *closure, *user(env, algo)})
+
+
+def parse_code_name(name: str) -> tuple[str, str | None, str | None]:
+    """(script, env, algo) of a name made by `job_code` (env and algo None where absent).
+
+    >>> parse_code_name("train-walk-toy"), parse_code_name("figures")
+    (('train', 'walk', 'toy'), ('figures', None, None))
+    """
+    parts = name.split("-")
+    if len(parts) > 3 or not all(parts):
+        raise ValueError(f"{name!r} is not the name of a job's code (script[-env[-algo]])")
+    script, env, algo = [*parts, None, None][:3]
+    return script, env, algo
+
+
+def code_listing(files: Iterable[str | Path], *, root: str | Path = ROOT) -> str:
+    """One ``sha256  path`` line per file (`sha256sum`'s format), sorted by path; paths
+    below `root` relative to it (so the listing does not depend on where the repository
+    is), others absolute."""
+    base = Path(root).resolve()
+    lines = {}
+    for file in files:
+        path = Path(file).resolve()
+        shown = path.relative_to(base).as_posix() if path.is_relative_to(base) else str(path)
+        lines[shown] = f"{hashlib.sha256(path.read_bytes()).hexdigest()}  {shown}"
+    return "".join(f"{lines[shown]}\n" for shown in sorted(lines))
+
+
+def fingerprint_path(name: str) -> str:
+    """The fingerprint of the code `name`, relative to the results folder.
+
+    >>> fingerprint_path("train-walk-toy")
+    '.code/train-walk-toy.sha256'
+    """
+    return f"{FINGERPRINTS}/{name}.sha256"
+
+
+def write_fingerprint(
+    results: str | Path, path: str | Path, listing: str, *, log: str | Path | None = None
+) -> Path:
+    """Write `listing` to the fingerprint `path` inside the results folder `results`,
+    atomically (a killed writer leaves the previous one); `log`, if given (a file inside
+    `results` too), records what was written.
+
+    The results folder may come from elsewhere: every path written is checked to lie inside
+    it, through no symbolic link (`src.containment`). Returns the path written.
+    """
+    target = inside(results, Path(path).absolute())
+    if target.parent.name != FINGERPRINTS or target.suffix != ".sha256":
+        raise ContainmentError(f"{target} is not a code fingerprint ({FINGERPRINTS}/<name>.sha256)")
+    with atomic_output(target) as tmp:
+        tmp.write_text(listing, encoding="utf-8")
+    if log is not None:
+        with atomic_output(inside(results, Path(log).absolute())) as tmp:
+            tmp.write_text(f"{target}: {listing.count(chr(10))} files\n", encoding="utf-8")
+    return target

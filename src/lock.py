@@ -17,7 +17,18 @@ Taking over is atomic. Two workflows that both find the same stale lock must not
 an exclusive `flock` on `.lock.takeover` (a file kept beside it), after reading the lock again
 under it: the second contender then finds the first one's live lock and is refused. The new
 lock itself is always created with `O_EXCL`. The lock files are read only if they are regular
-files (`src.containment`): a `.lock` that is a symlink or a FIFO is refused in one line.
+files (`src.containment`): a `.lock` that is a symlink or a FIFO is refused in one line. The
+contender that holds `.lock.takeover` deletes it before releasing it, whatever happens in
+between, and a contender that gets the `flock` of a file no longer under that name (deleted by
+the previous holder) starts again on the current one: no `.lock.takeover` stays behind.
+
+One trainer per run folder: `RunLock` is an exclusive `flock` on `.train.lock` in the run
+folder, taken by `train_run` before it reads the checkpoint and held until training ends. The
+kernel releases it when its holder dies, even by SIGKILL, so it is never stale; a second
+trainer of the same folder (a rerun while a job of a killed workflow still trains) is refused
+in one line naming the folder and the pid that holds it. The file holds the holder's pid, host
+and start time, and is deleted by its holder on release (under the lock, with the same
+identity check as `.lock.takeover`).
 """
 
 from __future__ import annotations
@@ -34,20 +45,23 @@ import time
 from pathlib import Path
 from typing import Any
 
-from src.containment import ContainmentError, open_regular
+from src.containment import ContainmentError, inside, open_regular
 from src.processes import pid_alive
 
 __all__ = [
     "LOCK_ENV_VAR",
     "LOCK_NAME",
+    "RUN_LOCK_NAME",
     "LockHeldError",
     "ResultsLock",
+    "RunLock",
     "check_job_lock",
     "job_environment",
 ]
 
 LOCK_NAME = ".lock"
 TAKEOVER_NAME = ".lock.takeover"
+RUN_LOCK_NAME = ".train.lock"
 LOCK_ENV_VAR = "SAFE_MARL_RESULTS_LOCK"
 _TAKEOVER_WAIT = 10.0  # seconds; another contender holds the takeover lock for microseconds
 _RECORD_LIMIT = 65536  # bytes: an owner record is a few hundred
@@ -74,6 +88,33 @@ def _read(path: Path) -> dict[str, Any] | None:
     except ValueError:
         return {}
     return owner if isinstance(owner, dict) else {}
+
+
+def _open_lock_file(path: Path) -> int:
+    """A read-write descriptor of the lock file `path` (created if missing), opened without
+    following a symlink (`O_NOFOLLOW`) or blocking on a FIFO (`O_NONBLOCK`) and checked on the
+    descriptor: `ContainmentError` if it is not a regular file, `OSError` otherwise."""
+    flags = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
+    try:
+        fd = os.open(path, flags, 0o644)
+    except OSError as error:
+        if error.errno == errno.ELOOP:
+            raise ContainmentError(f"{path}: it is a symbolic link", path=path) from None
+        raise
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise ContainmentError(f"{path} is not a regular file", path=path)
+    return fd
+
+
+def _still_named(fd: int, path: Path) -> bool:
+    """Whether `path` still names the file open as `fd` (not deleted, nor replaced)."""
+    try:
+        named = os.stat(path, follow_symlinks=False)
+    except FileNotFoundError:
+        return False
+    held = os.fstat(fd)
+    return (named.st_dev, named.st_ino) == (held.st_dev, held.st_ino)
 
 
 def _stale(owner: dict[str, Any]) -> bool:
@@ -138,47 +179,61 @@ class ResultsLock:
         """Delete the lock file if it still holds a stale lock, under the takeover lock.
 
         The lock is read again under the exclusive `flock`: a contender that judged the same
-        stale lock earlier finds the winner's live lock there and deletes nothing.
+        stale lock earlier finds the winner's live lock there and deletes nothing. The holder
+        deletes `.lock.takeover` before closing it; a contender whose `flock` it was finds the
+        name gone (or another file under it) and starts again.
         """
         takeover = self.folder / TAKEOVER_NAME
-        flags = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
-        try:
-            fd = os.open(takeover, flags, 0o644)
-        except OSError as error:
-            why = "it is a symbolic link" if error.errno == errno.ELOOP else error.strerror
-            raise LockHeldError(
-                f"cannot take over the stale lock {self.path} ({self._describe(owner)}): "
-                f"{takeover}: {why}"
-            ) from None
-        try:
-            if not stat.S_ISREG(os.fstat(fd).st_mode):
+        deadline = time.monotonic() + _TAKEOVER_WAIT
+        while True:
+            try:
+                fd = _open_lock_file(takeover)
+            except ContainmentError as error:
                 raise LockHeldError(
-                    f"cannot take over the stale lock {self.path}: {takeover} is not a regular file"
-                )
-            deadline = time.monotonic() + _TAKEOVER_WAIT
-            while True:
-                try:
-                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                    break
-                except BlockingIOError:
-                    if time.monotonic() > deadline:
+                    f"cannot take over the stale lock {self.path} ({self._describe(owner)}): "
+                    f"{error}"
+                ) from None
+            except OSError as error:
+                raise LockHeldError(
+                    f"cannot take over the stale lock {self.path} ({self._describe(owner)}): "
+                    f"{takeover}: {error.strerror}"
+                ) from None
+            try:
+                while True:
+                    try:
+                        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                        break
+                    except BlockingIOError:
+                        if time.monotonic() > deadline:
+                            raise LockHeldError(
+                                f"cannot take over the stale lock {self.path}: another workflow "
+                                f"has been taking it over for {_TAKEOVER_WAIT:g} s; try again"
+                            ) from None
+                        time.sleep(0.01)
+                    except OSError as error:
+                        # No file locks here (some network file systems): no safe takeover,
+                        # and a takeover file of no use to anyone.
+                        if _still_named(fd, takeover):
+                            with contextlib.suppress(OSError):
+                                os.unlink(takeover)
                         raise LockHeldError(
-                            f"cannot take over the stale lock {self.path}: another workflow "
-                            f"has been taking it over for {_TAKEOVER_WAIT:g} s; try again"
+                            f"{self._describe(owner)}, which is gone, but {self.path} cannot "
+                            f"be taken over safely here ({error.strerror}); delete {self.path}"
                         ) from None
-                    time.sleep(0.01)
-                except OSError as error:
-                    # No file locks here (some network file systems): no safe takeover.
-                    raise LockHeldError(
-                        f"{self._describe(owner)}, which is gone, but {self.path} cannot be "
-                        f"taken over safely here ({error.strerror}); delete {self.path}"
-                    ) from None
-            current = _read(self.path)
-            if current is not None and _stale(current):
-                with contextlib.suppress(FileNotFoundError):
-                    self.path.unlink()
-        finally:
-            os.close(fd)  # releases the flock
+                if not _still_named(fd, takeover):
+                    continue  # deleted by the previous holder after use: take the current one
+                try:
+                    current = _read(self.path)
+                    if current is not None and _stale(current):
+                        with contextlib.suppress(FileNotFoundError):
+                            self.path.unlink()
+                finally:
+                    # Still under the flock: whoever opens the name next gets a new file.
+                    with contextlib.suppress(OSError):
+                        os.unlink(takeover)
+                return
+            finally:
+                os.close(fd)  # releases the flock
 
     def release(self) -> None:
         """Remove the lock file if this object holds it (another owner's lock is kept)."""
@@ -216,3 +271,111 @@ def check_job_lock() -> None:
         raise LockHeldError(
             f"{lock._describe(owner)}: this job belongs to another workflow and writes nothing"
         )
+
+
+def _holder(fd: int) -> dict[str, Any]:
+    """The owner record in a run lock held by another process ({} if it holds none yet: the
+    holder writes it right after taking the lock, so it is read again for a moment)."""
+    deadline = time.monotonic() + 1.0
+    while True:
+        try:
+            owner = json.loads(os.pread(fd, _RECORD_LIMIT, 0).decode("utf-8", errors="replace"))
+        except ValueError:
+            owner = None
+        if isinstance(owner, dict) and isinstance(owner.get("pid"), int):
+            return owner
+        if time.monotonic() > deadline:
+            return {}
+        time.sleep(0.02)
+
+
+class RunLock:
+    """The lock of one run folder, held by the process that trains it (module docstring).
+
+    >>> import tempfile
+    >>> folder = tempfile.mkdtemp()
+    >>> with RunLock(folder) as held:
+    ...     RunLock(folder).acquire()  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    src.lock.LockHeldError: run folder ... is already being trained by pid ...
+    """
+
+    def __init__(self, folder: str | Path) -> None:
+        """The lock file is `folder/.train.lock`; nothing is taken yet."""
+        self.folder = Path(folder)
+        self._fd: int | None = None
+        self._path: Path | None = None
+
+    @property
+    def held(self) -> bool:
+        """Whether this object holds the lock."""
+        return self._fd is not None
+
+    def _describe(self, owner: dict[str, Any], path: Path) -> str:
+        if not owner:
+            return (
+                f"run folder {self.folder} is already being trained by another process "
+                f"({path} is locked); wait for it to finish, then rerun"
+            )
+        started = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(owner.get("started", 0)))
+        pid = owner["pid"]
+        where = f"on {owner.get('host')} " if owner.get("host") != socket.gethostname() else ""
+        return (
+            f"run folder {self.folder} is already being trained by pid {pid} {where}"
+            f"(since {started}); wait for it to finish, or stop it (kill {pid}) and rerun to "
+            "resume from its last checkpoint"
+        )
+
+    def acquire(self) -> bool:
+        """Take the lock: True once held. Raises `LockHeldError` (one line naming the folder
+        and the pid holding it) if another process holds it, `ContainmentError` if the lock
+        file is a symlink or not a regular file. False, holding nothing, where the file system
+        has no file locks (some network file systems): nothing to refuse a second trainer by.
+        """
+        if self._fd is not None:
+            return True
+        for _ in range(100):
+            path = inside(self.folder, RUN_LOCK_NAME)
+            fd = _open_lock_file(path)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                owner = _holder(fd)
+                os.close(fd)
+                raise LockHeldError(self._describe(owner, path)) from None
+            except OSError:
+                os.close(fd)
+                return False
+            if not _still_named(fd, path):
+                os.close(fd)  # deleted by its previous holder meanwhile: take the current one
+                continue
+            record = {"pid": os.getpid(), "host": socket.gethostname(), "started": time.time()}
+            data = json.dumps(record).encode("utf-8")
+            # Written over any record of a holder that died, then cut: never empty meanwhile.
+            # Without it (a full disk) the lock holds all the same; a refusal names no pid.
+            with contextlib.suppress(OSError):
+                os.pwrite(fd, data, 0)
+                os.ftruncate(fd, len(data))
+            self._fd, self._path = fd, path
+            return True
+        raise LockHeldError(f"could not take {self.folder / RUN_LOCK_NAME}: it keeps changing")
+
+    def release(self) -> None:
+        """Delete the lock file and release the lock, if this object holds it."""
+        fd, path = self._fd, self._path
+        if fd is None or path is None:
+            return
+        self._fd = self._path = None
+        try:
+            if _still_named(fd, path):
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(path)
+        finally:
+            os.close(fd)
+
+    def __enter__(self) -> bool:
+        return self.acquire()
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()

@@ -26,3 +26,20 @@ def tiny_run_config(algo: str, **overrides: Any) -> dict[str, Any]:
     }
     settings.update(overrides)
     return make_run_config(**settings)
+
+
+def four_update_config(**overrides: Any) -> dict[str, Any]:
+    """ippo on hazard_grid (2 copies, 20-step episodes): 4 updates of 64 env steps, a
+    checkpoint after each (the reliability tests' kill, resume and lock runs)."""
+    settings: dict[str, Any] = {
+        "env_name": "hazard_grid",
+        "algo": "ippo",
+        "num_envs": 2,
+        "timesteps": 2 * 32 * 4,
+        "rollouts": 32,
+        "mini_batches": 2,
+        "env_params": {"max_steps": 20},
+        "checkpoint_every": 1,
+    }
+    settings.update(overrides)
+    return make_run_config(**settings)

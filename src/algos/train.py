@@ -5,12 +5,22 @@ it builds the env and the trainer, resumes from the folder's checkpoint if a com
 there and was written by this run (the same config and code, `checkpoint.run_fingerprint`),
 trains, writes `config.json`, `policy.pt`, `history.json` and `updates.json` (the
 names of `src.runfiles.RunFiles`), and removes the checkpoint folder.
+
+One process trains a run folder at a time: `train_run` holds the folder's `src.lock.RunLock`
+from before it reads the checkpoint until it returns, and a second trainer is refused in one
+line naming the pid that holds it. A resume is said on the console and in the log. In the
+workflow's train job (logging into the run's `logs/train.log`), the log of an earlier attempt
+is kept as `logs/train.<n>.log` (`_AttemptLogs`). Interrupted (Ctrl-C), it raises a
+`KeyboardInterrupt` whose message is the one line to show: where training stopped and what a
+rerun does (the job's hook prints it instead of a traceback).
 """
 
 from __future__ import annotations
 
 import os
 import platform
+import re
+import stat
 import subprocess
 from collections.abc import Callable, Mapping, Sequence
 from importlib import metadata
@@ -34,8 +44,10 @@ from src.algos.seeding import seed_everything
 from src.algos.shield.trainer import ShieldedIPPO
 from src.checks import lookup
 from src.config.run import RunConfig
+from src.containment import ContainmentError, inside, remove_tree
 from src.core.io import create_dir, save_to_file
-from src.core.logging import log
+from src.core.logging import current_log_file, log
+from src.lock import RunLock
 from src.numerics import kernels
 from src.runfiles import RunFiles
 
@@ -190,6 +202,155 @@ def run_metadata() -> dict[str, Any]:
     }
 
 
+_NUMBERED_LOG = re.compile(r"^train\.(\d+)\.log$")
+_RUNNING_LOG = ".train.attempt.log"
+
+
+def _lstat(path: Path) -> os.stat_result | None:
+    try:
+        return os.lstat(path)
+    except FileNotFoundError:
+        return None
+
+
+class _AttemptLogs:
+    """The logs of a run's earlier training attempts, kept beside `logs/train.log`.
+
+    Snakemake deletes a job's log when it starts the job again, so the running attempt gives
+    its `logs/train.log` a second name, `logs/.train.attempt.log` (a hard link: it follows
+    every line to the end, a kill included). The next attempt finds that name on another file
+    than its own `train.log`: the whole log of the earlier attempt (interrupted, killed or
+    failed), which it renames to `logs/train.<n>.log`, n = 1, 2, ... in attempt order. A
+    finished attempt drops the second name. A new run (no second name, no checkpoint) deletes
+    the numbered logs of the run it replaces. Paths go through `src.containment`; nothing is
+    done where `train_run` does not log into the run's `logs/train.log`.
+    """
+
+    def __init__(self, files: RunFiles) -> None:
+        """The attempt logs of the run folder of `files`."""
+        self.root = files.root
+        self.log = Path(os.path.abspath(files.log("train")))
+        current = current_log_file()
+        self.active = current is not None and Path(os.path.abspath(current)) == self.log
+        if self.active:
+            self.log = inside(files.root, self.log)
+        self.running = self.log.parent / _RUNNING_LOG
+
+    def _is_log(self, info: os.stat_result) -> bool:
+        """Whether `info` is that of the file `logs/train.log` names now."""
+        now = _lstat(self.log)
+        return now is not None and (now.st_dev, now.st_ino) == (info.st_dev, info.st_ino)
+
+    def numbered(self) -> list[Path]:
+        """The kept logs `logs/train.<n>.log`, oldest first."""
+        if not self.log.parent.is_dir():
+            return []
+        found = []
+        with os.scandir(self.log.parent) as entries:
+            for entry in entries:
+                match = _NUMBERED_LOG.match(entry.name)
+                if match:
+                    found.append((int(match.group(1)), Path(entry.path)))
+        return [path for _, path in sorted(found)]
+
+    def _keep(self) -> Path:
+        """Rename the second name to the next `logs/train.<n>.log`; returns that path."""
+        numbers = [int(_NUMBERED_LOG.match(path.name).group(1)) for path in self.numbered()]
+        target = inside(self.root, self.log.parent / f"train.{max(numbers, default=0) + 1}.log")
+        os.rename(self.running, target)
+        return target
+
+    def start(self, *, resumable: bool) -> list[Path]:
+        """Keep the log of an earlier attempt and give this attempt's its second name; returns
+        the kept logs of the earlier attempts, oldest first. `resumable`: the run folder holds
+        a checkpoint (else, without a second name, this is a new run). A file system error is
+        logged, and training goes on."""
+        if not self.active:
+            return []
+        try:
+            return self._start(resumable=resumable)
+        except OSError as error:
+            log(f"the logs of earlier attempts are not kept: {error}", type="train")
+            return []
+
+    def _start(self, *, resumable: bool) -> list[Path]:
+        previous = _lstat(self.running)
+        if previous is not None and not stat.S_ISREG(previous.st_mode):
+            raise ContainmentError(
+                f"{self.running} is not a regular file: it is neither read nor renamed",
+                path=self.running,
+            )
+        if previous is None and not resumable:
+            for path in self.numbered():
+                remove_tree(self.root, path)
+        if previous is not None and self._is_log(previous):
+            return self.numbered()
+        if previous is not None:
+            self._keep()
+        try:
+            os.link(self.log, self.running, follow_symlinks=False)
+        except OSError as error:
+            log(
+                f"the log of this attempt is not kept for a later one: {self.running}: "
+                f"{error.strerror}",
+                type="train",
+            )
+        return self.numbered()
+
+    def finish(self) -> None:
+        """Drop the second name of a finished attempt's log (kept under a number if
+        `logs/train.log` is now another job's)."""
+        if not self.active:
+            return
+        info = _lstat(self.running)
+        if info is None or not stat.S_ISREG(info.st_mode):
+            return
+        try:
+            if self._is_log(info):
+                os.unlink(self.running)
+            else:
+                self._keep()
+        except OSError as error:
+            log(f"{self.running} is left behind: {error}", type="train")
+
+
+def _attempt_note(root: Path, earlier: Sequence[Path]) -> str:
+    """`attempt n` and where the earlier attempts' logs are ('' for a first attempt)."""
+    if not earlier:
+        return ""
+    names = ", ".join(os.path.relpath(path, os.path.abspath(root)) for path in earlier)
+    whose = "the log of attempt 1 is" if len(earlier) == 1 else "the earlier attempts' logs are"
+    return f"attempt {len(earlier) + 1}; {whose} {names}"
+
+
+def _interrupted(files: RunFiles, trainer: Any, fingerprint: str | None, every: int) -> str:
+    """The one line that ends an interrupted training: where it stopped, what a rerun does."""
+    if trainer is None:
+        return f"interrupted before training {files.root} began; rerun the same command to start it"
+    done, total = int(trainer.update), int(trainer.num_updates)
+    where = (
+        f"during update {done + 1} of {total}"
+        if done < total
+        else f"after its last update ({total}), while it wrote its outputs"
+    )
+    try:
+        checkpoint = latest_checkpoint(files.root)
+        if checkpoint is not None and checkpoint_fingerprint(checkpoint) != fingerprint:
+            checkpoint = None
+    except Exception:  # a damaged folder: the rerun says what is wrong with it
+        checkpoint = None
+    if checkpoint is None:
+        return (
+            f"interrupted training {files.root} {where}, before its first checkpoint (one every "
+            f"{every} updates); rerun the same command to start it again"
+        )
+    after = int(checkpoint.name.rsplit("-", 1)[1])
+    return (
+        f"interrupted training {files.root} {where}; rerun the same command to resume from its "
+        f"last checkpoint (after update {after})"
+    )
+
+
 def train_run(
     config: RunConfig | Mapping[str, Any],
     out_dir: str | Path,
@@ -205,43 +366,90 @@ def train_run(
     the progress bar (it is hidden anyway when stderr is not a terminal); `callbacks` run
     after the checkpointing one; `threads` (the threads the job was granted, default the
     config's) caps torch's threads, never above the machine's CPUs.
+
+    Raises `src.lock.LockHeldError` if another process trains `out_dir`, and on an interrupt a
+    `KeyboardInterrupt` whose message says where training stopped and what a rerun does.
     """
     config = RunConfig.from_dict(config)
     files = RunFiles(create_dir(str(out_dir)))
-    torch.set_num_threads(torch_threads(config.threads if threads is None else threads))
-    # Python's, NumPy's and torch's generators start from the run's seed before anything is
-    # built, whatever the task and the algorithm (the built-in trainers seed them again).
-    seed_everything(config.seed)
-    env = (make_env or make_vector_env_for)(config)
-    try:
-        trainer = build_trainer(config, env)
-        fingerprint = run_fingerprint(config)
-        checkpoint = latest_checkpoint(files.root)
-        if checkpoint is not None and checkpoint_fingerprint(checkpoint) != fingerprint:
-            log(
-                f"not resumed from {files.root}/checkpoint/{checkpoint.name}: written by other "
-                "code or another config; training starts afresh",
-                type="train",
-            )
-        elif checkpoint is not None:
-            load_checkpoint(trainer, checkpoint)
-            log(f"resumed {files.root} from {checkpoint.name}", type="train")
+    lock = RunLock(files.root)
+    if not lock.acquire():
         log(
-            f"training {config.algo} on {config.env_name} run {config.run_idx} "
-            f"(seed {config.seed}): {trainer.num_updates} updates of "
-            f"{trainer.steps_per_update} env steps",
+            f"{files.root}: this file system has no file locks, so a second trainer of this "
+            "run folder would not be refused",
             type="train",
+            priority="warning",
+            console=True,
         )
-        every = CheckpointEvery(config.checkpoint_every, files.root, fingerprint=fingerprint)
-        trainer.train(callbacks=[every, *callbacks], progress=progress)
-        for path, value in (
-            (files.policy, trainer.policy_state()),
-            (files.history_json, trainer.history),
-            (files.updates_json, trainer.updates),
-            (files.config, {**config.to_dict(), **run_metadata()}),
-        ):
-            save_to_file(value, path.parent, path.name)
-        remove_checkpoints(files.root)
-        log(f"finished {files.root}: {len(trainer.history)} episodes", type="train")
+    try:
+        attempts = _AttemptLogs(files)
+        earlier = attempts.start(resumable=os.path.lexists(files.checkpoint))
+        trainer: Any = None
+        fingerprint: str | None = None
+        try:
+            torch.set_num_threads(torch_threads(config.threads if threads is None else threads))
+            # Python's, NumPy's and torch's generators start from the run's seed before anything
+            # is built, whatever the task and the algorithm (the built-in trainers seed them
+            # again).
+            seed_everything(config.seed)
+            env = (make_env or make_vector_env_for)(config)
+            try:
+                trainer = build_trainer(config, env)
+                fingerprint = run_fingerprint(config)
+                _train(config, files, trainer, fingerprint, callbacks, progress, earlier)
+            finally:
+                env.close()
+        except KeyboardInterrupt:
+            line = _interrupted(files, trainer, fingerprint, config.checkpoint_every)
+            raise KeyboardInterrupt(line) from None
+        attempts.finish()
     finally:
-        env.close()
+        lock.release()
+
+
+def _train(
+    config: RunConfig,
+    files: RunFiles,
+    trainer: Algorithm,
+    fingerprint: str,
+    callbacks: Sequence[TrainingCallback],
+    progress: bool,
+    earlier: Sequence[Path],
+) -> None:
+    """Resume `trainer` from the run's checkpoint if it is this run's, train, write."""
+    note = _attempt_note(files.root, earlier)
+    checkpoint = latest_checkpoint(files.root)
+    resumed = False
+    if checkpoint is not None and checkpoint_fingerprint(checkpoint) != fingerprint:
+        log(
+            f"not resumed from {files.root}/checkpoint/{checkpoint.name}: written by other "
+            "code or another config; training starts afresh",
+            type="train",
+            console=True,
+        )
+    elif checkpoint is not None:
+        load_checkpoint(trainer, checkpoint)
+        resumed = True
+        log(
+            f"resumed {files.root} from its checkpoint after update {trainer.update} of "
+            f"{trainer.num_updates} (checkpoint/{checkpoint.name})" + (f"; {note}" if note else ""),
+            type="train",
+            console=True,
+        )
+    log(
+        f"training {config.algo} on {config.env_name} run {config.run_idx} "
+        f"(seed {config.seed}): {trainer.num_updates} updates of "
+        f"{trainer.steps_per_update} env steps" + (f"; {note}" if note and not resumed else ""),
+        type="train",
+    )
+    every = CheckpointEvery(config.checkpoint_every, files.root, fingerprint=fingerprint)
+    trainer.train(callbacks=[every, *callbacks], progress=progress)
+    for path, value in (
+        (files.policy, trainer.policy_state()),
+        (files.history_json, trainer.history),
+        (files.updates_json, trainer.updates),
+        (files.config, {**config.to_dict(), **run_metadata()}),
+    ):
+        save_to_file(value, path.parent, path.name)
+    remove_checkpoints(files.root)
+    log(f"finished {files.root}: {len(trainer.history)} episodes", type="train")

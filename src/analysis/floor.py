@@ -13,7 +13,11 @@ what the careful team still earns. The task is *well posed* ("feasible") when th
 is <= `max_risk` / 4 and the witness keeps at least half of ippo's goals (of the greedy team's
 when ippo was not trained).
 
-Tasks without a witness (e.g. `spread`) get a record that says so, with NaN numbers.
+On `spread` the witness is the careful team of `src.envs.witness.SpreadTeam` (agents head for
+their landmarks and keep their coasting paths apart), its "goals" are the landmarks it covers
+per step summed over the episode, and the reference is the careless team's (spread reports no
+arrivals, so ippo has no goals to compare with). Tasks without a witness (the terminating grid
+tasks, `spread_mpe2`, tasks given by import path) get a record that says so, with NaN numbers.
 """
 
 from __future__ import annotations
@@ -32,7 +36,8 @@ from src.config.base import create_base_config
 from src.config.evaluation import EvalConfig
 from src.envs.grid_core import GridVectorEnv
 from src.envs.registry import make_vector_env
-from src.envs.witness import CarefulTeam, greedy_actions, rollout_team
+from src.envs.spread_core import NativeSpreadVectorEnv
+from src.envs.witness import CarefulTeam, SpreadTeam, greedy_actions, rollout_team
 from src.stats import clopper_pearson_upper
 
 __all__ = [
@@ -75,7 +80,8 @@ class Floor:
     p_upper: float
     """One-sided Clopper-Pearson upper bound of the witness's violation probability."""
     goals: float
-    """Witness goals per episode within H (whole team)."""
+    """Witness goals per episode within H (whole team; on `spread`, landmarks covered per step
+    summed over the steps)."""
     greedy_p_violation: float
     """Violation rate of the careless greedy team on the same layouts."""
     greedy_goals: float
@@ -112,7 +118,8 @@ def task_floor(
         "confidence": confidence,
     }
     probe = make(1)
-    if not isinstance(probe, GridVectorEnv) or not probe.config.continuing:
+    spread = isinstance(probe, NativeSpreadVectorEnv)
+    if not spread and (not isinstance(probe, GridVectorEnv) or not probe.config.continuing):
         probe.close()
         nan = math.nan
         return Floor(
@@ -127,8 +134,10 @@ def task_floor(
         )
     probe.close()
     seeds = range(first_seed, first_seed + episodes)
-    careful = rollout_team(make, CarefulTeam(), seeds, horizon=horizon, rng_seed=rng_seed)
-    greedy = rollout_team(make, greedy_actions, seeds, horizon=horizon, rng_seed=rng_seed)
+    careful_team = SpreadTeam() if spread else CarefulTeam()
+    greedy_team = SpreadTeam(careful=False) if spread else greedy_actions
+    careful = rollout_team(make, careful_team, seeds, horizon=horizon, rng_seed=rng_seed)
+    greedy = rollout_team(make, greedy_team, seeds, horizon=horizon, rng_seed=rng_seed)
     k = int(np.count_nonzero(careful.first_violation > 0))
     return Floor(
         **where,

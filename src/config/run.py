@@ -22,6 +22,7 @@ the sections and check nothing again. `to_dict` gives back the flat form (config
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -211,8 +212,15 @@ class RunConfig:
         tunable = {name for section in sections.values() for name in section.tunable_names()}
         unknown = sorted(set(algo_params) - tunable)
         if unknown:
+            # The field meant, when one is close (difflib), for each unknown one.
+            meant = [
+                f"'{close[0]}'" + (f" for '{key}'" if len(unknown) > 1 else "")
+                for key in unknown
+                if (close := difflib.get_close_matches(key, sorted(tunable), n=1))
+            ]
+            hint = f" (did you mean {', '.join(meant)}?)" if meant else ""
             raise ConfigError(
-                f"algo_params={unknown}: unknown for {spec.name}; known: {sorted(tunable)}"
+                f"algo_params={unknown}: unknown for {spec.name}{hint}; known: {sorted(tunable)}"
             )
         clash = sorted(set(algo_params) & set(spec.fixed))
         if clash:

@@ -24,10 +24,11 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import difflib
 import functools
 import json
 import re
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -53,6 +54,7 @@ __all__ = [
     "check_config_size",
     "check_workflow_config",
     "iter_runs",
+    "read_config_file",
     "resolve_run_config",
     "validate_workflow_config",
 ]
@@ -140,6 +142,34 @@ def check_config_size(config: Any) -> None:
     )
 
 
+def read_config_file(path: str | Path) -> Any:
+    """The YAML of the config file `path`; a file that is not valid YAML raises
+    `WorkflowConfigError` with one line, ``file:line:column: problem`` (PyYAML's marks, from
+    1), and where the construct it was reading began."""
+    text = Path(path).read_text(encoding="utf-8")
+    try:
+        return yaml.safe_load(text)
+    except yaml.MarkedYAMLError as error:
+        raise WorkflowConfigError(_yaml_message(path, error)) from None
+    except yaml.YAMLError as error:
+        raise WorkflowConfigError(f"{path}: not valid YAML: {_one_line(str(error))}") from None
+
+
+def _yaml_message(path: str | Path, error: Any) -> str:
+    """One line for a YAML syntax error in `path`: ``file:line:column: problem (context
+    at line:column)``."""
+    mark = error.problem_mark or error.context_mark
+    where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark is not None else str(path)
+    problem = " ".join(str(error.problem or "not valid YAML").split())
+    if error.context:
+        context = " ".join(str(error.context).split())
+        start = error.context_mark
+        if start is not None and mark is not None and start.line != mark.line:
+            context += f" that starts at {start.line + 1}:{start.column + 1}"
+        problem += f" ({context})"
+    return f"{where}: {problem}"
+
+
 def _one_line(value: Any, limit: int = 80) -> str:
     text = " ".join(repr(value).split())
     return text if len(text) <= limit else text[: limit - 3] + "..."
@@ -152,15 +182,79 @@ def _key_path(parts: Any) -> str:
     return path or "<config>"
 
 
+def _close_match(name: Any, known: Iterable[str]) -> str | None:
+    """The known name closest to `name` (`difflib.get_close_matches`), if one is close."""
+    if not isinstance(name, str):
+        return None
+    matches = difflib.get_close_matches(name, sorted(known), n=1)
+    return matches[0] if matches else None
+
+
+def _did_you_mean(name: Any, known: Iterable[str], prefix: str = "") -> str:
+    """`` (did you mean 'x'?)`` for the known name closest to `name` (written with `prefix`,
+    the key path above it), or nothing when none is close."""
+    match = _close_match(name, known)
+    return f" (did you mean '{prefix}{match}'?)" if match else ""
+
+
+def _meant(name: Any, known: Iterable[str], prefix: str = "") -> str:
+    """``; did you mean 'x'?`` to end a message refusing `name`, or nothing (`_did_you_mean`)."""
+    match = _close_match(name, known)
+    return f"; did you mean '{prefix}{match}'?" if match else ""
+
+
+_YAML_TEXT_NUMBER = re.compile(r"([-+]?)(\d+\.?\d*|\.\d+)(?:[eE]([-+]?)(\d+))?")
+
+
+def _number_hint(value: Any, expected: Any) -> str:
+    """How to write `value`, a string that reads as a number where the schema expects one
+    (`expected`: its `type`), so that YAML reads a number: PyYAML follows YAML 1.1, where a
+    float needs a dot and a signed exponent (`1e-3` and `1.0e3` are text, `1.0e-3` a
+    number), and a quoted number is text. Nothing for any other value.
+
+    >>> _number_hint("1e-3", "number")
+    '; write it as 1.0e-3, with a dot and a signed exponent (YAML 1.1 reads 1e-3 as text)'
+    >>> _number_hint("2e3", "integer")
+    '; write it as 2000 (YAML 1.1 reads 2e3 as text)'
+    """
+    kinds = {expected} if isinstance(expected, str) else set(expected)
+    match = _YAML_TEXT_NUMBER.fullmatch(value.strip()) if isinstance(value, str) else None
+    if match is None or not kinds & {"number", "integer"}:
+        return ""
+    sign, mantissa, exponent_sign, exponent = match.groups()
+    if "number" not in kinds:  # an integer: its digits, if it is one
+        number = float(value)
+        if not number.is_integer():
+            return ""
+        written = str(int(number))
+    elif exponent is None:
+        written = f"{sign}{mantissa}"
+    else:
+        whole, _, fraction = mantissa.partition(".")
+        written = f"{sign}{whole or '0'}.{fraction or '0'}e{exponent_sign or '+'}{exponent}"
+    if exponent is None:
+        return f"; write it as {written} without quotes (a quoted number is text)"
+    if written != value and "number" in kinds:
+        return (
+            f"; write it as {written}, with a dot and a signed exponent (YAML 1.1 reads "
+            f"{value} as text)"
+        )
+    if written != value:
+        return f"; write it as {written} (YAML 1.1 reads {value} as text)"
+    return "; write it without quotes (a quoted number is text)"
+
+
 def _schema_message(error: Any) -> str:
-    """One line for a jsonschema error: the key path, the value and what was expected."""
+    """One line for a jsonschema error: the key path, the value and what was expected (with
+    the name meant, for an unknown key close to a known one, and how to write a number that
+    YAML read as text)."""
     key = _key_path(error.absolute_path)
     if error.validator == "additionalProperties":
         known = sorted(error.schema.get("properties", {}))
         extra = sorted(set(error.instance) - set(known))
         where = "" if key == "<config>" else f"{key}."
-        names = ", ".join(f"'{where}{name}'" for name in extra)
-        return f"unknown config key {names} (known keys: {', '.join(known) or 'none'})"
+        names = ", ".join(f"'{where}{name}'{_suggest_key(error, name)}" for name in extra)
+        return f"unknown config key {names}; known keys: {', '.join(known) or 'none'}"
     if error.validator == "required":
         return f"config key '{key}': {error.message}"
     if error.validator == "pattern" and "x-requirement" in error.schema:
@@ -171,7 +265,19 @@ def _schema_message(error: Any) -> str:
     if error.validator == "enum":
         choices = ", ".join(str(choice) for choice in error.validator_value)
         return f"config key '{key}' = {_one_line(error.instance)}: must be one of {choices}"
-    return f"config key '{key}' = {_one_line(error.instance)}: {error.message}"
+    hint = _number_hint(error.instance, error.validator_value) if error.validator == "type" else ""
+    return f"config key '{key}' = {_one_line(error.instance)}: {error.message}{hint}"
+
+
+def _suggest_key(error: Any, name: str) -> str:
+    """`_did_you_mean` for the unknown key `name` of an additionalProperties `error`; at the
+    top level, a key close to none there but close to a base key is meant under `base`."""
+    key = _key_path(error.absolute_path)
+    properties = error.schema.get("properties", {})
+    if key != "<config>":
+        return _did_you_mean(name, properties, f"{key}.")
+    base = properties.get("base", {}).get("properties", {})
+    return _did_you_mean(name, properties) or _did_you_mean(name, base, "base.")
 
 
 def _workflow_message(message: str, workflow_config: Mapping[str, Any], env: str, algo: str) -> str:
@@ -264,6 +370,7 @@ def _check_names(config: Mapping[str, Any]) -> None:
                 raise WorkflowConfigError(
                     f"config key '{key}[{index}]' = {_one_line(name)}: must be one of "
                     f"{', '.join(known)} (or a name given under custom_{key})"
+                    f"{_meant(name, known)}"
                 )
     for env in config["envs"]:
         if env not in config["env_params"]:
@@ -275,11 +382,13 @@ def _check_names(config: Mapping[str, Any]) -> None:
         if env not in envs:
             raise WorkflowConfigError(
                 f"config key 'env_params.{env}': unknown env (known: {', '.join(envs)})"
+                f"{_meant(env, envs, 'env_params.')}"
             )
     for algo in config["algo_params"]:
         if algo not in algos:
             raise WorkflowConfigError(
                 f"config key 'algo_params.{algo}': unknown algo ({', '.join(algos)})"
+                f"{_meant(algo, algos, 'algo_params.')}"
             )
 
 
@@ -445,7 +554,25 @@ def _env_params_errors(env: str, custom: Any) -> Iterator[None]:
         ) from None
     except (TypeError, ValueError) as error:
         message = " ".join(str(error).split())
-        raise WorkflowConfigError(f"config key 'env_params.{env}': {message}") from None
+        raise WorkflowConfigError(
+            f"config key 'env_params.{env}': {message}{_unknown_params_hint(message, env)}"
+        ) from None
+
+
+def _unknown_params_hint(message: str, env: str) -> str:
+    """`; did you mean ...?` for the env's refusal of unknown parameters (`message` as
+    `src.envs.registry.make_config` words it) that are close to known ones."""
+    match = re.search(r"unknown parameters \[(.*?)\] .*; known parameters: (.*)$", message)
+    if match is None:
+        return ""
+    known = [name.strip() for name in match.group(2).split(",")]
+    unknown = [name.strip(" '\"") for name in match.group(1).split(",")]
+    meant = [
+        f"'env_params.{env}.{close}'" + (f" for '{name}'" if len(unknown) > 1 else "")
+        for name in unknown
+        if (close := _close_match(name, known)) is not None
+    ]
+    return f"; did you mean {', '.join(meant)}?" if meant else ""
 
 
 def _check_env_params(config: Mapping[str, Any], env: str) -> tuple[int, int, int, str]:
@@ -473,22 +600,12 @@ def _check_run(
     obs_dim: int,
     n_actions: int,
     max_steps: int,
-    action_kind: str,
 ) -> None:
-    """Refuse a run the env cannot serve: actions the algorithm does not take, a shield
-    setting the env cannot meet, or a job whose estimated peak memory exceeds the memory it
-    asks for."""
-    from src.algos.registry import get_algorithm
+    """Refuse a run the env cannot serve: a shield setting the env cannot meet, or a job
+    whose estimated peak memory exceeds the memory it asks for (the env's actions are checked
+    for every run at once by `_check_action_kinds`)."""
     from src.resources import eval_memory_mb, train_memory_mb
 
-    spec = get_algorithm(run.algo)
-    if action_kind not in spec.action_kinds:
-        index = list(config["algos"]).index(run.algo)
-        raise WorkflowConfigError(
-            f"config key 'algos[{index}]' = {run.algo!r}: takes {' or '.join(spec.action_kinds)} "
-            f"actions, and env {run.env_name} has {action_kind} actions; leave it out for "
-            "this env or give the env the actions the algorithm takes"
-        )
     _check_constraint_horizon(config, run, max_steps)
     if run.shield is not None:
         try:
@@ -511,6 +628,64 @@ def _check_run(
                 f"{run.algo} on {run.env_name} needs about {parts['total']:.0f} MB (largest "
                 f"part: {biggest}, {parts[biggest]:.0f} MB); raise mem_mb or shrink the config"
             )
+
+
+def _check_action_kinds(config: Mapping[str, Any], kinds: Mapping[str, str]) -> None:
+    """Refuse, in one line, every algorithm of the config that cannot take the actions of an
+    env (`kinds`: env -> its action kind), for every env, saying how to go on."""
+    from src.algos.registry import ACTION_KINDS, ALGORITHMS, get_algorithm
+
+    algos = list(config["algos"])
+    refused: dict[str, list[str]] = {}  # env -> algorithms that cannot take its actions
+    taken: set[str] = set()  # the action kinds those algorithms take
+    for env, kind in kinds.items():
+        for algo in algos:
+            spec = get_algorithm(algo)
+            if kind not in spec.action_kinds:
+                refused.setdefault(env, []).append(algo)
+                taken.update(spec.action_kinds)
+    if not refused:
+        return
+    names = sorted({algo for group in refused.values() for algo in group}, key=algos.index)
+    if len(names) == 1:
+        where = f"config key 'algos[{algos.index(names[0])}]' = {names[0]!r}: "
+    else:
+        where = f"config key 'algos' = {_one_line(algos)}: "
+    takes = " or ".join(kind for kind in ACTION_KINDS if kind in taken)
+    # Envs of one action kind refusing the same algorithms are named together.
+    grouped: dict[tuple[str, tuple[str, ...]], list[str]] = {}
+    for env, group in refused.items():
+        grouped.setdefault((kinds[env], tuple(group)), []).append(env)
+    parts = []
+    for (kind, group), envs_of in grouped.items():
+        subject = "" if len(names) == 1 else f"{_and(list(group))} "
+        verb = "takes" if len(group) == 1 else "take"
+        has = f"env {envs_of[0]} has" if len(envs_of) == 1 else f"envs {_and(envs_of)} have"
+        parts.append(f"{subject}{verb} {takes} actions, and {has} {kind} actions")
+    envs = "this env" if len(refused) == 1 else "these envs"
+    target = "the env" if len(refused) == 1 else "the envs"
+    if len(names) == 1:
+        advice = f"leave it out for {envs} or give {target} the actions the algorithm takes"
+    else:
+        advice = f"leave them out for {envs} or give {target} the actions the algorithms take"
+    advice += " (an env that needs other algorithms goes in a config of its own)"
+    needed = sorted({kinds[env] for env in refused}, key=ACTION_KINDS.index)
+    built_in = [name for name, spec in ALGORITHMS.items() if set(needed) <= set(spec.action_kinds)]
+    others = (
+        f"built-in algorithms that take them: {', '.join(built_in)}"
+        if built_in
+        else f"no built-in algorithm takes {' or '.join(needed)} actions"
+    )
+    raise WorkflowConfigError(
+        f"{where}{'; '.join(parts)}; {advice}; {others}, and an algorithm of your own "
+        "(custom_algos) takes the actions its class declares in its class attribute "
+        'action_kinds, e.g. action_kinds = ("discrete", "box")'
+    )
+
+
+def _and(names: list[str]) -> str:
+    """`a`, `a and b`, `a, b and c`."""
+    return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} and {names[-1]}"
 
 
 def _check_constraint_horizon(config: Mapping[str, Any], run: RunConfig, max_steps: int) -> None:
@@ -664,6 +839,7 @@ def check_workflow_config(
     _check_knobs(config, runs, _base_defaults(str(schema_path)))
     if check_components:
         shapes = {env: _check_env_params(config, env) for env in config["envs"]}
+        _check_action_kinds(config, {env: shape[3] for env, shape in shapes.items()})
         for (env, _), run in runs.items():
-            _check_run(config, run, *shapes[env])
+            _check_run(config, run, *shapes[env][:3])
     return config

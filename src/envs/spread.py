@@ -13,7 +13,8 @@ never terminates the task early here.
 Unlike a task given by import path, auto-resets continue each copy's own mpe2 random stream
 (as native ``spread`` does, seed for seed), and a snapshot is mpe2's world itself. With
 ``continuous_actions`` the actions are ``[E, A, 5]`` float arrays, passed to mpe2 per agent as
-float32 or float64 arrays as given (mpe2 clips them to [0, 1]).
+float32 or float64 arrays as given (mpe2 clips them to [0, 1]). Agents spawn as mpe2 spawns
+them (``spawn="mpe2"``); ``spawn="separated"`` is the native ``spread``'s alone and is refused.
 """
 
 from __future__ import annotations
@@ -38,6 +39,15 @@ __all__ = ["SpreadConfig", "SpreadParallelEnv", "SpreadVectorEnv"]
 NAME = "spread_mpe2"
 
 
+def _check_spawn(config: SpreadConfig) -> None:
+    """Refuse a spawn mpe2 does not have (mpe2 places every agent uniformly, independently)."""
+    if config.spawn != "mpe2":
+        raise ValueError(
+            f"spawn={config.spawn!r} is native spread's alone: {NAME} spawns as mpe2 does "
+            "(spawn='mpe2')"
+        )
+
+
 def _make_mpe(config: SpreadConfig, render_mode: str | None) -> ParallelEnv:
     return simple_spread_v3.parallel_env(
         N=config.n_agents,
@@ -58,6 +68,8 @@ class SpreadParallelEnv(CostParallelEnv):
 
     def __init__(self, config: SpreadConfig, *, render_mode: str | None = None) -> None:
         check_render_mode(render_mode)
+        check_config(config, SpreadConfig)
+        _check_spawn(config)
         super().__init__(
             _make_mpe(config, render_mode),
             name=NAME,
@@ -81,6 +93,7 @@ class SpreadVectorEnv(ParallelVectorEnv):
         seed: int | Sequence[int] | None = None,
     ) -> None:
         check_config(config, SpreadConfig)
+        _check_spawn(config)
         # rgb_array only matters when render() is called; stepping never draws.
         super().__init__(
             lambda: SpreadParallelEnv(config, render_mode="rgb_array"),

@@ -13,6 +13,8 @@ The task, as mpe2 defines it (``N`` agents, ``N`` landmarks, 2-d world):
    ``SeedSequence(seed)``, as Gymnasium's ``seeding.np_random`` does), ``uniform(-1, 1)`` x and
    y for agent 0, 1, ..., then for landmark 0, 1, ...; velocities are zero. An unseeded reset
    continues the copy's stream, so auto-resets follow the copy's own random stream.
+   With ``spawn="separated"`` (not mpe2's: see :class:`SpreadConfig`) a copy draws this whole
+   block again, from the same stream, while two agents are closer than the collision distance.
 2. Actions: discrete 0 no-op, 1 ``-x``, 2 ``+x``, 3 ``-y``, 4 ``+y`` give a control of
    magnitude 5 (mpe2's sensitivity); continuous actions are 5 numbers in [0, 1] (clipped) and
    give ``u = 5 * (a[2] - a[1], a[4] - a[3])``.
@@ -55,6 +57,14 @@ from src.envs.rendering import paint_disc
 
 __all__ = [
     "ACTION_WIDTH",
+    "CAPTURE_RADIUS",
+    "COLLISION_DISTANCE",
+    "CONTACT_FORCE",
+    "CONTACT_MARGIN",
+    "DAMPING",
+    "DISCRETE_CONTROLS",
+    "DT",
+    "SPAWNS",
     "NativeSpreadVectorEnv",
     "SpreadConfig",
     "check_continuous_actions",
@@ -77,6 +87,23 @@ ACTION_WIDTH = 5
 _DISCRETE_U = _SENSITIVITY * np.array(
     [[0.0, 0.0], [-1.0, 0.0], [1.0, 0.0], [0.0, -1.0], [0.0, 1.0]], dtype=np.float64
 )
+SPAWNS = ("mpe2", "separated")
+"""Values of :attr:`SpreadConfig.spawn`."""
+# Public names of the task's constants, for the centralised teams of src.envs.witness.
+DT = _DT
+"""Time step of the integration."""
+DAMPING = _DAMPING
+"""Share of the velocity lost every step."""
+CONTACT_FORCE = _CONTACT_FORCE
+"""Scale of the soft contact force between agents."""
+CONTACT_MARGIN = _CONTACT_MARGIN
+"""Softness of the contact force."""
+COLLISION_DISTANCE = _COLLISION_DISTANCE
+"""Centre distance below which two agents collide (and cost): they overlap."""
+CAPTURE_RADIUS = _CAPTURE_RADIUS
+"""A landmark is covered (mpe2's ``occupied_landmarks``) by an agent closer than this."""
+DISCRETE_CONTROLS = _DISCRETE_U
+"""``[5, 2]`` control of each discrete action: no-op, -x, +x, -y, +y (times the sensitivity)."""
 # next_double of NumPy's PCG64: the top 53 bits of a raw 64-bit output times 2**-53.
 _DOUBLE_SHIFT = np.uint64(11)
 _DOUBLE_SCALE = 1.0 / 9007199254740992.0
@@ -108,6 +135,14 @@ class SpreadConfig:
     """Weight of the local (collision) reward against the global (coverage) reward."""
     continuous_actions: bool = False
     """Actions are 5 numbers in [0, 1] per agent instead of one of 5 discrete actions."""
+    spawn: str = "mpe2"
+    """How a layout is drawn at reset. ``mpe2``: every agent and landmark uniformly in
+    [-1, 1]^2, independently, as mpe2 does (two agents may spawn overlapping, and then collide at
+    step 1 whatever they do). ``separated``: mpe2's layout, drawn again (agents and landmarks,
+    from the copy's own stream) while two agents are closer than the collision distance (0.3):
+    a layout mpe2 spawns apart is kept as it is, and layouts follow mpe2's distribution
+    conditioned on no agent starting in a collision. Only the native ``spread`` has
+    ``separated``; ``spread_mpe2`` spawns as mpe2 does."""
 
     def __post_init__(self) -> None:
         self.validate()
@@ -119,6 +154,8 @@ class SpreadConfig:
         check_probability("local_ratio", self.local_ratio)
         if not isinstance(self.continuous_actions, bool):
             raise ValueError(f"continuous_actions must be a bool, got {self.continuous_actions!r}")
+        if not isinstance(self.spawn, str) or self.spawn not in SPAWNS:
+            raise ValueError(f"spawn must be one of {', '.join(SPAWNS)}, got {self.spawn!r}")
 
 
 def check_continuous_actions(actions: Any, num_envs: int, n_agents: int) -> np.ndarray:
@@ -235,13 +272,16 @@ class NativeSpreadVectorEnv(VectorEnv):
     def _reset_rows(self, idx: np.ndarray) -> None:
         assert self._rngs is not None
         n = self.n_agents
-        draws = 4 * n  # x and y of every agent, then of every landmark
-        raw = np.empty((len(idx), draws), dtype=np.uint64)
-        rngs = self._rngs
-        for row, e in enumerate(idx.tolist()):
-            raw[row] = rngs[e].random_raw(draws)
-        # Generator.uniform(-1, 1) is -1 + 2 * next_double, the same operations here.
-        xy = (-1.0 + 2.0 * ((raw >> _DOUBLE_SHIFT) * _DOUBLE_SCALE)).reshape(len(idx), 2 * n, 2)
+        rows = idx.tolist()
+        # mpe2: x and y of every agent, then of every landmark, in one block per copy.
+        xy = self._uniform_points(rows, 2 * n)
+        if self.config.spawn == "separated":
+            # Only the copies whose agents overlap draw again, each from its own stream, so a
+            # copy's layout depends on its stream alone.
+            pending = np.flatnonzero(self._overlapping(xy[:, :n]))
+            while pending.size:
+                xy[pending] = self._uniform_points([rows[r] for r in pending], 2 * n)
+                pending = pending[self._overlapping(xy[pending, :n])]
         self._pos[idx] = xy[:, :n]
         self._landmarks[idx] = xy[:, n:]
         self._vel[idx] = 0.0
@@ -249,6 +289,24 @@ class NativeSpreadVectorEnv(VectorEnv):
         self._finished[idx] = False
         # mpe2 keeps the camera range of the episode start for its zoom (rendering only).
         self._cam_range[idx] = np.abs(xy).max(axis=(1, 2))
+
+    def _uniform_points(self, rows: list[int], points: int) -> np.ndarray:
+        """``[R, points, 2]`` x and y ``uniform(-1, 1)`` drawn in turn from each copy's stream."""
+        assert self._rngs is not None
+        draws = 2 * points
+        raw = np.empty((len(rows), draws), dtype=np.uint64)
+        rngs = self._rngs
+        for row, e in enumerate(rows):
+            raw[row] = rngs[e].random_raw(draws)
+        # Generator.uniform(-1, 1) is -1 + 2 * next_double, the same operations here.
+        return (-1.0 + 2.0 * ((raw >> _DOUBLE_SHIFT) * _DOUBLE_SCALE)).reshape(len(rows), points, 2)
+
+    def _overlapping(self, pos: np.ndarray) -> np.ndarray:
+        """``[R]`` bool: two agents of positions ``pos`` ``[R, A, 2]`` would collide (the
+        distances computed as the step computes them)."""
+        rel = pos[:, self._others, :] - pos[:, :, None, :]
+        dist = np.sqrt(rel[..., 0] * rel[..., 0] + rel[..., 1] * rel[..., 1])
+        return (dist < _COLLISION_DISTANCE).any(axis=(1, 2))
 
     def _controls(self, actions: Any) -> np.ndarray:
         """Control forces ``[E, A, 2]`` float64 of checked actions, computed as mpe2 does."""

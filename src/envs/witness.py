@@ -1,4 +1,4 @@
-"""Centralised, fully observing reference teams of the native grid tasks.
+"""Centralised, fully observing reference teams of the native grid tasks and of ``spread``.
 
 Two teams that act on the true state of a :class:`~src.envs.grid_core.GridVectorEnv` (read with
 ``get_state``; they are diagnostics, never part of a learning method):
@@ -16,21 +16,52 @@ Two teams that act on the true state of a :class:`~src.envs.grid_core.GridVector
   (hazards and the others ignored), ties broken at random. It earns about what unconstrained
   IPPO earns and shows how often carelessness violates.
 
-:func:`rollout_team` runs either team (or any action function) on given reset seeds and counts
-violations and goals.
+On ``spread`` (:class:`~src.envs.spread_core.NativeSpreadVectorEnv`) both roles are played by
+:class:`SpreadTeam`: each agent heads for its landmark of the assignment with the least summed
+distance (chosen at the episode start, when the landmarks are placed), steering its *rest point*
+(where it would stop if it took no-ops from then on: the velocity decays by ``1 - damping`` every
+step, so the rest point is ``p + v dt / damping``; an action moves it by ``u dt^2 / damping``,
+0.2 per step) onto the landmark. ``careful=False`` is the careless team (the others ignored).
+``careful=True`` is the witness: agents decide in turn (the order rotates every step) and an
+agent takes its most useful action whose coasting path keeps every other agent at least
+``clearance`` away, or no further inside that margin than a no-op would: the straight path from
+where the pair stands after the step to where it would come to rest, with the earlier agents'
+chosen actions and no-ops of the later ones. A no-op always passes this test, so if every pair's
+coasting path keeps the collision distance, it still does after the step, and a team that starts
+apart (``spawn: separated``) never collides, but for the soft contact forces of later steps,
+which the check leaves out (they push colliding pairs apart and are negligible beyond 0.31).
+Blocked agents sometimes step aside to break deadlocks.
+
+:func:`rollout_team` runs any of these teams (or any action function) on given reset seeds and
+counts violations and work: goals reached on the grid tasks, landmarks covered (an agent closer
+than 0.1, mpe2's ``occupied_landmarks``) per step on ``spread``, summed over the episode.
 """
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
+from src.envs.base import StepResult, VectorEnv
 from src.envs.grid_core import GridVectorEnv
+from src.envs.spread_core import (
+    CAPTURE_RADIUS,
+    COLLISION_DISTANCE,
+    CONTACT_FORCE,
+    CONTACT_MARGIN,
+    DAMPING,
+    DISCRETE_CONTROLS,
+    DT,
+    NativeSpreadVectorEnv,
+)
 
 __all__ = [
     "CarefulTeam",
+    "SpreadTeam",
     "TeamRollout",
     "distance_tables",
     "greedy_actions",
@@ -41,7 +72,8 @@ _DROW = np.array([0, -1, 1, 0, 0], dtype=np.int64)
 _DCOL = np.array([0, 0, 0, -1, 1], dtype=np.int64)
 _FAR = 10**6
 
-ActionFunction = Callable[[GridVectorEnv, np.random.Generator, int], np.ndarray]
+ActionFunction = Callable[[Any, np.random.Generator, int], np.ndarray]
+"""``actions(env, rng, step)``: a team's joint action ``[E, A]`` in the current state of ``env``."""
 
 
 def distance_tables(free: np.ndarray, size: int) -> np.ndarray:
@@ -169,6 +201,108 @@ class CarefulTeam:
         return actions
 
 
+def _norm(vectors: np.ndarray) -> np.ndarray:
+    """Euclidean norms over the last axis (of length 2)."""
+    return np.sqrt(vectors[..., 0] * vectors[..., 0] + vectors[..., 1] * vectors[..., 1])
+
+
+def _segment_clearance(start: np.ndarray, end: np.ndarray) -> np.ndarray:
+    """Least norm of the points on the straight segments from ``start`` to ``end`` ``[..., 2]``."""
+    span = end - start
+    length2 = (span * span).sum(axis=-1)
+    along = -(start * span).sum(axis=-1) / np.where(length2 > 0, length2, 1.0)
+    along = np.clip(np.where(length2 > 0, along, 0.0), 0.0, 1.0)
+    return _norm(start + along[..., None] * span)
+
+
+def _contact_forces(pos: np.ndarray) -> np.ndarray:
+    """``[E, A, 2]`` soft contact force on every agent from the others at positions ``pos``."""
+    delta = pos[:, :, None, :] - pos[:, None, :, :]  # [E, A, A, 2]: p_i - p_j
+    dist = _norm(delta)
+    apart = dist > 0  # an agent exerts no force on itself
+    penetration = CONTACT_MARGIN * np.logaddexp(0.0, (COLLISION_DISTANCE - dist) / CONTACT_MARGIN)
+    scale = np.where(apart, CONTACT_FORCE * penetration / np.where(apart, dist, 1.0), 0.0)
+    return (delta * scale[..., None]).sum(axis=2)
+
+
+def _assigned_landmarks(pos: np.ndarray, landmarks: np.ndarray) -> np.ndarray:
+    """``[E, A, 2]`` landmark of each agent in the assignment with the least summed distance."""
+    n_agents = pos.shape[1]
+    perms = np.array(list(itertools.permutations(range(n_agents))), dtype=np.int64)  # [K, A]
+    dist = _norm(pos[:, :, None, :] - landmarks[:, None, :, :])  # [E, A, L]
+    total = dist[:, np.arange(n_agents), perms].sum(axis=2)  # [E, K]
+    best = perms[np.argmin(total, axis=1)]  # [E, A]
+    return np.take_along_axis(landmarks, best[:, :, None], axis=1)
+
+
+class SpreadTeam:
+    """The teams of ``spread`` (see the module docstring), called as ``team(env, rng, step)``.
+
+    The landmarks are assigned at step 0, so use one team per rollout.
+    """
+
+    def __init__(
+        self, *, careful: bool = True, clearance: float = 0.32, sidestep: float = 0.3
+    ) -> None:
+        """``careful``: the witness (else the careless team); ``clearance``: the margin kept
+        between agents' coasting paths (at least the collision distance); ``sidestep``: the
+        probability that a blocked agent takes a random safe move instead of waiting."""
+        if clearance < COLLISION_DISTANCE:
+            raise ValueError(
+                f"clearance must be >= the collision distance {COLLISION_DISTANCE}, got {clearance}"
+            )
+        if not 0.0 <= sidestep <= 1.0:
+            raise ValueError(f"sidestep must be a probability, got {sidestep}")
+        self.careful = careful
+        self.clearance = clearance
+        self.sidestep = sidestep
+        self._goal: np.ndarray | None = None
+
+    def __call__(
+        self, env: NativeSpreadVectorEnv, rng: np.random.Generator, step: int
+    ) -> np.ndarray:
+        """The team's joint discrete action ``[E, A]`` in the current state of every copy."""
+        if env.continuous_actions:
+            raise ValueError("the spread teams take discrete actions")
+        state = env.get_state()
+        pos, vel = state["pos"], state["vel"]
+        n_envs, n_agents = pos.shape[:2]
+        if step == 0 or self._goal is None or len(self._goal) != n_envs:
+            self._goal = _assigned_landmarks(pos, state["landmarks"])
+        after = pos + vel * DT  # positions after the step, whatever the actions
+        # Rest points after a no-op (this step's contact forces included), and after each action.
+        rest = after + (vel * (1 - DAMPING) + _contact_forces(pos) * DT) * (DT / DAMPING)
+        options = rest[:, :, None, :] + DISCRETE_CONTROLS * (DT * DT / DAMPING)  # [E, A, 5, 2]
+        miss = _norm(options - self._goal[:, :, None, :])  # [E, A, 5]
+        order = np.argsort(miss + 1e-9 * (np.arange(DISCRETE_CONTROLS.shape[0]) > 0), axis=2)
+        if not self.careful:
+            return order[:, :, 0]
+        rows = np.arange(n_envs)
+        chosen = rest.copy()  # agents yet to decide take no-ops
+        actions = np.zeros((n_envs, n_agents), dtype=np.int64)
+        for k in range(n_agents):
+            agent = (step + k) % n_agents
+            others = np.array([j for j in range(n_agents) if j != agent], dtype=np.int64)
+            start = after[:, agent, None, :] - after[:, others, :]  # [E, A-1, 2]
+            end = options[:, agent, :, None, :] - chosen[:, None, others, :]  # [E, 5, A-1, 2]
+            clear = _segment_clearance(start[:, None], end)  # [E, 5, A-1]
+            bound = np.minimum(self.clearance, clear[:, :1])  # a no-op's clearance, capped
+            safe = (clear >= bound).all(axis=2)  # [E, 5]; a no-op is always safe
+            ranked = np.take_along_axis(safe, order[:, agent], axis=1)
+            choice = order[rows, agent, np.argmax(ranked, axis=1)]
+            # Blocked (its best move is unsafe): sometimes a random safe move instead of waiting.
+            blocked = ~ranked[:, 0] & (order[:, agent, 0] != 0)
+            moves = safe.copy()
+            moves[:, 0] = False
+            aside = blocked & moves.any(axis=1) & (rng.random(n_envs) < self.sidestep)
+            if aside.any():
+                noise = np.where(moves[aside], rng.random((int(aside.sum()), moves.shape[1])), 2.0)
+                choice[aside] = np.argmin(noise, axis=1)
+            actions[:, agent] = choice
+            chosen[:, agent] = options[rows, agent, choice]
+        return actions
+
+
 @dataclass(frozen=True)
 class TeamRollout:
     """Per-episode results of a team on N reset seeds."""
@@ -176,9 +310,12 @@ class TeamRollout:
     first_violation: np.ndarray
     """``[N]`` 1-based step of the first violation, -1 if none within the horizon."""
     goals: np.ndarray
-    """``[N]`` goals reached by the whole team within the horizon."""
+    """``[N]`` work of the whole team within the horizon: goals reached (grid tasks), or
+    landmarks covered per step summed over the steps (``spread``)."""
     horizon: int
     """Steps rolled out per episode."""
+    returns: np.ndarray | None = None
+    """``[N]`` team return within the horizon (rewards summed over agents and steps)."""
 
     def p_violation(self, horizon: int) -> float:
         """Fraction of episodes with a violation within ``horizon`` steps."""
@@ -191,8 +328,17 @@ class TeamRollout:
         return float(self.goals.mean() / self.horizon)
 
 
+def _work(env: VectorEnv, result: StepResult) -> np.ndarray:
+    """``[E]`` work of the team in the step: goals reached, or landmarks covered (``spread``)."""
+    if isinstance(env, NativeSpreadVectorEnv):
+        return np.count_nonzero(env.last_min_dists < CAPTURE_RADIUS, axis=1)
+    if result.arrived is None:
+        raise ValueError(f"{env.name} does not report arrivals")
+    return np.asarray(result.arrived).sum(axis=1)
+
+
 def rollout_team(
-    make_env: Callable[[int], GridVectorEnv],
+    make_env: Callable[[int], VectorEnv],
     actions: ActionFunction,
     seeds: Sequence[int],
     *,
@@ -202,7 +348,8 @@ def rollout_team(
     """Roll ``actions`` out for ``horizon`` steps from each reset seed (one copy per seed).
 
     ``make_env(E)`` must return an env of E copies whose hidden cap is at least ``horizon``.
-    Goals are the arrivals the env reports (``StepResult.arrived``).
+    Goals are the arrivals the env reports (``StepResult.arrived``), or on ``spread`` the
+    landmarks covered at every step.
     """
     env = make_env(len(seeds))
     env.reset(seed=[int(s) for s in seeds])
@@ -210,14 +357,14 @@ def rollout_team(
     n = len(seeds)
     first = np.full(n, -1, dtype=np.int64)
     goals = np.zeros(n, dtype=np.int64)
+    returns = np.zeros(n)
     for t in range(horizon):
         result = env.step(actions(env, rng, t))
-        if result.arrived is None:
-            raise ValueError(f"{env.name} does not report arrivals")
-        goals += np.asarray(result.arrived).sum(axis=1)
+        goals += _work(env, result)
+        returns += result.reward.sum(axis=1)
         hit = (result.cost > 0).any(axis=1) & (first < 0)
         first[hit] = t + 1
         if (result.terminated | result.truncated).any():
             break
     env.close()
-    return TeamRollout(first_violation=first, goals=goals, horizon=horizon)
+    return TeamRollout(first_violation=first, goals=goals, horizon=horizon, returns=returns)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import numpy as np
@@ -129,11 +130,12 @@ def test_witness_floors_of_a_config_are_written_as_a_table(tmp_path):
         (Path(__file__).resolve().parents[2] / ".test" / "config.yaml").read_text()
     )
     config["envs"] = ["hazard_grid", "spread"]
-    config["env_params"]["spread"] = {"n_agents": 2, "max_steps": 50}  # its cap is evaluated
+    # its cap is evaluated
+    config["env_params"]["spread"] = {"n_agents": 2, "max_steps": 50, "spawn": "separated"}
     path = tmp_path / "tiny.yaml"
     path.write_text(yaml.safe_dump(config))
     rows = witness_rows(path)
-    assert [row["env"] for row in rows] == ["hazard_grid"]  # spread has no witness
+    assert [row["env"] for row in rows] == ["hazard_grid", "spread"]
     floor = rows[0]["floor"]
     assert (floor.method, floor.horizon, floor.episodes, floor.violations) == (
         "witness",
@@ -292,3 +294,35 @@ def test_command_line_prints_the_summary(capsys):
     out = capsys.readouterr().out
     assert "joint floor" in out and "median" in out and "frac>0.1" in out and "MC layout 0" in out
     assert "P(finish)" in out and "agrees" in out
+
+
+def test_spread_gets_a_witness_floor_with_its_spawn_named(tmp_path):
+    config = yaml.safe_load(
+        (Path(__file__).resolve().parents[2] / ".test" / "config.yaml").read_text()
+    )
+    config["envs"] = ["spread"]
+    config["env_params"]["spread"] = {"n_agents": 3, "max_steps": 50, "spawn": "separated"}
+    path = tmp_path / "tiny.yaml"
+    path.write_text(yaml.safe_dump(config))
+    (row,) = witness_rows(path)
+    floor = row["floor"]
+    assert (floor.method, floor.horizon, floor.episodes, floor.violations) == (
+        "witness",
+        50,
+        8,
+        0,
+    )
+    assert math.isnan(row["ippo_goals"])  # spread reports no arrivals: the careless reference
+    assert floor.goals >= 0.5 * floor.greedy_goals > 0
+    text = witness_markdown([row], "python -m benchmarks.risk_floor --witness")
+    assert "| tiny.yaml | spread | 3 | 50 | 8 | 0.000 [" in text
+    assert "Agents spawn with `spawn: separated` in tiny.yaml." in text
+    # mpe2's spawning: the same team, the overlapping starts its only violations.
+    config["env_params"]["spread"]["spawn"] = "mpe2"
+    config["base"]["final_policy_eval_episodes"] = 100
+    path.write_text(yaml.safe_dump(config))
+    (row,) = witness_rows(path)
+    env = make_vector_env("spread", num_envs=row["floor"].episodes, n_agents=3)
+    env.reset(seed=[row["floor"].first_seed + i for i in range(row["floor"].episodes)])
+    overlapping = int(env.step(np.zeros((env.num_envs, 3), dtype=np.int64)).cost.any(axis=1).sum())
+    assert row["floor"].violations == overlapping > 0

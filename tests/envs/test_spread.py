@@ -20,10 +20,12 @@ from src.envs.spread import SpreadVectorEnv
 from src.envs.spread_core import (
     AGENT_COLOUR,
     COLLISION_COLOUR,
+    COLLISION_DISTANCE,
     LANDMARK_COLOUR,
     NativeSpreadVectorEnv,
     SpreadConfig,
 )
+from src.envs.witness import SpreadTeam, rollout_team
 
 ATOL = 1e-6
 
@@ -305,6 +307,8 @@ BAD_PARAMS = [
     ({"continuous_actions": "yes"}, "continuous_actions"),
     ({"continuous_actions": 1}, "continuous_actions"),
     ({"dynamic_rescaling": False}, "dynamic_rescaling"),
+    ({"spawn": "apart"}, "spawn"),
+    ({"spawn": None}, "spawn"),
 ]
 
 
@@ -401,3 +405,180 @@ def test_render_rings_colliding_agents_in_red():
     # Rings around the two touching agents only, none around the third.
     assert red.sum() > 500 and columns.min() >= 350 - 56 and columns.max() <= 413 + 56
     np.testing.assert_array_equal(frame[350 + 315, 665], AGENT_COLOUR)  # third agent's centre
+
+
+# ---------------------------------------------------------------------- spawn: separated
+
+
+def _pair_distances(pos: np.ndarray) -> np.ndarray:
+    """``[E, A * (A - 1) / 2]`` centre distances of every pair of agents."""
+    i, j = np.triu_indices(pos.shape[1], k=1)
+    rel = pos[:, i] - pos[:, j]
+    return np.sqrt(rel[..., 0] * rel[..., 0] + rel[..., 1] * rel[..., 1])
+
+
+@pytest.mark.parametrize("n_agents", [2, 3, 4])
+def test_separated_spawn_never_places_two_agents_within_the_collision_distance(n_agents):
+    copies = 10_000
+    env = NativeSpreadVectorEnv(
+        SpreadConfig(n_agents=n_agents, spawn="separated"), num_envs=copies, seed=range(copies)
+    )
+    env.reset()
+    first = env.get_state()
+    assert _pair_distances(first["pos"]).min() >= COLLISION_DISTANCE
+    env.reset()  # an unseeded reset continues every copy's stream: new, still separated
+    second = env.get_state()
+    assert _pair_distances(second["pos"]).min() >= COLLISION_DISTANCE
+    assert not np.array_equal(first["pos"], second["pos"])
+    # mpe2's spawning puts agents within the collision distance on the same seeds.
+    mpe2 = NativeSpreadVectorEnv(SpreadConfig(n_agents=n_agents), num_envs=copies, seed=0)
+    mpe2.reset(seed=range(copies))
+    assert (_pair_distances(mpe2.get_state()["pos"]).min(axis=1) < COLLISION_DISTANCE).any()
+    # Landmarks and agents still cover the square uniformly.
+    for entity in ("pos", "landmarks"):
+        assert np.abs(first[entity]).max() <= 1 and abs(first[entity].mean()) < 0.02
+
+
+def test_separated_spawn_keeps_the_layouts_mpe2_spawns_apart():
+    copies = 2_000
+    layouts = {}
+    for spawn in ("mpe2", "separated"):
+        env = NativeSpreadVectorEnv(SpreadConfig(n_agents=3, spawn=spawn), num_envs=copies)
+        env.reset(seed=range(copies))
+        layouts[spawn] = env.get_state()
+    apart = _pair_distances(layouts["mpe2"]["pos"]).min(axis=1) >= COLLISION_DISTANCE
+    assert 0.7 * copies < apart.sum() < copies
+    for key in ("pos", "landmarks"):
+        same = (layouts["mpe2"][key] == layouts["separated"][key]).all(axis=(1, 2))
+        np.testing.assert_array_equal(same, apart)  # the overlapping ones are drawn again
+
+
+def test_separated_spawn_is_a_function_of_the_seed_alone():
+    config = SpreadConfig(n_agents=4, spawn="separated")
+    batch = NativeSpreadVectorEnv(config, num_envs=6, seed=[7, 8, 9, 10, 11, 12])
+    again = NativeSpreadVectorEnv(config, num_envs=6, seed=[7, 8, 9, 10, 11, 12])
+    for env in (batch, again):
+        env.reset()
+    np.testing.assert_array_equal(batch.get_state()["pos"], again.get_state()["pos"])
+    np.testing.assert_array_equal(batch.get_state()["landmarks"], again.get_state()["landmarks"])
+    # Copy e of a batch equals a single env with its seed, whatever the other copies reject.
+    for e, seed in enumerate([7, 8, 9, 10, 11, 12]):
+        single = NativeSpreadVectorEnv(config, num_envs=1, seed=seed)
+        single.reset()
+        for key in ("pos", "landmarks", "rng"):
+            np.testing.assert_array_equal(single.get_state()[key][0], batch.get_state()[key][e])
+    # Auto-resets draw from the same stream: two envs stepped alike stay alike.
+    rng = np.random.default_rng(0)
+    short = SpreadConfig(n_agents=4, max_steps=3, spawn="separated")
+    left = NativeSpreadVectorEnv(short, num_envs=6, seed=1)
+    right = NativeSpreadVectorEnv(short, num_envs=6, seed=1)
+    left.reset(), right.reset()
+    for _ in range(10):
+        actions = rng.integers(0, 5, size=(6, 4))
+        np.testing.assert_array_equal(left.step(actions).obs, right.step(actions).obs)
+    assert _pair_distances(left.get_state()["pos"]).min() > 0
+
+
+def test_mpe2_spawn_is_the_default_and_spread_mpe2_has_no_other():
+    assert SpreadConfig().spawn == "mpe2"
+    default = make_vector_env("spread", num_envs=4, seed=3)
+    explicit = make_vector_env("spread", num_envs=4, seed=3, spawn="mpe2")
+    reference = make_vector_env("spread_mpe2", num_envs=4, seed=3, spawn="mpe2")
+    np.testing.assert_array_equal(default.reset(), explicit.reset())
+    np.testing.assert_allclose(default.observe(), reference.reset(), rtol=0, atol=ATOL)
+    for make in (
+        lambda: make_vector_env("spread_mpe2", num_envs=2, spawn="separated"),
+        lambda: make_env("spread_mpe2", spawn="separated"),
+    ):
+        with pytest.raises(ValueError, match="spawn='separated' is native spread's alone"):
+            make()
+
+
+@pytest.mark.parametrize("n_agents", [3, 4])
+def test_no_first_step_violation_under_separated_spawn(n_agents):
+    """Step 1 moves agents by their velocity at reset (zero): no action can collide them."""
+    copies = 10_000
+    seeds = [1_000_000 + i for i in range(copies)]
+    rng = np.random.default_rng(n_agents)
+    for spawn, still in (("separated", 0), ("mpe2", None)):
+        env = make_vector_env("spread", num_envs=copies, n_agents=n_agents, spawn=spawn)
+        for actions in (
+            np.zeros((copies, n_agents), dtype=np.int64),  # every agent keeps still
+            rng.integers(0, 5, size=(copies, n_agents)),
+        ):
+            env.reset(seed=seeds)
+            violations = int((env.step(actions).cost > 0).any(axis=1).sum())
+            if still is None:
+                assert violations > 0.1 * copies  # mpe2's overlapping spawns
+            else:
+                assert violations == still
+
+
+def test_separated_state_round_trips_and_continues_exactly():
+    config = SpreadConfig(n_agents=4, max_steps=4, spawn="separated")
+    env = NativeSpreadVectorEnv(config, num_envs=5, seed=2)
+    env.reset()
+    rng = np.random.default_rng(1)
+    env.step(rng.integers(0, 5, size=(5, 4)))
+    copy = NativeSpreadVectorEnv(config, num_envs=5)
+    copy.set_state(env.get_state())
+    for _ in range(9):  # through two auto-resets, which draw by rejection
+        actions = rng.integers(0, 5, size=(5, 4))
+        a, b = env.step(actions), copy.step(actions)
+        np.testing.assert_array_equal(a.obs, b.obs)
+        np.testing.assert_array_equal(a.reward, b.reward)
+
+
+def test_the_parallel_view_spawns_separated_agents():
+    env = make_env("spread", n_agents=4, spawn="separated")
+    for seed in range(200):
+        obs, _ = env.reset(seed=seed)
+        pos = np.stack([obs[agent][2:4] for agent in env.possible_agents]).astype(np.float64)
+        assert _pair_distances(pos[None]).min() >= COLLISION_DISTANCE - 1e-6  # float32 obs
+
+
+# ---------------------------------------------------------------------- the witness team
+
+
+def _spread_factory(n_agents: int, spawn: str, max_steps: int):
+    def make(copies: int) -> NativeSpreadVectorEnv:
+        config = SpreadConfig(n_agents=n_agents, max_steps=max_steps, spawn=spawn)
+        return NativeSpreadVectorEnv(config, num_envs=copies)
+
+    return make
+
+
+@pytest.mark.parametrize("n_agents", [3, 4])
+def test_the_careful_spread_team_never_collides_while_the_careless_one_does(n_agents):
+    make = _spread_factory(n_agents, "separated", 100)
+    seeds = range(1_000_000, 1_000_300)
+    careful = rollout_team(make, SpreadTeam(), seeds, horizon=100)
+    careless = rollout_team(make, SpreadTeam(careful=False), seeds, horizon=100)
+    assert careful.p_violation(100) == 0.0
+    assert careless.p_violation(100) > 0.1
+    # It still covers landmarks: most of what the careless team covers, and earns as much.
+    assert careful.goals.mean() >= 0.9 * careless.goals.mean() > 0.5 * n_agents * 100
+    assert careful.returns is not None and careless.returns is not None
+    assert careful.returns.mean() >= 1.05 * careless.returns.mean()  # < 0: at most 5% lower
+
+
+def test_under_mpe2_spawn_the_careful_team_violates_only_at_step_one():
+    make = _spread_factory(3, "mpe2", 60)
+    seeds = range(1_000_000, 1_000_300)
+    careful = rollout_team(make, SpreadTeam(), seeds, horizon=60)
+    env = make(len(seeds))
+    env.reset(seed=list(seeds))
+    overlapping = (_pair_distances(env.get_state()["pos"]) < COLLISION_DISTANCE).any(axis=1)
+    np.testing.assert_array_equal(careful.first_violation > 0, overlapping)
+    assert (careful.first_violation[overlapping] == 1).all()
+
+
+def test_the_spread_team_checks_its_settings():
+    with pytest.raises(ValueError, match="clearance"):
+        SpreadTeam(clearance=0.2)
+    with pytest.raises(ValueError, match="sidestep"):
+        SpreadTeam(sidestep=1.5)
+    env = NativeSpreadVectorEnv(SpreadConfig(continuous_actions=True), num_envs=1, seed=0)
+    env.reset()
+    with pytest.raises(ValueError, match="discrete"):
+        SpreadTeam()(env, np.random.default_rng(0), 0)

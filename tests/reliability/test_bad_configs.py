@@ -220,3 +220,168 @@ def test_snakemake_real_run_with_a_bad_config_runs_no_job(tmp_path: Path):
     _assert_one_line_naming(error, case)
     created = sorted(str(p.relative_to(workdir)) for p in workdir.rglob("*") if p.is_file())
     assert not any(name.startswith("results") for name in created), created
+
+
+# ------------------------------------------------------------------- messages that say what to do
+
+
+def _spread_with_box_actions(config: dict) -> None:
+    """The built-in spread with continuous (Box) actions, which no built-in algorithm takes."""
+    config["envs"] = ["spread"]
+    config["env_params"] = {"spread": {"n_agents": 3, "max_steps": 25, "continuous_actions": True}}
+    config["base"]["final_policy_eval_horizons"] = [1, 10, 25]
+
+
+def _box_actions_on_two_envs(config: dict) -> None:
+    """Two envs with Box actions next to a discrete one, and an algorithm of the user's
+    that takes Box actions next to two built-in ones that do not."""
+    _spread_with_box_actions(config)
+    config["envs"] = ["hazard_grid", "spread", "tag"]
+    config["custom_envs"] = {
+        "tag": {"factory": "mpe2.simple_tag_v3:parallel_env", "cost": "mpe2_collisions"}
+    }
+    config["env_params"]["tag"] = {"n_agents": 4, "max_cycles": 25, "continuous_actions": True}
+    config["env_params"]["hazard_grid"] = {"n_agents": 2, "max_steps": 25}
+    config["algos"] = ["ippo", "toy", "shield"]
+    config["custom_algos"] = {"toy": "tests.custom.toy_algorithm:Preferences"}
+
+
+CUSTOM_ALGORITHM_HINT = (
+    "no built-in algorithm takes box actions, and an algorithm of your own (custom_algos) "
+    "takes the actions its class declares in its class attribute action_kinds, e.g. "
+    'action_kinds = ("discrete", "box")'
+)
+
+# change -> the start of the message (the whole message where it ends in no list of keys; a
+# list of names that grows with the registries stands as " ... ", and then the end is checked).
+HINTS: dict[str, tuple[Any, str]] = {
+    "box actions refused once for every algorithm": (
+        _spread_with_box_actions,
+        "config key 'algos' = ['ippo', 'ippo_lag', 'shield']: ippo, ippo_lag and shield take "
+        "discrete actions, and env spread has box actions; leave them out for this env or give "
+        "the env the actions the algorithms take (an env that needs other algorithms goes in a "
+        f"config of its own); {CUSTOM_ALGORITHM_HINT}",
+    ),
+    "box actions refused once for every env": (
+        _box_actions_on_two_envs,
+        "config key 'algos' = ['ippo', 'toy', 'shield']: ippo and shield take discrete "
+        "actions, and envs spread and tag have box actions; leave them out for these envs or "
+        "give the envs the actions the algorithms take (an env that needs other algorithms "
+        f"goes in a config of its own); {CUSTOM_ALGORITHM_HINT}",
+    ),
+    "misspelt top-level key": (
+        lambda c: c.update(learning_rat=0.1),
+        "unknown config key 'learning_rat' (did you mean 'base.learning_rate'?); known keys: ",
+    ),
+    "base key at the top level": (
+        lambda c: c.update(max_risk=0.1),
+        "unknown config key 'max_risk' (did you mean 'base.max_risk'?); known keys: ",
+    ),
+    "misspelt base key": (
+        lambda c: c["base"].update(learing_rate=0.1),
+        "unknown config key 'base.learing_rate' (did you mean 'base.learning_rate'?); known ",
+    ),
+    "misspelt algo_params field": (
+        lambda c: c.update(algo_params={"ippo": {"clip_coeff": 0.2}}),
+        "config key 'algo_params.ippo' = ['clip_coeff']: unknown for ippo (did you mean "
+        "'clip_coef'?); known: ['adam_eps', ",
+    ),
+    "misspelt algo_params algorithm": (
+        lambda c: c.update(algo_params={"shild": {"horizon": 5}}),
+        "config key 'algo_params.shild': unknown algo (ippo, ... ); did you mean "
+        "'algo_params.shield'?",
+    ),
+    "misspelt env parameter": (
+        lambda c: c["env_params"]["hazard_grid"].update(max_step=30),
+        "config key 'env_params.hazard_grid': unknown parameters ['max_step'] for env "
+        "'hazard_grid'; known parameters: n_agents, size, slip_prob, slip_mode, continuing, "
+        "neighbour_view, max_steps, progress_reward, goal_reward, step_penalty, cell_pixels, "
+        "n_hazards, observe_moves; did you mean 'env_params.hazard_grid.max_steps'?",
+    ),
+    "misspelt env_params env": (
+        lambda c: c["env_params"].update(hazard_grd={"n_agents": 2}),
+        "config key 'env_params.hazard_grd': unknown env (known: hazard_grid, ... ); did you "
+        "mean 'env_params.hazard_grid'?",
+    ),
+    "misspelt resources key": (
+        lambda c: c["resources"]["train"].update(mem=100),
+        "unknown config key 'resources.train.mem' (did you mean 'resources.train.mem_mb'?); "
+        "known keys: mem_mb, runtime",
+    ),
+    "misspelt render key": (
+        lambda c: c["render"].update(episode=1),
+        "unknown config key 'render.episode' (did you mean 'render.episodes'?); known keys: "
+        "episodes",
+    ),
+    "misspelt wandb key": (
+        lambda c: c["wandb"].update(projct="x"),
+        "unknown config key 'wandb.projct' (did you mean 'wandb.project'?); known keys: mode, "
+        "project, sync_timeout, upload",
+    ),
+    "misspelt algorithm name": (
+        lambda c: c.update(algos=["ippo", "shild"]),
+        "config key 'algos[1]' = 'shild': must be one of ippo, ... (or a name given under "
+        "custom_algos); did you mean 'shield'?",
+    ),
+    "unknown key close to none": (
+        lambda c: c.update(colour="red"),
+        "unknown config key 'colour'; known keys: algo_params, ",
+    ),
+    # PyYAML follows YAML 1.1: 1e-3 (no dot, no sign) is text, 1.0e-3 a number.
+    "learning rate without a dot": (
+        lambda c: c["base"].update(learning_rate="1e-3"),
+        "config key 'base.learning_rate' = '1e-3': '1e-3' is not of type 'number'; write it as "
+        "1.0e-3, with a dot and a signed exponent (YAML 1.1 reads 1e-3 as text)",
+    ),
+    "quoted learning rate": (
+        lambda c: c["base"].update(learning_rate="0.001"),
+        "config key 'base.learning_rate' = '0.001': '0.001' is not of type 'number'; write it "
+        "as 0.001 without quotes (a quoted number is text)",
+    ),
+    "timesteps in exponent form": (
+        lambda c: c["base"].update(timesteps="1e3"),
+        "config key 'base.timesteps' = '1e3': '1e3' is not of type 'integer'; write it as 1000 "
+        "(YAML 1.1 reads 1e3 as text)",
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(HINTS))
+def test_the_message_says_what_to_do(name: str):
+    change, expected = HINTS[name]
+    config = yaml.safe_load(TEST_CONFIG.read_text(encoding="utf-8"))
+    change(config)
+    with pytest.raises(WorkflowConfigError) as excinfo:
+        check_workflow_config(config)
+    message = str(excinfo.value)
+    assert "\n" not in message
+    head, _, tail = expected.partition(" ... ")
+    assert message.startswith(head) and message.endswith(tail), message
+    if name == "unknown key close to none":
+        assert "did you mean" not in message
+
+
+def test_a_number_yaml_reads_as_text_is_refused_with_the_way_to_write_it():
+    # Written as a user writes it: PyYAML reads the value as the string '1e-3'.
+    config = TEST_CONFIG.read_text(encoding="utf-8").replace(
+        "learning_rate: 3.0e-4", "learning_rate: 1e-3"
+    )
+    assert "learning_rate: 1e-3" in config
+    with pytest.raises(WorkflowConfigError, match=r"write it as 1\.0e-3, with a dot"):
+        check_workflow_config(yaml.safe_load(config))
+
+
+def test_box_actions_are_refused_in_one_line_through_snakemake(tmp_path: Path):
+    workdir = tmp_path / "work"
+    workdir.mkdir()
+    config = yaml.safe_load(TEST_CONFIG.read_text(encoding="utf-8"))
+    _spread_with_box_actions(config)
+    config_path = tmp_path / "box.yaml"
+    config_path.write_text(yaml.safe_dump(config), encoding="utf-8")
+
+    done = _snakemake(config_path, workdir, "--dry-run")
+
+    assert done.returncode != 0
+    errors = [line for line in done.stderr.splitlines() if line.startswith("invalid config:")]
+    assert errors == [f"invalid config: {HINTS['box actions refused once for every algorithm'][1]}"]
+    assert "Job stats" not in done.stdout + done.stderr

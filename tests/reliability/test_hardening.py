@@ -28,11 +28,11 @@ import yaml
 
 from src.algos.checkpoint import latest_checkpoint
 from src.algos.train import train_run
-from src.config.run import make_run_config
 from src.config.workflow import WorkflowConfigError, check_workflow_config
 from src.core.io import CorruptFileError, UnsafeFormatError, load_from_file
 from src.evaluation.evaluate import evaluate_run
 from tests.reliability.helpers import REPO, checkpoint_after_two_updates, child_env
+from tests.tiny_runs import four_update_config
 
 TEST_CONFIG = REPO / ".test" / "config.yaml"
 SNAKEMAKE = Path(sys.executable).with_name("snakemake")
@@ -57,18 +57,7 @@ def _plant_torch_pickle(path: Path, marker: Path) -> None:
 
 
 def _tiny_config() -> dict[str, Any]:
-    return make_run_config(
-        env_name="hazard_grid",
-        algo="ippo",
-        num_envs=2,
-        timesteps=2 * 32 * 4,
-        rollouts=32,
-        mini_batches=2,
-        env_params={"max_steps": 20},
-        final_policy_eval_episodes=4,
-        final_policy_eval_horizons=(1, 10),
-        checkpoint_every=1,
-    )
+    return four_update_config(final_policy_eval_episodes=4, final_policy_eval_horizons=(1, 10))
 
 
 @pytest.fixture

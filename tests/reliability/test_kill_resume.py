@@ -331,7 +331,7 @@ def resumed_algos(runs: Path) -> set[str]:
     replaces a job's log when the job starts again, so callers collect after every stage)."""
     found = set()
     for log in runs.glob("*/run0/logs/train.log"):
-        if "from update-" in log.read_text(encoding="utf-8"):
+        if "from its checkpoint after update" in log.read_text(encoding="utf-8"):
             found.add(log.parents[2].name)
     return found
 
@@ -439,10 +439,12 @@ def assert_same_outputs(reference: Path, resumed: Path) -> None:
 
 def assert_nothing_left_over(workdir: Path) -> None:
     root = workdir / RESULTS
+    # Nor locks or the second name of a running training's log (src/lock.py, train_run).
+    stray = {"checkpoint", ".lock", ".lock.takeover", ".train.lock", ".train.attempt.log"}
     leftovers = [
         str(p.relative_to(root))
         for p in root.rglob("*")
-        if (".tmp" in p.name or p.name == "checkpoint") and "wandb" not in p.relative_to(root).parts
+        if (".tmp" in p.name or p.name in stray) and "wandb" not in p.relative_to(root).parts
     ]
     assert leftovers == []
     offline = sorted((root / "wandb" / "wandb").glob("offline-run-*"))

@@ -18,9 +18,9 @@ from typing import Any
 import pytest
 
 from src.algos.train import train_run
-from src.config.run import make_run_config
 from src.containment import ContainmentError
 from tests.reliability.helpers import checkpoint_after_two_updates, folder_state
+from tests.tiny_runs import four_update_config
 
 
 def _one_line_naming(error: BaseException | str, path: Path) -> str:
@@ -51,16 +51,7 @@ def _intact(outside: Path, before: dict[str, bytes]) -> None:
 
 
 def _tiny_config() -> dict[str, Any]:
-    return make_run_config(
-        env_name="hazard_grid",
-        algo="ippo",
-        num_envs=2,
-        timesteps=2 * 32 * 4,
-        rollouts=32,
-        mini_batches=2,
-        env_params={"max_steps": 20},
-        checkpoint_every=1,
-    )
+    return four_update_config()
 
 
 @pytest.fixture

@@ -17,7 +17,7 @@ import yaml
 from src.analysis import figures
 from src.code_inputs import component_code, import_closure
 from tests.workflow.conftest import REPO, WorkflowRun, job_counts, run_recorded, snakemake
-from tests.workflow.test_real_run import check_experiment
+from tests.workflow.test_real_run import check_experiment, fingerprint_files
 
 pytestmark = pytest.mark.slow
 
@@ -83,6 +83,9 @@ def test_custom_tasks_and_algorithm_run_end_to_end(
         )
         missing = sorted(set(record["user_files"]) - {str(p) for p in inputs})
         assert not missing, f"{record['script']} {wildcards} imported {missing}, not inputs"
+        # ... listed in the fingerprint that is the job's one code input.
+        listed = fingerprint_files(experiment, record)
+        assert set(record["user_files"]) | set(record["files"]) <= listed, record
         toy_imports += str(TOY) in record["user_files"]
     assert toy_imports >= 4  # train, evaluate and render of the toy runs, and the figures
 
@@ -111,6 +114,8 @@ def test_changing_the_toy_algorithm_reruns_exactly_its_jobs(custom_run: Workflow
     marked = {rule: n for rule, n in job_counts(dry.stdout + dry.stderr).items()}
     marked.pop("all", None)
     marked.pop("total", None)
+    # The fingerprints listing the toy algorithm, the jobs' one code input, are written again.
+    assert marked.pop("code_fingerprint", 0) >= 1
     # The toy runs (one per task) and what follows them; the built-in algorithms' runs stay.
     assert marked == {
         "train": 2,

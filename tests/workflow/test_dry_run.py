@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -40,6 +41,11 @@ def test_dry_run_job_counts(config_file: str, runs: int, results_dir: Path):
     done = snakemake("-n", "--configfile", config_file, "--config", f"results_dir={results_dir}")
     assert done.returncode == 0, done.stderr + done.stdout
     counts = job_counts(done.stdout)
+    # One fingerprint job per code name (src/code_inputs.py), before any job that runs it.
+    fingerprints = counts.pop("code_fingerprint")
+    counts["total"] -= fingerprints
+    names = set(re.findall(r"/\.code/([\w-]+)\.sha256", done.stdout))
+    assert fingerprints == len(names)
     assert counts == _expected(REPO / config_file)
     assert counts["train"] == runs
     assert not results_dir.exists()

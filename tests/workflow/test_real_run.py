@@ -102,6 +102,26 @@ def check_experiment(experiment: Path, config: dict = CONFIG) -> None:
     assert later[-2:] == ["--forcerun", "wandb_upload"] and done["upload_later"] in done["outcome"]
 
 
+def fingerprint_files(experiment: Path, record: dict) -> set[str]:
+    """The files (absolute) listed in the code fingerprint, the one code input, of the job
+    that wrote the import `record` (tests/workflow/record_imports)."""
+    stem = record["script"].removesuffix(".py")
+    wildcards = record["wildcards"]
+    scoped = "-".join([stem, *(wildcards[key] for key in ("env", "algo") if key in wildcards)])
+    fingerprint = next(
+        path
+        for path in (
+            experiment / ".code" / f"{scoped}.sha256",
+            experiment / ".code" / f"{stem}.sha256",
+        )
+        if path.is_file()
+    )
+    return {
+        str((REPO / line.split("  ", 1)[1]).resolve())
+        for line in fingerprint.read_text().splitlines()
+    }
+
+
 def _rule_scripts() -> dict[str, str]:
     """Rule name -> its script, and a check that its `code` input is that script's closure."""
     scripts = {}
@@ -139,6 +159,10 @@ def test_test_config_runs_end_to_end(test_config_run: WorkflowRun, test_config_r
         }
         missing = sorted(set(record["files"]) - closure)
         assert not missing, f"{record['script']} imported {missing}, not inputs of its rule"
+        # The job's one code input, its fingerprint, lists them (and nothing else is listed).
+        listed = fingerprint_files(experiment, record)
+        script = str(REPO / "workflow" / "scripts" / record["script"])
+        assert set(record["files"]) <= listed and listed == closure | {script}
 
     # Nothing is left to do: a second call runs no job.
     again = snakemake("-n", *args)
@@ -147,7 +171,11 @@ def test_test_config_runs_end_to_end(test_config_run: WorkflowRun, test_config_r
 
     # Changing a module reruns exactly the jobs whose code imports it, and what follows them.
     # The floor's witness team reads the env, never the training code.
-    every_job = {rule: n for rule, n in counts.items() if rule not in ("all", "total", "floor")}
+    every_job = {
+        rule: n
+        for rule, n in counts.items()
+        if rule not in ("all", "total", "floor", "code_fingerprint")
+    }
     for module, expected in (
         ("src/algos/maths.py", every_job),
         ("src/envs/witness.py", {"floor": 1, "summary": 1, "wandb_upload": 1}),
@@ -169,6 +197,8 @@ def test_test_config_runs_end_to_end(test_config_run: WorkflowRun, test_config_r
             rule: n for rule, n in job_counts(dry.stdout + dry.stderr).items() if rule != "total"
         }
         marked.pop("all", None)
+        # The fingerprints listing the module, the jobs' one code input, are written again.
+        assert marked.pop("code_fingerprint", 0) >= 1, f"touching {module}: no fingerprint"
         assert marked == expected, f"touching {module} marks {marked}"
 
     with zipfile.ZipFile(test_config_report) as archive:

@@ -1,10 +1,9 @@
 """Config validation, the only copy of the results path templates, and target builders."""
 
+import functools
 import os
 import sys
 from pathlib import Path
-
-import yaml
 
 # The workflow runs from a plain checkout (no `pip install -e .` needed): the repository root is
 # importable here, and workflow/scripts/job.py puts it on the path of every job.
@@ -13,12 +12,20 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 from src.analysis.floor import floor_settings
-from src.code_inputs import component_code, import_closure
+from src.code_inputs import (
+    FINGERPRINTS,
+    code_listing,
+    fingerprint_path,
+    job_code,
+    parse_code_name,
+    write_fingerprint,
+)
 from src.containment import ContainmentError, check_results_folder
 from src.config.workflow import (
     WorkflowConfigError,
     check_workflow_config,
     iter_runs,
+    read_config_file,
     resolve_run_config,
 )
 from src.lock import LOCK_ENV_VAR, LockHeldError, ResultsLock, job_environment
@@ -32,8 +39,12 @@ from src.runfiles import RunFiles
 if not workflow.overwrite_configfiles:
     from snakemake.utils import update_config
 
-    with open(REPO / "config" / "config.yaml", encoding="utf-8") as handle:
-        _default = yaml.safe_load(handle)
+    try:
+        # A YAML syntax error as one line: file:line:column and the problem.
+        _default = read_config_file(REPO / "config" / "config.yaml")
+    except WorkflowConfigError as error:
+        print(f"invalid config: {error}", file=sys.stderr)
+        sys.exit(1)
     update_config(_default, config)
     config.clear()
     config.update(_default)
@@ -135,32 +146,40 @@ wildcard_constraints:
 
 
 # ---------------------------------------------------------------- input helpers
+# The code a job runs is one input: the fingerprint of its files (src/code_inputs.py), written by
+# rule code_fingerprint (workflow/rules/code.smk), which alone takes the files as inputs.
+CODE = f"{RESULTS}/{FINGERPRINTS}/{{name}}.sha256"
+
+
+@functools.cache
+def job_code_of(script, env=None, algo=None):
+    """(name, files) of the code a job of workflow/scripts/{script}.py runs, with its env and
+    algo wildcards (src.code_inputs.job_code)."""
+    return job_code(
+        REPO / "workflow" / "scripts" / f"{script}.py",
+        envs=config["custom_envs"],
+        algos=config["custom_algos"],
+        env=env,
+        algo=algo,
+        root=REPO,
+    )
+
+
+def code_files(wildcards):
+    """The files of the code named by the wildcards (`name`, made by job_code_of)."""
+    _, files = job_code_of(*parse_code_name(wildcards.name))
+    return [os.path.relpath(path) for path in files]
+
+
 def script_code(script):
     """The code a rule's script runs (workflow/scripts/{script}.py and its import closure,
     plus the modules of the tasks and algorithms given by import path that its code reaches:
-    only the job's own env and algo for a per-run job), as inputs, so that changing a module
-    reruns exactly the jobs that run it."""
-    closure = import_closure(REPO / "workflow" / "scripts" / f"{script}.py", root=REPO)
-    files = [os.path.relpath(path) for path in closure]
+    only the job's own env and algo for a per-run job) as one input, its fingerprint, so
+    that changing a module reruns exactly the jobs that run it."""
 
     def code(wildcards):
-        env, algo = wildcards.get("env"), wildcards.get("algo")
-        user = component_code(
-            closure,
-            envs={
-                name: entry
-                for name, entry in config["custom_envs"].items()
-                if env in (None, name)
-            },
-            algos={
-                name: entry
-                for name, entry in config["custom_algos"].items()
-                if algo in (None, name)
-            },
-            root=REPO,
-        )
-        extra = [os.path.relpath(path) for path in user]
-        return files + [path for path in extra if path not in files]
+        name, _ = job_code_of(script, wildcards.get("env"), wildcards.get("algo"))
+        return f"{RESULTS}/{fingerprint_path(name)}"
 
     return code
 

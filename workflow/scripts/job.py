@@ -4,9 +4,19 @@ It also holds the job to its results folder (`src.containment`): every input, ou
 path of the job under `{results_dir}/{experiment_tag}` must stay inside it (no symlink on the
 way, only folders and regular files there), the job's `mem_mb` bounds what archives it may
 inflate, and a refusal ends the job with one line naming the file instead of a traceback.
+
+An interrupt (Ctrl-C: SIGINT reaches Snakemake and its jobs) ends a job with one line too, on
+the terminal and in the log: the message of the `KeyboardInterrupt` (training says where it
+stopped and what a rerun does) or `INTERRUPTED`. The job then ends at once as an interrupted
+process does (killed by SIGINT, status 130 in a shell), without a traceback.
 """
 
+import contextlib
+import logging
+import os
+import signal
 import sys
+import threading
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -26,6 +36,8 @@ from src.lock import LockHeldError, check_job_lock  # noqa: E402 (needs the path
 # Errors whose message is the whole diagnosis (one line naming the file): the job ends with
 # that line on the terminal and in its log, without a traceback.
 REFUSALS = (ContainmentError, PersistenceError, LockHeldError)
+INTERRUPTED = "interrupted; rerun the same command to run this job again"
+"""The line of an interrupt whose `KeyboardInterrupt` carries no message of its own."""
 
 
 def results_folder(snakemake: Any) -> Path | None:
@@ -36,11 +48,32 @@ def results_folder(snakemake: Any) -> Path | None:
     return Path(str(config["results_dir"])) / str(config["experiment_tag"])
 
 
+def _exit_interrupted() -> None:
+    """End the process at once as an interrupted one: killed by SIGINT (status 130 in a shell).
+
+    Python would do so after its exit handlers, but a handler that runs code (torch's, which
+    imports a module) makes it forget the interrupt and exit with status 1.
+    """
+    logging.shutdown()
+    for stream in (sys.stdout, sys.stderr, sys.__stdout__, sys.__stderr__):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.pthread_kill(threading.get_ident(), signal.SIGINT)
+    os._exit(130)  # not reached: the signal ends the process
+
+
 def _refusal_hook(
     kind: type[BaseException], error: BaseException, trace: TracebackType | None
 ) -> None:
-    """`sys.excepthook` of a job: a refusal is logged as its one line, the rest as usual."""
-    if isinstance(error, REFUSALS):
+    """`sys.excepthook` of a job: a refusal or an interrupt is logged as its one line, the rest
+    as usual."""
+    if isinstance(error, KeyboardInterrupt):
+        # A second Ctrl-C must not cut the line short.
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        log(str(error) or INTERRUPTED, type="interrupted", priority="warning", console=True)
+        _exit_interrupted()
+    elif isinstance(error, REFUSALS):
         log(f"refused: {error}", type="refused", console=True)
     else:
         sys.__excepthook__(kind, error, trace)

@@ -4,10 +4,12 @@
 `PauseAt("after_checkpoint", 3, marker)` right after the checkpoint that follows update 3. It
 first writes the marker file, so a test knows the process is there and can SIGKILL it.
 `sitecustomize.py` adds it to every `train_run` when `RELIABILITY_PAUSE_TRAINING` is set.
+With `RELIABILITY_PAUSE_RELEASE=<path>` also set, training goes on once that file exists.
 """
 
 from __future__ import annotations
 
+import os
 import time
 from pathlib import Path
 from typing import Any
@@ -31,8 +33,9 @@ class PauseAt:
 
     def _stop(self) -> None:
         self.marker.write_text(f"{self.phase} {self.update}\n")
-        while True:
-            time.sleep(1.0)
+        release = os.environ.get("RELIABILITY_PAUSE_RELEASE")
+        while not (release and os.path.exists(release)):
+            time.sleep(0.1 if release else 1.0)
 
     def on_epoch_end(self, trainer: Any, epoch: int) -> None:
         if self.phase == "mid_update" and epoch == 0 and trainer.update == self.update:
