@@ -146,7 +146,7 @@ def markdown(results: dict[str, Any], reference: str) -> str:
         "",
         "What the common floating-point code path (`src/numerics.py`: MKL's `COMPATIBLE` "
         "branch, ATen's AVX2 kernels, the fused Adam, OpenBLAS's Haswell kernels for the "
-        "shield's inference products) costs against the pin of "
+        "networks' matrix products) costs against the pin of "
         f"`{reference}` (MKL's `AVX2` branch, which holds on Intel CPUs only; torch's foreach "
         "Adam), and whether it trains to the same bits on other CPUs. Training: run 0 of every "
         "task and algorithm of the default experiment (its whole budget and certificate), CPU "

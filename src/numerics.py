@@ -16,9 +16,10 @@ different CPUs. `pin_kernels` selects one path that every x86-64 CPU runs alike:
   (`kernels` records what ran).
 - oneDNN: capped at AVX2 (`ONEDNN_MAX_CPU_ISA`), for the few operations torch sends to it.
 - OpenBLAS, NumPy's matrix library: its Haswell kernels (`OPENBLAS_CORETYPE`; AVX2 and FMA,
-  the same instructions on every CPU that has them) on one thread. `baddbmm` and `bmm` send
-  the shield's inference products there, which MKL's `COMPATIBLE` branch runs on slower,
-  older instructions (the cost of both: BENCHMARKS.md, "Numerics").
+  the same instructions on every CPU that has them) on one thread. `linear` (every network's
+  layers, forward and backward), `baddbmm` and `bmm` (the shield's stacked models without a
+  gradient) send their products there, which MKL's `COMPATIBLE` branch runs on slower, older
+  instructions (the cost of both: BENCHMARKS.md, "Numerics").
 
 The variables must be set before torch runs its first operation, MKL its first product and NumPy is
 imported (OpenBLAS picks its kernels when it loads): `src/__init__.py` calls `pin_kernels`, so
