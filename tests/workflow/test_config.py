@@ -355,3 +355,19 @@ def test_the_constraint_horizon_is_the_episode_cap_unless_set() -> None:
         ),
     ):
         check_workflow_config(unevaluated)
+
+
+@pytest.mark.parametrize(
+    ("value", "why"),
+    [(0, "must be an int in [1, 100000]"), ("100", "must be an int in [1, 100000] (got a string")],
+)
+def test_a_bad_constraint_horizon_is_refused_naming_it(value: object, why: str) -> None:
+    """In the API (create_base_config's overrides) and in a workflow config alike."""
+    with pytest.raises(ConfigError, match=re.escape(f"constraint_horizon={value!r}: {why}")):
+        create_base_config(
+            "hazard_grid", 2, 2, 64, 1, 16, 2, 4, 3e-4, 0.1, False, constraint_horizon=value
+        )
+    config = _minimal()
+    config["base"] = {"constraint_horizon": value}
+    with pytest.raises(WorkflowConfigError, match=re.escape("'base.constraint_horizon'")):
+        check_workflow_config(config)
