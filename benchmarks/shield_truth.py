@@ -1,4 +1,4 @@
-"""The v1 shield's certified risks against the true environment.
+"""The v1 shield's calibrated risks (its per-decision estimates U) against the true environment.
 
 For trained v1 shield runs (`shield`, `shield_dec`) on the native grid tasks, the deployed
 shielded team (`load_actor(run, shielded=True)`) plays `--episodes` evaluation episodes (the
@@ -7,7 +7,7 @@ over the episode, every env copy is a *decision*. Per decision, with w its `rema
 of the shield's horizon (`Decision.remaining`: `horizon` = 10 with the default `receding`
 scope):
 
-- certified U: the risk the shield reports for the joint action it executed,
+- calibrated U: the risk the shield reports for the joint action it executed,
   `shield.last.bound` = g(q) (the same number recomputed from the shield's models,
   `diagnostics.certified_plan_risk`, is checked against it: `bound_gap`);
 - true (deployed): P(violation within w steps) in the real env when the team executes the
@@ -32,11 +32,11 @@ are), so the cap never cuts a window (the ledger drops such decisions); decision
 violation count, as they do in the ledger.
 
 Reported per run and per env (the decisions of the given runs pooled): decisions; fallbacks
-(the shield executed the least-risk action it found, over the allowance); the mean certified
-risk; and per truth the share of decisions whose true risk exceeds the certified one, by the
+(the shield executed the least-risk action it found, over the allowance); the mean calibrated
+risk U; and per truth the share of decisions whose true risk exceeds U, by the
 Monte Carlo estimate's one-sided 90% Clopper-Pearson lower bound (beyond the rollouts' noise)
 and by the point estimate (noise included), and the mean true risk. For a calibrated shield
-the mean true (deployed) risk stays below the mean certified one and few decisions exceed it.
+the mean true (deployed) risk stays below the mean U and few decisions exceed it.
 
 Not measured any more: whether a fallback had some joint action whose true risk was well
 inside the allowance, g(a) / 2 (`Decision.allowance` is in units of q now). The coordinate
@@ -90,7 +90,7 @@ OUT = ROOT / "benchmarks" / "out"
 SECTION = "shield_truth"
 SECTION_HEADING = "## Shield truth"
 SECTION_INTRO = (
-    "The v1 shield's certified risk of each joint action it executes against the true risk of "
+    "The v1 shield's calibrated risk U of each joint action it executes against the true risk of "
     "that decision in the real env (`benchmarks/shield_truth.py`, whose docstring defines the "
     "numbers; the block below is written by `--write`)."
 )
@@ -252,7 +252,7 @@ def summarize(per_decision: Mapping[str, Sequence[float] | np.ndarray]) -> dict[
     """Counts, shares and means of a set of decisions (module docstring); NaN without any.
 
     Keys: decisions, fallbacks, certified_mean, and per truth T in `TRUTHS`: T_exceeds (share
-    whose lower bound is above the certified risk), T_exceeds_point (share whose estimate is),
+    whose lower bound is above the calibrated risk U), T_exceeds_point (share whose estimate is),
     T_mean.
     """
     certified = np.asarray(per_decision["certified"], dtype=np.float64)
@@ -307,7 +307,7 @@ def render_markdown(payload: Mapping[str, Any]) -> str:
         f"wall, {payload['cpu_seconds'] / 60:.1f} CPU-min; load average {m['load_before'][0]:.2f} "
         f"before, {m['load_after'][0]:.2f} after.",
         "",
-        "| run | env | decisions | fallbacks | mean certified U | deployed: true > U "
+        "| run | env | decisions | fallbacks | mean calibrated U | deployed: true > U "
         "(90% lower bound) | deployed: true > U (estimate) | deployed: mean true | backup: "
         "true > U (90% lower bound) | backup: true > U (estimate) | backup: mean true |",
         "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
@@ -338,7 +338,8 @@ def render_markdown(payload: Mapping[str, Any]) -> str:
         "in one episode at one of these steps. **n runs pooled**: the decisions of the n runs "
         "of that env together. Fallbacks: decisions where the shield executed the least-risk "
         "action it found because none was within its allowance.",
-        f"- Certified U: `shield.last.bound` = g(q) of the executed joint action, the shield's "
+        "- Calibrated U (an estimate, not a bound): `shield.last.bound` = g(q) of the "
+        "executed joint action, the shield's "
         f"P(violation within its next {first.get('horizon', '?')} steps) (the same number "
         f"recomputed from its models differs by at most {gap:.1e}; the decentralised "
         "shield's U, g of its agents' largest expected risk over the others' predicted "

@@ -93,7 +93,8 @@ def _read(path: Path) -> dict[str, Any] | None:
 def _open_lock_file(path: Path) -> int:
     """A read-write descriptor of the lock file `path` (created if missing), opened without
     following a symlink (`O_NOFOLLOW`) or blocking on a FIFO (`O_NONBLOCK`) and checked on the
-    descriptor: `ContainmentError` if it is not a regular file, `OSError` otherwise."""
+    descriptor: `ContainmentError` if it is not a regular file or has other hard links (a
+    write would reach a file outside), `OSError` otherwise."""
     flags = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
     try:
         fd = os.open(path, flags, 0o644)
@@ -101,9 +102,15 @@ def _open_lock_file(path: Path) -> int:
         if error.errno == errno.ELOOP:
             raise ContainmentError(f"{path}: it is a symbolic link", path=path) from None
         raise
-    if not stat.S_ISREG(os.fstat(fd).st_mode):
+    status = os.fstat(fd)
+    if not stat.S_ISREG(status.st_mode):
         os.close(fd)
         raise ContainmentError(f"{path} is not a regular file", path=path)
+    if status.st_nlink > 1:
+        os.close(fd)
+        raise ContainmentError(
+            f"{path} has other hard links: writing it would change a file elsewhere", path=path
+        )
     return fd
 
 

@@ -48,6 +48,7 @@ import pyarrow as pa
 
 from src.analysis.aggregate import CONFIGS_METADATA_KEY
 from src.analysis.export import VIOLATING_EPISODES
+from src.config.run import recorded_constraint_horizon
 from src.stats import between_run_interval, clopper_pearson_interval, exact_mcnemar, holm_adjust
 
 __all__ = [
@@ -134,11 +135,9 @@ def run_constraint_horizon(config: Mapping[str, Any]) -> int:
     >>> run_constraint_horizon({"env_params": {"max_steps": 100}})
     100
     """
-    if config.get("constraint_horizon") is not None:
-        return int(config["constraint_horizon"])
-    params = config.get("env_params")
-    if isinstance(params, Mapping) and params.get("max_steps") is not None:
-        return int(params["max_steps"])
+    horizon = recorded_constraint_horizon(config)
+    if horizon is not None:
+        return horizon
     raise ValueError(
         f"run {_run_name(config)}: its config sets neither constraint_horizon nor "
         "env_params.max_steps, so the horizon its constraint covers is unknown"

@@ -44,6 +44,7 @@ __all__ = [
     "EnvConfig",
     "RunConfig",
     "make_run_config",
+    "recorded_constraint_horizon",
 ]
 
 # Keys a run config adds to the base config.
@@ -127,8 +128,7 @@ class RunConfig:
         to the task's episode cap unless the config does), else the env's `max_steps`
         parameter; None when neither is given (`constraint_horizon_of` then takes the env's
         own cap)."""
-        given = self.base.get("constraint_horizon", self.env.params.get("max_steps"))
-        return None if given is None else int(given)
+        return recorded_constraint_horizon({**self.base, "env_params": self.env.params})
 
     def constraint_horizon_of(self, cap: int) -> int:
         """The constraint horizon of this run on an env whose episodes end by `cap` steps;
@@ -252,6 +252,22 @@ class RunConfig:
             algo_params=algo_params,
             custom=custom,
         )
+
+
+def recorded_constraint_horizon(config: Mapping[str, Any]) -> int | None:
+    """The steps a flat run config's constraint covers: its `constraint_horizon`, else its
+    env's `env_params["max_steps"]` (a config from before the key), else None.
+
+    >>> recorded_constraint_horizon({"constraint_horizon": 200, "env_params": {"max_steps": 100}})
+    200
+    >>> recorded_constraint_horizon({"env_params": {"max_steps": 100}})
+    100
+    """
+    given = config.get("constraint_horizon")
+    params = config.get("env_params")
+    if given is None and isinstance(params, Mapping):
+        given = params.get("max_steps")
+    return None if given is None else int(given)
 
 
 def _check_custom(given: Any, env: Any, algo: Any) -> dict[str, Any]:

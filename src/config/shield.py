@@ -192,7 +192,7 @@ class ShieldConfig(Section):
     critic_batch_size: int = 64
     """v1: replay transitions per member and value-iteration step (both ends are used)."""
     horizon: int = 10
-    """v1: steps H the certified risk covers (the next H steps with `risk_scope: receding`,
+    """v1: steps H the calibrated risk U covers (the next H steps with `risk_scope: receding`,
     the first H of the episode with `episode`); the critic learns the least risk over
     h <= H steps. It may exceed the training cap (the evaluation runs episodes longer)."""
     risk_scope: str = "receding"

@@ -156,7 +156,7 @@ def test_a_run_lock_in_the_same_process_is_refused_naming_the_pid(tmp_path: Path
         assert held
 
 
-@pytest.mark.parametrize("kind", ["symlink", "FIFO"])
+@pytest.mark.parametrize("kind", ["symlink", "FIFO", "hard link"])
 def test_a_run_lock_that_is_a_link_or_fifo_is_refused(tmp_path: Path, kind: str):
     from src.lock import RunLock
 
@@ -167,6 +167,8 @@ def test_a_run_lock_that_is_a_link_or_fifo_is_refused(tmp_path: Path, kind: str)
     lock = folder / RUN_LOCK_NAME
     if kind == "FIFO":
         os.mkfifo(lock)
+    elif kind == "hard link":
+        os.link(outside, lock)
     else:
         lock.symlink_to(outside)
     with pytest.raises(ContainmentError) as error:

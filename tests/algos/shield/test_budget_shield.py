@@ -1,7 +1,7 @@
 """The v1 shield (budget.BudgetShield) and its safety critic against exact answers.
 
 With an exact model of the least risk-to-go (computed by dynamic programming on the true
-dynamics of a small hazard_grid), the shield's certified risk equals the true risk of every
+dynamics of a small hazard_grid), the shield's calibrated risk equals the true risk of every
 joint action in every state, and the shielded team keeps P(violation in the episode) within
 `max_risk` whatever the policy proposes. A collision of two individually safe moves is refused.
 The safety critic's value iteration finds the least risk-to-go of a small known model, and the

@@ -123,7 +123,7 @@ def test_calibration_corrects_a_model_that_under_predicts_threefold():
     order = np.argsort(raw)
     for chunk in np.array_split(order, 8):
         calibrated = g(torch.from_numpy(raw[chunk])).numpy()
-        # Per bin of decisions: the certified risk covers the realized rate ...
+        # Per bin of decisions: the calibrated risk covers the realized rate ...
         assert calibrated.mean() >= outcome[chunk].mean()
         # ... and is close to the true risk, not to the model's third of it.
         assert abs(calibrated.mean() - true[chunk].mean()) < 0.03
