@@ -245,6 +245,23 @@ def _returns_against_ippo(others: Sequence[tuple[str, float]], reference: float)
     )
 
 
+def _returns_across_runs(rows: pd.DataFrame) -> str:
+    """The observations' sentence on the evaluation returns as runs vary: each policy's mean
+    across runs with its t-interval (the summary's), so that the ratios above read with their
+    uncertainty."""
+    parts = []
+    for _, row in rows.iterrows():
+        low, high = row["eval_return_low"], row["eval_return_high"]
+        spread = "" if pd.isna(low) else f" [{low:.3g}, {high:.3g}]"
+        parts.append(f"{row.policy} {row['eval_return_mean']:.3g}{spread}")
+    return (
+        "Evaluation returns across runs (mean [95% t-interval over the runs]; where two "
+        "intervals overlap, the ratio above is within what runs vary by): "
+        + ", ".join(parts)
+        + "."
+    )
+
+
 def _change(first: float, last: float) -> str:
     """'fall from A to B', 'rise from A to B' or 'stay at A', as the rounded counts say."""
     a, b = f"{first:,.0f}", f"{last:,.0f}"
@@ -452,6 +469,7 @@ def _observations(
             others = [(r.policy, r["eval_return_mean"]) for _, r in rows.iterrows()]
             others = [(policy, value) for policy, value in others if policy != "ippo"]
             lines.append("  " + _returns_against_ippo(others, float(reference.iloc[0])))
+            lines.append("  " + _returns_across_runs(rows))
         env_configs = [c for c in configs if c["env_name"] == env]
         for extra in (
             _lambda_line(env, updates, env_configs),

@@ -19,6 +19,7 @@ from src.analysis.results_doc import (
     RESULTS_FOLDER,
     _change,
     _code_path_line,
+    _returns_across_runs,
     _returns_against_ippo,
     _shield_line,
     certificate_lines,
@@ -294,6 +295,21 @@ def test_returns_are_compared_with_ippos_by_difference_when_not_all_positive() -
     assert "ippo_lag +4.8" in negative and "x" not in negative.split("(")[1]
     positive = _returns_against_ippo([("shield", 92.8)], 97.7)
     assert positive == "Evaluation return relative to ippo's: shield 0.95x."
+
+
+def test_returns_are_shown_with_their_interval_across_runs() -> None:
+    rows = pd.DataFrame(
+        {
+            "policy": ["ippo", "shield"],
+            "eval_return_mean": [125.0, 110.1],
+            "eval_return_low": [124.2, 91.2],
+            "eval_return_high": [125.4, 129.0],
+        }
+    )
+    rows.loc[2] = ["ippo_lag", 50.0, float("nan"), float("nan")]  # one run: no interval
+    assert _returns_across_runs(rows).endswith(
+        ": ippo 125 [124, 125], shield 110 [91.2, 129], ippo_lag 50."
+    )
 
 
 def test_interventions_that_rise_are_not_said_to_fall() -> None:
