@@ -48,7 +48,7 @@ import pyarrow as pa
 
 from src.analysis.aggregate import CONFIGS_METADATA_KEY
 from src.analysis.export import VIOLATING_EPISODES
-from src.config.run import recorded_constraint_horizon
+from src.config.base import recorded_constraint_horizon
 from src.stats import between_run_interval, clopper_pearson_interval, exact_mcnemar, holm_adjust
 
 __all__ = [

@@ -30,9 +30,8 @@ from typing import Any
 
 import numpy as np
 
-from src.analysis.constraint import run_constraint_horizon
 from src.analysis.files import read_json, write_text
-from src.config.base import create_base_config
+from src.config.base import create_base_config, recorded_constraint_horizon
 from src.config.evaluation import EvalConfig
 from src.envs.grid_core import GridVectorEnv
 from src.envs.registry import make_vector_env
@@ -183,13 +182,14 @@ def _constraint_horizon(base: dict[str, Any], env_name: str, env_params: dict[st
     """The constraint horizon of env `env_name`'s runs: `base.constraint_horizon` when the
     config sets it, else the env's episode cap (its `max_steps` parameter, else the built
     env's own)."""
-    if base.get("constraint_horizon") is None and env_params.get("max_steps") is None:
-        probe = make_vector_env(env_name, num_envs=1, seed=None, **env_params)
-        try:
-            return int(probe.max_steps)
-        finally:
-            probe.close()
-    return run_constraint_horizon({**base, "env_name": env_name, "env_params": env_params})
+    horizon = recorded_constraint_horizon({**base, "env_params": env_params})
+    if horizon is not None:
+        return horizon
+    probe = make_vector_env(env_name, num_envs=1, seed=None, **env_params)
+    try:
+        return int(probe.max_steps)
+    finally:
+        probe.close()
 
 
 def floor_settings(workflow_config: dict[str, Any], env_name: str) -> dict[str, Any]:

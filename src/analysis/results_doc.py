@@ -256,9 +256,7 @@ def _returns_across_runs(rows: pd.DataFrame) -> str:
         parts.append(f"{row.policy} {row['eval_return_mean']:.3g}{spread}")
     return (
         "Evaluation returns across runs (mean [95% t-interval over the runs]; where two "
-        "intervals overlap, the ratio above is within what runs vary by): "
-        + ", ".join(parts)
-        + "."
+        "intervals overlap, the ratio above is within what runs vary by): " + ", ".join(parts) + "."
     )
 
 

@@ -41,6 +41,7 @@ __all__ = [
     "check_base_value",
     "check_optional_value",
     "create_base_config",
+    "recorded_constraint_horizon",
 ]
 
 WANDB_MODES = ("offline", "online", "disabled")
@@ -304,3 +305,19 @@ REQUIRED_BASE_KEYS: tuple[str, ...] = tuple(
     for name, parameter in inspect.signature(create_base_config).parameters.items()
     if parameter.default is inspect.Parameter.empty and parameter.kind is not parameter.VAR_KEYWORD
 )
+
+
+def recorded_constraint_horizon(config: Mapping[str, Any]) -> int | None:
+    """The steps a flat run config's constraint covers: its `constraint_horizon`, else its
+    env's `env_params["max_steps"]` (a config from before the key), else None.
+
+    >>> recorded_constraint_horizon({"constraint_horizon": 200, "env_params": {"max_steps": 100}})
+    200
+    >>> recorded_constraint_horizon({"env_params": {"max_steps": 100}})
+    100
+    """
+    given = config.get("constraint_horizon")
+    params = config.get("env_params")
+    if given is None and isinstance(params, Mapping):
+        given = params.get("max_steps")
+    return None if given is None else int(given)

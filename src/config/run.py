@@ -29,7 +29,7 @@ from typing import Any
 
 from src.algos.registry import get_algorithm, versions_of
 from src.checks import ConfigError, check_int, check_mapping, check_str, fail
-from src.config.base import REQUIRED_BASE_KEYS, create_base_config
+from src.config.base import REQUIRED_BASE_KEYS, create_base_config, recorded_constraint_horizon
 from src.config.evaluation import EvalConfig
 from src.config.lagrange import LagrangeConfig
 from src.config.ppo import PPOConfig
@@ -44,7 +44,6 @@ __all__ = [
     "EnvConfig",
     "RunConfig",
     "make_run_config",
-    "recorded_constraint_horizon",
 ]
 
 # Keys a run config adds to the base config.
@@ -252,22 +251,6 @@ class RunConfig:
             algo_params=algo_params,
             custom=custom,
         )
-
-
-def recorded_constraint_horizon(config: Mapping[str, Any]) -> int | None:
-    """The steps a flat run config's constraint covers: its `constraint_horizon`, else its
-    env's `env_params["max_steps"]` (a config from before the key), else None.
-
-    >>> recorded_constraint_horizon({"constraint_horizon": 200, "env_params": {"max_steps": 100}})
-    200
-    >>> recorded_constraint_horizon({"env_params": {"max_steps": 100}})
-    100
-    """
-    given = config.get("constraint_horizon")
-    params = config.get("env_params")
-    if given is None and isinstance(params, Mapping):
-        given = params.get("max_steps")
-    return None if given is None else int(given)
 
 
 def _check_custom(given: Any, env: Any, algo: Any) -> dict[str, Any]:
