@@ -17,7 +17,8 @@ whose uses meet (`check_seed_uses`), for every config the schema allows:
   `calibration_seed_offset + r n + i` (algorithms may share these: each tests its own
   policies);
 - the fixed ranges of `RESERVED`: the range the certificate's ladder and design were tuned on
-  (spent: never a calibration or check range again), the ranges the certificate checks of
+  (spent: never a calibration or check range again), the range the default experiment's
+  hyperparameters were chosen on (`TUNING`, spent), the ranges the certificate checks of
   `benchmarks/certificate_check.py` have used (spent), and the one they use now.
 
 A range that informed a choice is spent: when a check's range has been used, the next check
@@ -37,6 +38,7 @@ __all__ = [
     "CHECK_STRIDE",
     "RESERVED",
     "TRAINING_FLOOR",
+    "TUNING",
     "SeedUse",
     "check_seed_uses",
     "copy_seeds",
@@ -106,8 +108,19 @@ CERTIFICATE_CHECK = SeedUse(
 """Fresh reset seeds of `benchmarks/certificate_check.py`, for up to 100 runs of at most
 `CHECK_STRIDE` episodes each."""
 
+TUNING = SeedUse(
+    "the hyperparameter tuning (benchmarks/tuning.py, spent)",
+    first=40_000_000,
+    stop=41_000_000,
+    spent=True,
+)
+"""Reset seeds of the tuning runs of `benchmarks/tuning.py` (evaluation, then calibration
+half a million seeds on): they chose the default experiment's hyperparameters, so they are
+spent the moment they are used; the tuning itself is the one use allowed on them."""
+
 RESERVED: tuple[SeedUse, ...] = (
     SeedUse("the ladder's tuning (spent)", first=2_000_000, stop=3_000_000, spent=True),
+    TUNING,
     SeedUse("earlier certificate checks (spent)", first=9_000_000, stop=10_000_000, spent=True),
     CERTIFICATE_CHECK,
 )

@@ -1,0 +1,67 @@
+"""benchmarks/tuning.py: variants on the spent tuning seeds, and the workflow refusing them."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+import pytest
+import yaml
+
+from benchmarks import tuning
+from src.config.workflow import WorkflowConfigError, check_workflow_config
+from src.seeds import TUNING
+
+
+@pytest.fixture()
+def config() -> dict:
+    return yaml.safe_load(tuning.CONFIG.read_text())
+
+
+def test_a_variant_plays_the_tuning_seeds(config: dict) -> None:
+    variant = tuning.variant_config(config, "intersection", "shield_dec", {"continuation": "team"})
+    assert variant["envs"] == ["intersection"] and variant["algos"] == ["shield_dec"]
+    assert variant["base"]["seed_offset"] == tuning.TRAINING_OFFSET
+    assert variant["base"]["final_policy_eval_seed_offset"] == TUNING.first
+    params = variant["algo_params"]["shield_dec"]
+    assert params["continuation"] == "team"
+    assert params["calibration_seed_offset"] == TUNING.first + tuning.CALIBRATION_SHIFT
+    assert TUNING.contains(params["calibration_seed_offset"] + 3 * 200 - 1)
+    # The config's own settings stay under the variant's.
+    assert params["model_epochs"] == config["algo_params"]["shield_dec"]["model_epochs"]
+    lag = tuning.variant_config(config, "intersection", "ippo_lag", {"pid_ki": 0.5})
+    assert lag["algo_params"]["ippo_lag"] == {"pid_ki": 0.5}
+
+
+def test_the_workflow_refuses_a_claim_on_the_spent_tuning_seeds(config: dict) -> None:
+    variant = tuning.variant_config(config, "intersection", "ippo", {})
+    with pytest.raises(WorkflowConfigError, match="hyperparameter tuning"):
+        check_workflow_config(copy.deepcopy(variant))
+
+
+def test_a_variant_is_trained_evaluated_and_reported(
+    config: dict, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    tiny = copy.deepcopy(config)
+    tiny["num_runs"] = 2
+    tiny["base"].update(num_envs=2, timesteps=2 * 16 * 2, rollouts=16, final_policy_eval_episodes=4)
+    tiny["env_params"]["hazard_grid"]["max_steps"] = 10
+    tiny["base"]["final_policy_eval_horizons"] = [1, 10]
+    row = tuning.measure_variant(tiny, "hazard_grid", "ippo_lag", {"pid_ki": 0.5}, tmp_path)
+    assert [run["episodes"] for run in row["runs"]] == [4, 4]
+    assert all(run["horizon"] == 10 for run in row["runs"])
+    rates = [run["violations"] / 4 for run in row["runs"]]
+    mean, low, high = row["p_violation"]
+    assert mean == pytest.approx(sum(rates) / 2) and low <= mean <= high
+    config_json = (tmp_path / "run1" / "config.json").read_text()
+    assert f'"final_policy_eval_seed_offset": {TUNING.first}' in config_json
+    results = {
+        "machine": {"date": "d", "platform": "p", "cpus": 2, "torch": "t"},
+        "minutes": 1.0,
+        "training_offset": tuning.TRAINING_OFFSET,
+        "evaluation_first_seed": TUNING.first,
+        "calibration_first_seed": TUNING.first + tuning.CALIBRATION_SHIFT,
+        "rows": [{**row, "algo": "ippo", "params": {}}, row],
+    }
+    table = tuning.render_markdown(results)
+    assert "| hazard_grid | ippo_lag | `pid_ki` 0.5 |" in table and "1.00x" in table
