@@ -1,6 +1,6 @@
 """Do the shields' certificates hold on reset seeds the project never uses?
 
-For every v1 shield run of a results folder (every shielded algorithm, `shield` and
+For every shield run of a results folder (every shielded algorithm, `shield` and
 `shield_dec`), the deployed policy (policy and shield with the
 certified allowance, as evaluated) plays `--episodes` episodes of its certificate's horizon
 (the constraint horizon) from reset seeds `--seed-offset + 10,000 k + i` (k counts the runs),
@@ -54,7 +54,7 @@ def check_run(run_dir: Path, *, episodes: int, first_seed: int) -> dict[str, Any
     torch.set_num_threads(1)
     actor = load_actor(run_dir, shielded=True)
     if not isinstance(actor.action_filter, BudgetShield):
-        raise ValueError(f"{run_dir} is not a run of the v1 shield")
+        raise ValueError(f"{run_dir} is not a run of the shield")
     certificate = load_certificate(run_dir)
     if certificate is None:
         raise ValueError(f"{run_dir}/policy.pt holds no certificate")

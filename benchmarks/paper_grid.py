@@ -1,7 +1,7 @@
 """Cost of the paper grid (`config/paper.yaml`): CPU-hours per job, per seed group, in total.
 
 The paper config is resolved as the workflow resolves it: `check_workflow_config` fills the
-schema's defaults (e.g. `shield_version` v1, `wm_version` v1, `lag_version` pid) and checks
+schema's defaults (e.g. `shield_version` v0, `wm_version` v0, `lag_version` pid) and checks
 the config, then `resolve_run_config` builds the run config of run 0 of every (env, algo), the
 dict the train rule passes to `train_run`. For every (env, algo), in this one process with
 torch on one thread, CPU time measured with `time.process_time()`:

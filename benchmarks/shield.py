@@ -1,4 +1,4 @@
-"""The v1 shield's cost at the default configuration, on `hazard_grid` and `intersection`.
+"""The shield's cost at the default configuration, on `hazard_grid` and `intersection`.
 
 Every run config is built from `config/config.yaml` (its `base`, the env's `env_params` and
 `algo_params.shield`), so the benchmark follows the default experiment. Torch runs on one
@@ -28,7 +28,7 @@ machine count only this process's work. Measured, per env:
   `ippo` over the same updates and its trained policy's evaluation, as above (no stage split
   and no floor: those describe the central filter).
 
-The v1 filter (`src.algos.shield.budget`) judges the proposals of all copies in one call, the
+The filter (`src.algos.shield.budget`) judges the proposals of all copies in one call, the
 one-agent changes of the failed ones, and searches (`search`) only for the copies still
 undecided: how many copies reach each stage is reported with the times.
 
@@ -235,7 +235,7 @@ class CpuSplit:
 
 @dataclass
 class Stages:
-    """How far the v1 filter went, counted over its calls (copies are (copy, step) decisions)."""
+    """How far the filter went, counted over its calls (copies are (copy, step) decisions)."""
 
     calls: int = 0
     """Filter calls."""
@@ -460,7 +460,7 @@ def record_filter_inputs(shield: BudgetShield) -> tuple[list[tuple[Any, ...]], C
 
 
 def replay_filter(shield: BudgetShield, inputs: Sequence[tuple[Any, ...]]) -> float:
-    """Run the recorded filter calls again (the v1 filter samples nothing); their CPU seconds."""
+    """Run the recorded filter calls again (the filter samples nothing); their CPU seconds."""
     shield.reset(len(inputs[0][1]), seed=0)
     started = time.process_time()
     for obs, proposed, logits, step in inputs:
@@ -484,7 +484,7 @@ def proposal_seconds(shield: BudgetShield, inputs: Sequence[tuple[Any, ...]]) ->
 
 
 def filter_arithmetic(experiment: Mapping[str, Any], env_name: str, sizes: Sizes) -> dict[str, Any]:
-    """FLOPs and arithmetic share of the v1 filter, models fitted on `sizes.passive` rollouts."""
+    """FLOPs and arithmetic share of the filter, models fitted on `sizes.passive` rollouts."""
     config = run_config(
         experiment,
         env_name,
@@ -495,7 +495,7 @@ def filter_arithmetic(experiment: Mapping[str, Any], env_name: str, sizes: Sizes
     )
     trainer = make_trainer(config)
     if not isinstance(trainer, ShieldedIPPO) or not isinstance(trainer.shield, BudgetShield):
-        raise RuntimeError(f"{env_name}: the default shield is not the v1 shield")
+        raise RuntimeError(f"{env_name}: the default shield is not the shield")
     for update in range(sizes.passive):
         trainer.collect_rollout()
         trainer.after_update(update)
@@ -572,7 +572,7 @@ def alternate(
 def side_by_side(
     experiment: Mapping[str, Any], env_name: str, algo: str, sizes: Sizes, coordination: str
 ) -> tuple[list[IPPO], ShieldedIPPO, int, int]:
-    """Two `ippo` trainers and one of the v1 shield `algo` (its `coordination`) on `env_name`,
+    """Two `ippo` trainers and one of the shield `algo` (its `coordination`) on `env_name`,
     at `sizes`: (ippo runs, shield run, its watching updates, the updates to measure)."""
     overrides = {"patience": sizes.patience, "num_envs": sizes.num_envs, "rollouts": sizes.rollouts}
     ippo = [make_trainer(run_config(experiment, env_name, "ippo", **overrides)) for _ in range(2)]
@@ -582,7 +582,7 @@ def side_by_side(
         or not isinstance(shielded.shield, BudgetShield)
         or shielded.shield.config.coordination != coordination
     ):
-        raise RuntimeError(f"{env_name}: {algo} is not the {coordination} v1 shield")
+        raise RuntimeError(f"{env_name}: {algo} is not the {coordination} shield")
     patience = shielded.shield_cfg.shield_patience
     updates = patience + sizes.armed_updates
     if updates > shielded.num_updates:
@@ -630,7 +630,7 @@ def training_cost(
     spent = {k: after.get(k, 0.0) - before.get(k, 0.0) for k in keys}
     armed_shield = float(shield_seconds[armed].sum())
     ippo_armed = float(reference[armed].sum())
-    # The floor: ippo's update plus what no v1 shield at these models can skip.
+    # The floor: ippo's update plus what no shield at these models can skip.
     judged = proposal_seconds(shielded.shield, armed_inputs)
     stored = max(0.0, spent["collect"] - spent["filter"] - spent["ippo_collect"] / 2)
     rows = shielded.updates[armed]
@@ -720,7 +720,7 @@ def evaluation_cost(trainer: ShieldedIPPO, sizes: Sizes, *, floor: bool = True) 
         return seconds
 
     if not isinstance(shield, BudgetShield):
-        raise RuntimeError(f"{config.env_name}: the trained shield is not the v1 shield")
+        raise RuntimeError(f"{config.env_name}: the trained shield is not the shield")
     # Every pass of a mode runs the same episodes with the same actions: the counts of the
     # passes are equal, and counting costs microseconds per call.
     with count_stages(shield) as stages:
@@ -926,7 +926,7 @@ def render_markdown(r: Mapping[str, Any], *, command: str = "python -m benchmark
         "reference. Split of the shield's armed updates: collection (env and policy, without "
         "the filter), filter, model fitting (`after_update`), rest (advantages, PPO update).",
         "",
-        "Floor: what no v1 shield at these models can skip, as a multiple of ippo's armed "
+        "Floor: what no shield at these models can skip, as a multiple of ippo's armed "
         "updates: ippo's own work plus each step's proposals judged once (q of the proposed "
         "joint action of every copy, one batched model call per step, timed on the armed "
         "updates' recorded filter inputs; nothing searched, no model fitted); *with storage*: "

@@ -1,6 +1,6 @@
 """What cheaper shield models buy in CPU time, and what they cost in safety.
 
-The v1 shield's remaining cost (`benchmarks.shield`) is its models' arithmetic: fitting the
+The shield's remaining cost (`benchmarks.shield`) is its models' arithmetic: fitting the
 world model, cost model and safety critic after every update, and the filter's judgements
 through them. This benchmark applies one lever at a time (`LEVERS`: a model setting of the
 default experiment's `shield`, or the cheap settings together) to run 0 of each env of

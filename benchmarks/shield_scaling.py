@@ -1,8 +1,8 @@
-"""How the v1 shield's work per decision grows with the team: `coordinate` against `exhaustive`,
+"""How the shield's work per decision grows with the team: `coordinate` against `exhaustive`,
 and the decentralised shield (`shield_dec`).
 
 For n_agents = 2, 3, 4 and 5 of the grid tasks (the sizes each task allows: `intersection` has
-four arms, so at most 4 agents), a v1 shield with fresh (untrained) models is built for the
+four arms, so at most 4 agents), a shield with fresh (untrained) models is built for the
 env's dimensions (`build_shield`, the default shield config) and its allowance set to 0, so
 that no proposal and no one-agent change passes and every decision runs the search: the worst
 case of the filter. Per decision it counts the joint actions judged (the options
@@ -32,7 +32,6 @@ import torch
 
 from benchmarks.common import machine_info, write_section
 from src.algos.shield.assemble import build_shield
-from src.algos.shield.budget import BudgetShield
 from src.config.run import RunConfig, make_run_config
 from src.envs.registry import make_vector_env
 
@@ -52,8 +51,6 @@ def measure(env_name: str, n_agents: int, search: str, *, copies: int, steps: in
             env_name=env_name,
             algo="shield" if central else "shield_dec",
             n_agents=n_agents,
-            shield_version="v1",
-            wm_version="v1",
             algo_params={"search": search} if central else {},
         )
     )
@@ -63,14 +60,9 @@ def measure(env_name: str, n_agents: int, search: str, *, copies: int, steps: in
         n_agents=env.n_agents,
         obs_dim=env.obs_dim,
         n_actions=env.n_actions,
-        max_steps=int(env.max_steps),
-        # Only v0 imagines the policy; v1 judges the actual proposals.
-        policy_logits=lambda obs, agent: torch.zeros(obs.shape[0], env.n_actions),
         seed=0,
     )
     shield = parts.shield
-    if not isinstance(shield, BudgetShield):
-        raise TypeError("the v1 shield was expected")
     shield.allowance = 0.0
     judged = 0
     original = shield.raw_risk_options

@@ -1,6 +1,6 @@
-"""The v1 shield's calibrated risks (its per-decision estimates U) against the true environment.
+"""The shield's calibrated risks (its per-decision estimates U) against the true environment.
 
-For trained v1 shield runs (`shield`, `shield_dec`) on the native grid tasks, the deployed
+For trained shield runs (`shield`, `shield_dec`) on the native grid tasks, the deployed
 shielded team (`load_actor(run, shielded=True)`) plays `--episodes` evaluation episodes (the
 run's evaluation reset seeds, capped at the constraint horizon); at `--steps` steps spread
 over the episode, every env copy is a *decision*. Per decision, with w its `remaining` steps
@@ -47,7 +47,7 @@ runs) takes tens to hundreds of rollouts (no violation in n bounds it by about 2
 many times the rest of the benchmark's cost, for the one or two fallbacks among a run's
 sampled decisions. Their true risks are among the decisions'.
 
-Run: `python -m benchmarks.shield_truth --runs DIR [DIR ...]` on run folders of a v1 shield
+Run: `python -m benchmarks.shield_truth --runs DIR [DIR ...]` on run folders of a shield
 (e.g. `results/default/runs/hazard_grid/shield/run0`); prints a Markdown table, writes
 `benchmarks/out/shield_truth.json`, and with `--write` the section of BENCHMARKS.md. The
 defaults give 216 decisions per run (24 episodes x 9 steps), in about 65 CPU-seconds for an
@@ -90,7 +90,7 @@ OUT = ROOT / "benchmarks" / "out"
 SECTION = "shield_truth"
 SECTION_HEADING = "## Shield truth"
 SECTION_INTRO = (
-    "The v1 shield's calibrated risk U of each joint action it executes against the true risk of "
+    "The shield's calibrated risk U of each joint action it executes against the true risk of "
     "that decision in the real env (`benchmarks/shield_truth.py`, whose docstring defines the "
     "numbers; the block below is written by `--write`)."
 )
@@ -144,7 +144,7 @@ def check_run(
     actor = load_actor(run_dir, shielded=True)
     shield = actor.action_filter
     if not isinstance(shield, BudgetShield):
-        raise ValueError(f"{run_dir} is not a run of the v1 shield")
+        raise ValueError(f"{run_dir} is not a run of the shield")
     # The deployed policy that acts on the clones after each decision: its own shield state.
     follower = load_actor(run_dir, shielded=True)
     config = actor.config
@@ -364,7 +364,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Command line: check the given run folders, print Markdown, save JSON (`--write`: and
     the BENCHMARKS.md block)."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--runs", type=Path, nargs="+", required=True, help="v1 shield runs")
+    parser.add_argument("--runs", type=Path, nargs="+", required=True, help="shield runs")
     parser.add_argument("--episodes", type=int, default=24, help="evaluation episodes per run")
     parser.add_argument("--steps", type=int, default=9, help="sampled steps per episode")
     parser.add_argument("--rollouts", type=int, default=100, help="clones per decision, deployed")

@@ -1,4 +1,4 @@
-"""The v1 shield's design choices, each against the default, on the default experiment.
+"""The shield's design choices, each against the default, on the default experiment.
 
 For every env of `config/config.yaml`, run 0 of the `shield` algorithm is trained with the
 default experiment's run config (resolved as the workflow resolves it) and with one setting
@@ -139,7 +139,7 @@ def render_markdown(results: Mapping[str, Any]) -> str:
     """The BENCHMARKS.md section."""
     m = results["machine"]
     lines = [
-        "## Shield v1: design choices",
+        "## Shield: design choices",
         "",
         f"`python -m benchmarks.shield_variants` on {m['platform']}, {m['cpus']} CPUs, torch "
         f"{m['torch']} on {m['threads']} thread. Run 0 of `shield` at the default experiment "

@@ -9,15 +9,13 @@ update; the same window for every algorithm, so the comparison is paired in time
   95% interval,
 - the per-agent-step cost rate (cost / (length x agents)),
 - the mean team return, the training wall time and the part of it spent in the shield's filter,
-- for the shield, over its armed updates: the share of (copy, agent) decisions it overrode and
-  the share where no candidate met `max_risk` (it then took the lowest bound).
+- for the shield, over its armed updates: the share of agent-steps whose action it overrode
+  and the share of its (copy, step) decisions that fell back to the least-risk joint action
+  found for want of any other within the allowance.
 
-With `--diagnose`, each shield run's final models are also checked against ground truth
-(`src.algos.shield.diagnostics`): the world model's cost calibration on fresh real transitions of
-the final policy, and the real-dynamics risk of every candidate action (Monte Carlo through the
-env's `get_state`/`set_state`) against the shield's imagined k / K, at lookahead 1 and 3.
+The shield's calibrated risks against the true env are `benchmarks/shield_truth.py`'s.
 
-Run: `python -m benchmarks.shield_vs_baselines [--runs N] [--out DIR] [--diagnose]`. Writes
+Run: `python -m benchmarks.shield_vs_baselines [--runs N] [--out DIR]`. Writes
 `benchmarks/out/shield_vs_baselines.json` and prints a Markdown table. Not part of
 `make bench` (it trains 6 x N runs).
 """
@@ -34,7 +32,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import torch
 import yaml
 
 from src.algos.metrics import (
@@ -43,18 +40,7 @@ from src.algos.metrics import (
     SHIELD_NO_SAFE_ACTION,
     SHIELD_SECONDS,
 )
-from src.algos.networks import ActorCritic
-from src.algos.shield.assemble import load_shield
-from src.algos.shield.diagnostics import (
-    cost_calibration,
-    model_lookahead_risk,
-    risk_summary,
-    sample_actor_actions,
-    true_lookahead_risk,
-)
-from src.algos.shield.replay import TransitionReplay
-from src.algos.train import make_vector_env_for, train_run
-from src.config.run import RunConfig
+from src.algos.train import train_run
 from src.config.workflow import resolve_run_config, validate_workflow_config
 from src.core.io import load_from_file
 from src.records import load_history
@@ -95,96 +81,26 @@ def window_stats(run_dir: Path, config: dict[str, Any]) -> dict[str, Any]:
 
 
 def decision_stats(updates: list[dict[str, Any]], config: dict[str, Any]) -> dict[str, Any]:
-    """Shares of the armed updates' decisions that were overridden or had no safe candidate.
+    """Shares of the armed updates' agent-steps whose action the shield overrode and of its
+    decisions that fell back to the least-risk joint action.
 
-    Every armed update judges one decision per (copy, agent, rollout step). NaN for runs
-    without a shield (no update is armed).
+    Every armed update decides once per (copy, rollout step), for all agents of the copy.
+    NaN for runs without a shield (no update is armed).
     """
     armed = [row for row in updates if row.get(SHIELD_ARMED)]
-    decisions = len(armed) * config["num_envs"] * config["rollouts"] * config["n_agents"]
+    decisions = len(armed) * config["num_envs"] * config["rollouts"]
     if not decisions:
         return {"decisions": 0, "intervention_rate": float("nan"), "no_safe_rate": float("nan")}
+    agent_steps = decisions * config["n_agents"]
     return {
         "decisions": decisions,
-        "intervention_rate": sum(row.get(SHIELD_INTERVENTIONS) or 0.0 for row in armed) / decisions,
+        "intervention_rate": sum(row.get(SHIELD_INTERVENTIONS) or 0.0 for row in armed)
+        / agent_steps,
         "no_safe_rate": sum(row.get(SHIELD_NO_SAFE_ACTION) or 0.0 for row in armed) / decisions,
     }
 
 
-def diagnose(
-    run_dir: Path,
-    config: dict[str, Any],
-    *,
-    snapshots: int = 4,
-    every: int = 25,
-    rollouts: int = 200,
-    lookaheads: Sequence[int] = (1, 3),
-) -> dict[str, Any]:
-    """Ground-truth checks of a shield run's final models (see the module docstring).
-
-    The final policy runs unshielded for `snapshots * every` steps in a fresh env (seed
-    offset by 10^6 from training); its transitions score the cost calibration, and every
-    `every` steps each (copy, agent, candidate) gets its real and imagined lookahead risk.
-    """
-    files = RunFiles(run_dir)
-    state = load_from_file(files.root, files.policy.name)
-    net = ActorCritic.from_policy_state(state)
-    shield = load_shield(state, RunConfig.from_dict(config), net=net)
-    fresh = {**config, "seed_offset": config["seed_offset"] + 1_000_000}
-    env = make_vector_env_for(RunConfig.from_dict({**fresh, "seed": config["seed"] + 1_000_000}))
-    try:
-        obs = env.reset()
-        a, d = env.n_agents, env.obs_dim
-        replay = TransitionReplay(
-            capacity=2 * snapshots * every * env.num_envs + 2,
-            n_agents=a,
-            obs_dim=d,
-            valid_fraction=0.5,
-            seed=config["seed"],
-        )
-        generator = torch.Generator().manual_seed(config["seed"])
-        true_risk: dict[int, list[np.ndarray]] = {k: [] for k in lookaheads}
-        model_risk: dict[int, list[np.ndarray]] = {k: [] for k in lookaheads}
-        for step in range(snapshots * every):
-            if step % every == every - 1:
-                for k in lookaheads:
-                    true_risk[k].append(
-                        true_lookahead_risk(
-                            env, net, lookahead=k, rollouts=rollouts, seed=config["seed"] + step
-                        )
-                    )
-                    model_risk[k].append(
-                        model_lookahead_risk(shield, obs, lookahead=k, rollouts=rollouts)
-                    )
-            actions = sample_actor_actions(net, obs, generator)
-            result = env.step(actions)
-            replay.add(
-                obs=torch.from_numpy(obs.reshape(env.num_envs, a * d)),
-                action=torch.from_numpy(actions),
-                next_obs=torch.from_numpy(result.final_obs.reshape(env.num_envs, a * d)),
-                cost=torch.from_numpy((np.asarray(result.cost) > 0).astype(np.float32)),
-                done=torch.from_numpy(np.asarray(result.terminated).any(axis=1).astype(np.float32)),
-            )
-            obs = result.obs
-    finally:
-        env.close()
-    calibration = cost_calibration(shield.world_model, replay)
-    return {
-        "calibration": {k: v for k, v in calibration.items() if k != "reliability"},
-        "reliability": calibration["reliability"],
-        "opponent_weight": float(shield.opponent_weight),
-        **{
-            f"lookahead_{k}": risk_summary(
-                np.concatenate(true_risk[k]),
-                np.concatenate(model_risk[k]),
-                max_risk=float(config["max_risk"]),
-            )
-            for k in lookaheads
-        },
-    }
-
-
-def run_all(runs: int, out_dir: Path, *, diagnostics: bool = False) -> list[dict[str, Any]]:
+def run_all(runs: int, out_dir: Path) -> list[dict[str, Any]]:
     """Train every (env, algo, run) in turn; return one record each."""
     workflow = yaml.safe_load((ROOT / "config" / "config.yaml").read_text())
     workflow["num_runs"] = max(workflow.get("num_runs", 1), runs)
@@ -210,8 +126,6 @@ def run_all(runs: int, out_dir: Path, *, diagnostics: bool = False) -> list[dict
                     **window_stats(run_dir, config),
                     **decision_stats(updates, config),
                 }
-                if diagnostics and algo == "shield":
-                    record["diagnostics"] = diagnose(run_dir, config)
                 print(json.dumps(record), flush=True)
                 records.append(record)
     return records
@@ -221,7 +135,7 @@ def render_markdown(records: list[dict[str, Any]]) -> str:
     """One row per (env, algo, run)."""
     lines = [
         "| env | algo | run | episodes | violation rate [95% CI] | cost / agent-step | "
-        "mean return | interventions / episode | no safe action / decision | train s | "
+        "mean return | interventions / episode | fallbacks / decision | train s | "
         "of which filter s |",
         "|---|---|---:|---:|---|---:|---:|---:|---:|---:|---:|",
     ]
@@ -247,14 +161,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=1, help="run indices (seeds) per pair")
     parser.add_argument("--out", type=Path, default=None, help="run folders (default: temp)")
-    parser.add_argument(
-        "--diagnose", action="store_true", help="check the shield runs' models against truth"
-    )
     args = parser.parse_args(argv)
     if args.runs < 1:
         raise SystemExit("--runs must be >= 1")
     with tempfile.TemporaryDirectory() as tmp:
-        records = run_all(args.runs, args.out or Path(tmp), diagnostics=args.diagnose)
+        records = run_all(args.runs, args.out or Path(tmp))
     markdown = render_markdown(records)
     print(markdown)
     OUT.mkdir(parents=True, exist_ok=True)

@@ -12,9 +12,9 @@ per-episode arrays. It errs on the large side.
 from __future__ import annotations
 
 import itertools
-import math
 
 from src.config.run import RunConfig
+from src.config.shield import MAX_IMAGINED_ROWS, ShieldConfig
 
 __all__ = ["INTERPRETER_MB", "eval_memory_mb", "train_memory_mb"]
 
@@ -29,6 +29,30 @@ _SHORTEST_EPISODE = 4  # steps; bounds the number of episodes of a run
 def _mlp_params(in_dim: int, hidden: tuple[int, ...], out_dim: int) -> int:
     sizes = (in_dim, *hidden, out_dim)
     return sum(a * b + b for a, b in itertools.pairwise(sizes))
+
+
+def _imagined_rows(shield: ShieldConfig, *, copies: int, n_agents: int, n_actions: int) -> int:
+    """Rows (member, state, joint action) of the shield's largest batch of model calls, on the
+    large side: every joint action of every copy judged (as `search: exhaustive` does), each
+    with its imagined successors (`lookahead`), or the decentralised shield's actions of every
+    agent against their completions of the others' (valued for every agent); the critic's
+    backup of both ends of its batch over every joint action."""
+    a, n = n_agents, n_actions
+    joint = n**a
+    if shield.coordination == "decentralised":
+        decisions = copies * a * n * min(shield.opponent_samples, n ** (a - 1)) * a
+    else:
+        decisions = copies * joint * min(joint ** (shield.lookahead - 1), MAX_IMAGINED_ROWS)
+    backup = 2 * shield.critic_batch_size * joint
+    return shield.ensemble_size * max(decisions, backup)
+
+
+def _imagined_row_bytes(shield: ShieldConfig, *, joint_dim: int, n_agents: int) -> float:
+    """Bytes of one imagined row: the activations of the dynamics' and of every agent's cost
+    model's hidden layers, the critic's, the successor and the outputs."""
+    hidden = sum(shield.wm_hidden)
+    floats = (1 + n_agents) * hidden + sum(shield.critic_hidden) + 2 * joint_dim + n_agents + 1
+    return floats * _FLOAT
 
 
 def train_memory_mb(config: RunConfig, *, obs_dim: int, n_actions: int) -> dict[str, float]:
@@ -58,19 +82,24 @@ def train_memory_mb(config: RunConfig, *, obs_dim: int, n_actions: int) -> dict[
         shield = config.shield
         joint = a * d
         row = (2 * joint + 2 * a + 1) * _FLOAT + a * 8
-        wm_width = max((joint + a * n_actions, *shield.wm_hidden, joint + a + 1))
-        imagined = e * a * n_actions * math.ceil(shield.rollout_count * 8)
+        rows = _imagined_rows(shield, copies=e, n_agents=a, n_actions=n_actions)
         parts["shield replay"] = shield.replay_size * row / _MB
-        parts["shield imagination"] = imagined * (4 * wm_width + 2 * joint) * _FLOAT / _MB
-        wm_params = shield.ensemble_size * _mlp_params(
-            joint + a * n_actions, shield.wm_hidden, joint + a + 1
+        parts["shield imagination"] = (
+            rows * _imagined_row_bytes(shield, joint_dim=joint, n_agents=a) / _MB
         )
-        parts["shield models"] = 4 * wm_params * _FLOAT / _MB
+        # The dynamics, the agents' cost model, the critics with their targets (the rival's
+        # too) and the opponent model.
+        model_params = shield.ensemble_size * (
+            _mlp_params(joint + a * n_actions, shield.wm_hidden, joint + a + 1)
+            + _mlp_params(d + a * n_actions + a, shield.wm_hidden, 1)
+            + 4 * _mlp_params(joint + 1 + a, shield.critic_hidden, 1)
+        ) + _mlp_params(d + a, shield.om_hidden, n_actions)
+        parts["shield models"] = 4 * model_params * _FLOAT / _MB
     parts["total"] = sum(parts.values())
     return parts
 
 
-def eval_memory_mb(config: RunConfig, *, obs_dim: int) -> dict[str, float]:
+def eval_memory_mb(config: RunConfig, *, obs_dim: int, n_actions: int) -> dict[str, float]:
     """Estimated peak memory (MB) of evaluating `config`'s final policy, by part."""
     settings = config.evaluation
     n, horizon = settings.episodes, settings.max_horizon
@@ -83,8 +112,8 @@ def eval_memory_mb(config: RunConfig, *, obs_dim: int) -> dict[str, float]:
         "batch": batch * a * (obs_dim + a) * _FLOAT * 8 / _MB,
     }
     if config.shield is not None:
-        parts["shield imagination"] = (
-            batch * a * 5 * config.shield.rollout_count * 8 * 4 * a * obs_dim * _FLOAT / _MB
-        )
+        rows = _imagined_rows(config.shield, copies=batch, n_agents=a, n_actions=n_actions)
+        row_bytes = _imagined_row_bytes(config.shield, joint_dim=a * obs_dim, n_agents=a)
+        parts["shield imagination"] = rows * row_bytes / _MB
     parts["total"] = sum(parts.values())
     return parts

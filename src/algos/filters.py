@@ -3,8 +3,8 @@
 A filter sees the observations, the policy's proposed actions and logits and the step of the
 episode the actions take, and returns the executed actions with a per-agent flag of where it
 changed them. The trainer (`IPPO.action_filter`) and the deployed policy (`Actor`) call it the
-same way; the shields (`src.algos.shield.shield.Shield`, `src.algos.shield.budget.BudgetShield`)
-are `RiskFilter`s: they share its argument checks (`check_filter_inputs`), timing and counters.
+same way; the shield (`src.algos.shield.budget.BudgetShield`) is a `RiskFilter`: it shares
+its argument checks (`check_filter_inputs`), timing and counters.
 """
 
 from __future__ import annotations

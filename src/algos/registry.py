@@ -33,6 +33,7 @@ __all__ = [
     "ALGORITHMS",
     "CAPABILITY_DEFAULTS",
     "REQUIRED_METHODS",
+    "RETIRED_VERSIONS",
     "SECTION_NAMES",
     "VERSIONS",
     "AlgorithmSpec",
@@ -52,9 +53,23 @@ ACTION_KINDS: tuple[str, ...] = ("discrete", "box")
 VERSIONS: dict[str, tuple[str, ...]] = {
     "ippo_version": ("v0",),
     "lag_version": ("v0", "pid"),
-    "shield_version": ("v0", "v1"),
-    "wm_version": ("v0", "v1"),
+    "shield_version": ("v0",),
+    "wm_version": ("v0",),
     "om_version": ("v0",),
+}
+
+
+# Version names that earlier code recorded and that name nothing now: key -> {name: why}. A
+# run config or a workflow config with one is refused with the reason (`src.config.run`).
+RETIRED_VERSIONS: dict[str, dict[str, str]] = {
+    "shield_version": {
+        "v1": "v1 named the certified shield until it became v0 and the old v0 shield was "
+        "removed: a config or run folder with v1 is from an older code version",
+    },
+    "wm_version": {
+        "v1": "v1 named the certified shield's world model until it became v0 and the old v0 "
+        "world model was retired: a config or run folder with v1 is from an older code version",
+    },
 }
 
 
@@ -121,7 +136,7 @@ ALGORITHMS: dict[str, AlgorithmSpec] = {
         shielded=True,
         multiplier=False,
         sections=("ppo", "shield"),
-        version_keys=("wm_version", "om_version", "shield_version"),
+        version_keys=("shield_version", "wm_version", "om_version"),
     ),
     "shield_dec": AlgorithmSpec(
         name="shield_dec",
@@ -130,7 +145,7 @@ ALGORITHMS: dict[str, AlgorithmSpec] = {
         shielded=True,
         multiplier=False,
         sections=("ppo", "shield"),
-        version_keys=("wm_version", "om_version", "shield_version"),
+        version_keys=("shield_version", "wm_version", "om_version"),
         fixed={"coordination": "decentralised"},
     ),
 }

@@ -717,7 +717,7 @@ def write_results_doc(
         lines += [
             "## Certificates of the shields",
             "",
-            "At the end of training the v1 shield tests its allowances, most cautious first, on "
+            "At the end of training the shield tests its allowances, most cautious first, on "
             "calibration episodes in the real env (reset seeds that training and evaluation "
             "never use): an allowance passes when its violating episodes are few enough for "
             "the binomial test at level delta, the test stops at the first that fails, and "

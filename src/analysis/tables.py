@@ -20,7 +20,7 @@ against the runs' `max_risk` (from their configs): "met" (the between-run interv
 <= `max_risk`), "point" (only the mean of the runs' rates) or "not met". Horizons beyond the
 constraint horizon are marked as beyond the constraint in the Markdown and LaTeX tables.
 
-The deployed policy of a shielded algorithm whose runs carry a certificate (the v1 shield's
+The deployed policy of a shielded algorithm whose runs carry a certificate (the shield's
 fixed-sequence test on calibration episodes, the `certified` / `cert_*` columns of the
 evaluation) gets `certified_runs`, the number of its runs whose certificate passed, and
 `certificate`, a count, e.g. "2/3 runs certified (each its own test: ≤ 0.1 at delta = 0.05;

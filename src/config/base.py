@@ -36,6 +36,7 @@ __all__ = [
     "REQUIRED_BASE_KEYS",
     "REWARD_MODES",
     "SEED_MAX",
+    "UNREAD_KEYS",
     "VERSION_KEYS",
     "WANDB_MODES",
     "check_base_value",
@@ -50,6 +51,11 @@ REWARD_MODES = ("bayesian", "frequentist", "mean")
 CREDIBLE_SCHEDULES = ("summable", "constant")
 # Base-config keys that select an implementation variant from a registry.
 VERSION_KEYS = ("ippo_version", "lag_version", "shield_version", "wm_version", "om_version")
+UNREAD_KEYS = ("shield_reward_mode", "shield_credible_schedule")
+"""Keys of `create_base_config` by whose value no shield version decides: accepted with their
+default only (`_unread`), so that a config which sets another one is refused instead of
+ignored. The shield decides by its models' risk against its allowance and certifies with its
+own exact test; only the calibrated risk it reports uses these defaults."""
 
 _TAG_PATTERN = re.compile(r"[A-Za-z0-9_.\-]*")
 # Characters wandb refuses in a project name (it names a URL path segment on the server).
@@ -75,6 +81,19 @@ def _horizons(key: str, value: Any) -> list[int]:
     if any(b <= a for a, b in itertools.pairwise(horizons)):
         raise fail(key, value, requirement)
     return horizons
+
+
+def _unread(key: str, value: Any) -> str:
+    # The default of `key` in create_base_config's signature (read at call time).
+    default = inspect.signature(create_base_config).parameters[key].default
+    if value != default:
+        raise ConfigError(
+            f"{key}={value!r}: no shield version decides by another value (the shield decides "
+            "by its models' risk against its allowance and certifies with its own exact test; "
+            f"the calibrated risk it reports uses the default {default!r}); leave it at "
+            f"{default!r} or remove it"
+        )
+    return default
 
 
 def _wandb_project(key: str, value: Any) -> str:
@@ -144,9 +163,9 @@ BASE_CHECKS: dict[str, Callable[[str, Any], Any]] = {
     "use_wandb": check_bool,
     "shield_patience": _non_negative,
     "shield_opponent_mode": lambda k, v: check_choice(k, v, OPPONENT_MODES),
-    "shield_reward_mode": lambda k, v: check_choice(k, v, REWARD_MODES),
+    "shield_reward_mode": _unread,
     "shield_credible_delta": check_probability,
-    "shield_credible_schedule": lambda k, v: check_choice(k, v, CREDIBLE_SCHEDULES),
+    "shield_credible_schedule": _unread,
     "experiment_tag": _tag,
     "seed_offset": _non_negative,
     "wm_version": check_str,
@@ -263,6 +282,8 @@ def create_base_config(
 
     Every value is checked (type, range, known mode) and a bad one raises `ConfigError`
     naming the key and the value, e.g. ``max_risk=1.5: must be a float in (0.0, 1.0)``.
+    `shield_reward_mode` and `shield_credible_schedule` take their defaults only
+    (`UNREAD_KEYS`: no shield version decides by them).
     Cross-key rules: `mini_batches` divides the PPO batch `num_envs * rollouts * n_agents`,
     `timesteps >= num_envs * rollouts` (at least one policy update), and every derived seed
     (`seed_offset + run + env copy`, `final_policy_eval_seed_offset + episode`) is at most

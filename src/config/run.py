@@ -27,7 +27,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from src.algos.registry import get_algorithm, versions_of
+from src.algos.registry import RETIRED_VERSIONS, get_algorithm, versions_of
 from src.checks import ConfigError, check_int, check_mapping, check_str, fail
 from src.config.base import REQUIRED_BASE_KEYS, create_base_config, recorded_constraint_horizon
 from src.config.evaluation import EvalConfig
@@ -202,9 +202,10 @@ class RunConfig:
         for key in spec.version_keys:
             if base[key] not in versions_of(key):
                 known = ", ".join(sorted(versions_of(key)))
+                retired = RETIRED_VERSIONS.get(key, {}).get(base[key])
                 raise ConfigError(
                     f"{key}={base[key]!r}: unknown {key} {base[key]!r} for {spec.name}; "
-                    f"known: {known}"
+                    f"known: {known}" + (f" ({retired})" if retired else "")
                 )
 
         sections = {name: SECTIONS[name] for name in spec.sections}

@@ -1,8 +1,9 @@
-"""The `shield` section of the run config: the shield, its world model and opponent model.
+"""The `shield` section of the run config: the shield, its world model, critic and opponent model.
 
 The knobs of `create_base_config` (`max_risk`, `shield_patience`, the modes, the credible
-delta and schedule, the versions) come from the base config; the rest (rollout count,
-lookahead, model sizes and training) have defaults and may be set through `algo_params`.
+delta and schedule, the versions) come from the base config; the rest (lookahead, horizon,
+model sizes and training, calibration and certificate) have defaults and may be set through
+`algo_params`.
 """
 
 from __future__ import annotations
@@ -28,36 +29,27 @@ from src.config.section import Section
 __all__ = ["MAX_IMAGINED_ROWS", "MAX_JOINT_ACTIONS", "ShieldConfig"]
 
 MAX_JOINT_ACTIONS = 4096
-"""Most joint actions the v1 shield enumerates (n_actions ** n_agents)."""
+"""Most joint actions the shield enumerates (n_actions ** n_agents)."""
 MAX_IMAGINED_ROWS = 100_000
 """Most imagined successors per judged joint action (joint ** (lookahead - 1))."""
 
 RISK_SCOPES = ("episode", "receding")
-"""What the v1 shield's allowance bounds (ShieldConfig.risk_scope)."""
+"""What the shield's allowance bounds (ShieldConfig.risk_scope)."""
 SEARCHES = ("coordinate", "exhaustive")
-"""How the v1 shield looks for a joint action when neither the proposal nor any change of one
+"""How the shield looks for a joint action when neither the proposal nor any change of one
 agent's action is within the allowance (ShieldConfig.search)."""
 BACKUPS = ("exhaustive", "coordinate")
-"""How the v1 safety critic's backup finds its least risk over joint actions
+"""How the safety critic's backup finds its least risk over joint actions
 (ShieldConfig.backup)."""
 COORDINATIONS = ("central", "decentralised")
-"""Who decides in the v1 shield (ShieldConfig.coordination)."""
+"""Who decides in the shield (ShieldConfig.coordination)."""
 CONTINUATIONS = ("team", "opponent", "auto")
-"""Who acts beyond the current step in the v1 critic's risk (ShieldConfig.continuation)."""
+"""Who acts beyond the current step in the critic's risk (ShieldConfig.continuation)."""
 LEARN_FROM = ("executed", "proposals")
-"""Which action of a shielded step the v1 base policy learns from (ShieldConfig.learn_from)."""
+"""Which action of a shielded step the base policy learns from (ShieldConfig.learn_from)."""
 
 _positive_int = partial(check_int, low=1, high=1_000_000)
 _positive = partial(check_float, low=0.0)
-
-
-def _growth(name: str, value: Any) -> float:
-    # c >= 1 lets a clean sample (k = 0) certify (see src.algos.shield.bounds).
-    return check_float(name, value, low=1.0, open_low=False)
-
-
-def _screen(name: str, value: Any) -> float:
-    return check_float(name, value, low=0.0, high=1.0)
 
 
 def _replay_size(name: str, value: Any) -> int:
@@ -76,7 +68,7 @@ def _multiples(name: str, value: Any) -> tuple[float, ...]:
 
 @dataclass(frozen=True, kw_only=True)
 class ShieldConfig(Section):
-    """Configuration of the shield, its world model and its opponent model."""
+    """Configuration of the shield, its world model, its safety critic and its opponent model."""
 
     BASE_KEYS: ClassVar[tuple[str, ...]] = (
         "max_risk",
@@ -90,10 +82,7 @@ class ShieldConfig(Section):
         "shield_version",
     )
     RULES: ClassVar[Mapping[str, Callable[[str, Any], Any]]] = {
-        "rollout_count": _positive_int,
         "lookahead": _positive_int,
-        "rollout_growth": _growth,
-        "screen_fraction": _screen,
         "ensemble_size": _positive_int,
         "wm_hidden": check_int_tuple,
         "om_hidden": check_int_tuple,
@@ -129,17 +118,22 @@ class ShieldConfig(Section):
     }
 
     max_risk: float
-    """Largest acceptable bound on the probability of a violation within the lookahead."""
+    """The constraint: P(violation within the constraint horizon) <= max_risk, which the
+    allowance adapts to in training and the certificate tests."""
     shield_patience: int
     """Policy updates during which the shield only watches and trains its models."""
     shield_opponent_mode: str
-    """How other agents act inside the imagination: `model`, `uniform` or `monotone_floor`."""
+    """`coordination: decentralised`: how far the opponent model's predictions of the other
+    agents are trusted (mixed with uniform): `model`, `uniform` or `monotone_floor`."""
     shield_reward_mode: str
-    """Risk bound from k violations in K rollouts: `bayesian`, `frequentist` or `mean`."""
+    """Upper bound of the logged calibration (`bounds.risk_bound`); only its default,
+    `bayesian`, is accepted (`src.config.base`)."""
     shield_credible_delta: float
-    """Failure probability delta of the bounds (of all of an episode's bounds if summable)."""
+    """Failure probability delta of the certificate (and the confidence of the logged
+    calibration)."""
     shield_credible_schedule: str
-    """delta_t per episode step: `summable` (6 delta / (pi^2 t^2)) or `constant` (delta)."""
+    """How the logged calibration spreads delta over the model fits (`bounds.credible_delta`);
+    only its default, `summable`, is accepted (`src.config.base`)."""
     wm_version: str
     """World-model implementation, a key of `WM_VERSIONS`."""
     om_version: str
@@ -147,22 +141,13 @@ class ShieldConfig(Section):
     shield_version: str
     """Shield implementation, a key of `SHIELD_VERSIONS`."""
 
-    rollout_count: int = 32
-    """Base rollout count K per candidate action (grown with the episode step, see bounds.py)."""
     lookahead: int = 1
-    """Lookahead L: imagined steps per rollout, the first one taking the candidate action.
-
-    After the first step a rollout follows the *unshielded* policy, whose risky moves the
-    shield filters anyway when they come; with L > 1 every candidate is charged with them."""
-    rollout_growth: float = 2.0
-    """c in K_t = max(K, ceil(c ln(1/delta_t) / max_risk)); c >= 1 lets k = 0 certify.
-
-    At c = 1 only k = 0 certifies; at c = 2 a few imagined violations still certify."""
-    screen_fraction: float = 0.25
-    """Share of K spent first on every candidate; one that is already certain to fail its bound
-    stops there (decisions are unchanged, see Shield._judge). 1 disables screening."""
+    """Lookahead L: imagined steps of each member's model per judged joint action, the first
+    taking it, each later one the member's own safest joint action; the critic values the
+    last successor over the steps then left."""
     ensemble_size: int = 4
-    """World-model ensemble members; each rollout uses one (rollout j -> member j mod size)."""
+    """World-model (and safety-critic) ensemble members; the models' risk q is the worst
+    member's."""
     wm_hidden: tuple[int, ...] = (64, 64)
     """Hidden layer widths of each world-model member."""
     om_hidden: tuple[int, ...] = (64,)
@@ -182,37 +167,37 @@ class ShieldConfig(Section):
     max_valid_batch: int = 4096
     """Most recent validation transitions scored per update (bounds the cost of validation)."""
     critic_hidden: tuple[int, ...] = (64, 64)
-    """v1: hidden layer widths of each member's safety critic V_m (least risk-to-go)."""
+    """Hidden layer widths of each member's safety critic V_m (least risk-to-go)."""
     critic_learning_rate: float = 1e-3
-    """v1: Adam learning rate of the safety critic."""
+    """Adam learning rate of the safety critic."""
     critic_tau: float = 0.05
-    """v1: step of the critic's slowly moving target copy towards the critic after each step."""
+    """Step of the critic's slowly moving target copy towards the critic after each step."""
     critic_steps: int = 16
-    """v1: value-iteration steps of the safety critic per policy update."""
+    """Value-iteration steps of the safety critic per policy update."""
     critic_batch_size: int = 64
-    """v1: replay transitions per member and value-iteration step (both ends are used)."""
+    """Replay transitions per member and value-iteration step (both ends are used)."""
     horizon: int = 10
-    """v1: steps H the calibrated risk U covers (the next H steps with `risk_scope: receding`,
+    """Steps H the calibrated risk U covers (the next H steps with `risk_scope: receding`,
     the first H of the episode with `episode`); the critic learns the least risk over
     h <= H steps. It may exceed the training cap (the evaluation runs episodes longer)."""
     risk_scope: str = "receding"
-    """v1: what the allowance `max_risk` bounds. `receding`: at every step, the certified
+    """What the allowance `max_risk` bounds. `receding`: at every step, the certified
     P(violation within the next `horizon` steps) of the executed joint action followed by the
     safest continuation; `episode`: P(violation within the first `horizon` steps of the
     episode), by an excess budget spent over the episode (docs/design.md, section 6.3)."""
     learn_from: str = "executed"
-    """v1: the base policy learns from the `executed` joint action (the shield's correction
+    """The base policy learns from the `executed` joint action (the shield's correction
     is treated as the policy's own action) or from its own `proposals` (the shield as part of
     the environment)."""
     intervention_penalty: float = 0.05
-    """v1: reward taken from an agent for every step the shield overrides its action, so that
+    """Reward taken from an agent for every step the shield overrides its action, so that
     states which need an override lose value and the policy learns to avoid them."""
     imitation: float = 0.5
-    """v1, `learn_from: executed`: weight of the imitation loss -log pi(executed | obs) on the
+    """`learn_from: executed`: weight of the imitation loss -log pi(executed | obs) on the
     agent-steps the shield overrode (mean over the minibatch's agent-steps), so that the policy
     learns the shield's corrections beyond PPO's clipped step; 0: none."""
     search: str = "coordinate"
-    """v1, `receding`: when neither the proposal nor a change of one agent's action is within
+    """`receding`: when neither the proposal nor a change of one agent's action is within
     the allowance, `coordinate` descends on the risk one agent at a time from the safest of
     those options, each step to the one-agent change of least risk (n_agents * (n_actions - 1)
     joint actions judged at the first step, (n_agents - 1) * (n_actions - 1) at later ones:
@@ -222,28 +207,28 @@ class ShieldConfig(Section):
     `exhaustive` judges every joint action (n_actions **
     n_agents) and executes the most likely one within the allowance, else the safest."""
     search_sweeps: int = 2
-    """v1: the `coordinate` search changes at most `search_sweeps` * n_agents agents' actions
+    """The `coordinate` search changes at most `search_sweeps` * n_agents agents' actions
     (one per step); the critic's `backup: coordinate` sweeps over the agents at most this many
     times."""
     backup: str = "exhaustive"
-    """v1: how the safety critic's backup finds its least risk over joint actions:
+    """How the safety critic's backup finds its least risk over joint actions:
     `exhaustive` judges all n_actions ** n_agents (exact), `coordinate` descends one agent at a
     time from the joint action the replay recorded (at most `search_sweeps` * n_agents *
     (n_actions - 1) + 1, linear in the team; an upper bound, so the critic errs towards more
     risk)."""
     coordination: str = "central"
-    """v1, `receding`: who decides. `central`: one shield judges the team's joint action with
+    """`receding`: who decides. `central`: one shield judges the team's joint action with
     every agent's actual proposal. `decentralised`: each agent's shield sees only its own
     proposal and judges its own action by its expected risk over the others' actions predicted
     by the opponent model (`om_version`), mixed with uniform by the weight
     `shield_opponent_mode` sets; no coordinator, work linear in the team (docs/design.md,
     section 6.3)."""
     opponent_samples: int = 8
-    """v1, `decentralised`: completions of the others' actions per judged own action: all
+    """`decentralised`: completions of the others' actions per judged own action: all
     n_actions ** (n_agents - 1), weighted by their probability, when there are at most this
     many; else this many by Latin hypercube sampling (the work per decision is proportional)."""
     continuation: str = "team"
-    """v1: how the safety critic continues beyond the current step. `team`: the team's safest
+    """How the safety critic continues beyond the current step. `team`: the team's safest
     continuation (every agent acts for safety). `opponent` (needs `decentralised`): each agent
     its own safest continuation, the others acting as the opponent model predicts them (mixed
     with uniform as `shield_opponent_mode` says), one critic value per agent. `auto` (needs
@@ -252,24 +237,24 @@ class ShieldConfig(Section):
     real outcomes of the latest labelled decisions better beyond noise (paired AUC test;
     docs/design.md, section 6.3)."""
     calibration_window: int = 8192
-    """v1: most recent executed decisions with a known outcome that the per-decision
+    """Most recent executed decisions with a known outcome that the per-decision
     calibration map g is fitted on (src/algos/shield/calibration.py)."""
     calibration_bins: int = 8
-    """v1: equal-count bins of the models' risk in the calibration map; the map replaces the
+    """Equal-count bins of the models' risk in the calibration map; the map replaces the
     held-out factor once 100 labelled decisions per bin are there."""
     adapt_rate: float = 0.1
-    """v1: step of the log-allowance per finished training episode after arming,
+    """Step of the log-allowance per finished training episode after arming,
     log a += adapt_rate * (max_risk - violated), violated: within the constraint horizon
     (the certificate's); starting at max_risk; 0 keeps the allowance at
     max_risk."""
     calibration_episodes: int = 200
-    """v1: calibration episodes n per tested allowance of the certificate (run r uses reset
+    """Calibration episodes n per tested allowance of the certificate (run r uses reset
     seeds calibration_seed_offset + r * n + i); 0: no test, the run has no certificate."""
     calibration_seed_offset: int = 20_000_000
-    """v1: reset seed of run 0's first calibration episode; the workflow refuses ranges that
+    """Reset seed of run 0's first calibration episode; the workflow refuses ranges that
     meet the training, evaluation or video seeds or a reserved range (`src.seeds`)."""
     certify_multiples: tuple[float, ...] = (0.3, 0.4, 0.55, 0.7, 0.85, 1.0)
-    """v1: the allowances the certificate tests, most cautious first, as multiples of the
+    """The allowances the certificate tests, most cautious first, as multiples of the
     allowance training settled at (its geometric mean over the second half of the armed
     updates)."""
 
@@ -281,7 +266,7 @@ class ShieldConfig(Section):
     def check_against(self, *, n_agents: int, n_actions: int, max_steps: int) -> None:
         """Refuse settings this env cannot meet, naming the key, the value and what would work.
 
-        Joint actions are enumerated by the v1 shield (n_actions ** n_agents of them, once per
+        Joint actions are enumerated by the shield (n_actions ** n_agents of them, once per
         imagined step), and neither the lookahead nor the risk horizon may be longer than the
         episode.
         """
@@ -290,20 +275,6 @@ class ShieldConfig(Section):
                 raise fail(
                     key, getattr(self, key), f"at most the episode cap max_steps={max_steps}"
                 )
-        if self.shield_version == "v0" and self.wm_version != "v0":
-            raise fail(
-                "wm_version",
-                self.wm_version,
-                "v0 for shield_version v0 (it needs the per-agent cost heads of world model v0)",
-            )
-        if self.shield_version != "v1":
-            return
-        if self.wm_version != "v1":
-            raise fail(
-                "wm_version",
-                self.wm_version,
-                "v1 for shield_version v1 (it needs the world model of the team's risk)",
-            )
         if self.coordination == "decentralised":
             for key, value, needs in (
                 ("risk_scope", self.risk_scope, "receding"),
@@ -325,7 +296,7 @@ class ShieldConfig(Section):
             raise fail(
                 "n_agents",
                 n_agents,
-                f"at most {int(math.log(MAX_JOINT_ACTIONS, n_actions))} for shield_version v1 "
+                f"at most {int(math.log(MAX_JOINT_ACTIONS, n_actions))} for the shield "
                 f"({n_actions} actions each: {joint} joint actions, at most {MAX_JOINT_ACTIONS})",
             )
         depth = max(1, int(math.log(MAX_IMAGINED_ROWS, joint)))

@@ -618,7 +618,7 @@ def _check_run(
         _check_calibration_seeds(config, run)
     for stage, parts in (
         ("train", train_memory_mb(run, obs_dim=obs_dim, n_actions=n_actions)),
-        ("evaluate", eval_memory_mb(run, obs_dim=obs_dim)),
+        ("evaluate", eval_memory_mb(run, obs_dim=obs_dim, n_actions=n_actions)),
     ):
         granted = config["resources"][stage]["mem_mb"]
         if parts["total"] > granted:
@@ -734,7 +734,7 @@ def _check_seed_uses(config: Mapping[str, Any], runs: Mapping[tuple[str, str], R
     calibration = {
         algo: (run.shield.calibration_seed_offset, run.shield.calibration_episodes)
         for (_, algo), run in runs.items()
-        if run.shield is not None and run.shield.shield_version == "v1"
+        if run.shield is not None
     }
     problem = check_seed_uses(
         seed_offset=first.base["seed_offset"],
@@ -753,28 +753,19 @@ def _check_seed_uses(config: Mapping[str, Any], runs: Mapping[tuple[str, str], R
 
 KNOB_READERS: dict[str, tuple[Callable[[RunConfig], bool], str]] = {
     "shield_opponent_mode": (
-        lambda run: run.shield.shield_version == "v0" or run.shield.coordination == "decentralised",
-        "the decentralised shield (coordination: decentralised, e.g. shield_dec) and "
-        "shield_version v0; the central v1 shield judges the others' actual proposals",
+        lambda run: run.shield.coordination == "decentralised",
+        "the decentralised shield (coordination: decentralised, e.g. shield_dec) only; the "
+        "central shield judges the others' actual proposals",
     ),
     "om_version": (
-        lambda run: run.shield.shield_version == "v0" or run.shield.coordination == "decentralised",
-        "the decentralised shield (coordination: decentralised, e.g. shield_dec) and "
-        "shield_version v0; the central v1 shield has no opponent model",
-    ),
-    "shield_reward_mode": (
-        lambda run: run.shield.shield_version == "v0",
-        "shield_version v0 only; v1 decides by its models' risk against its allowance and "
-        "certifies with its own exact test",
-    ),
-    "shield_credible_schedule": (
-        lambda run: run.shield.shield_version == "v0",
-        "shield_version v0 only; v1 decides by its models' risk against its allowance and "
-        "certifies with its own exact test",
+        lambda run: run.shield.coordination == "decentralised",
+        "the decentralised shield (coordination: decentralised, e.g. shield_dec) only; the "
+        "central shield has no opponent model",
     ),
 }
-"""Shield knobs that only some shield versions read: key -> (whether a shielded run reads
-it, who does)."""
+"""Shield knobs that only some shields read: key -> (whether a shielded run reads it, who
+does). The knobs no shield decides by (`src.config.base.UNREAD_KEYS`) are refused off their
+default by `create_base_config` itself."""
 
 
 @functools.cache
@@ -791,7 +782,7 @@ def _check_knobs(
     defaults: Mapping[str, Any],
 ) -> None:
     """Every shield knob set has an effect: a base key off its default (`defaults`) that the
-    versions of the experiment's shields ignore is refused, naming who would read it, and so is
+    experiment's shields ignore is refused, naming who would read it, and so is
     a shield that would never arm (`shield_patience` >= the run's policy updates). An
     experiment without shields is left alone (its shield keys wait for the shields)."""
     base = config["base"]

@@ -71,7 +71,7 @@ def test_spread_run_trains(tmp_path):
 
 
 @pytest.mark.slow
-def test_v1_shield_arms_and_filters_on_spread(tmp_path):
+def test_shield_arms_and_filters_on_spread(tmp_path):
     # Continuous observations: the team world model and the critic learn them like the grids'.
     config = make_run_config(
         env_name="spread",
@@ -83,8 +83,6 @@ def test_v1_shield_arms_and_filters_on_spread(tmp_path):
         learning_epochs=1,
         mini_batches=2,
         shield_patience=1,
-        shield_version="v1",
-        wm_version="v1",
         env_params={"max_steps": 25},
         algo_params={"critic_steps": 2, "model_epochs": 1.0},
     )

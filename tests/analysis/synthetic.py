@@ -107,7 +107,7 @@ def make_updates(
 def make_certificate(
     run: int, *, certified: bool, episodes: int = 200, delta: float = 0.05
 ) -> dict[str, Any]:
-    """A certificate dict as the v1 shield stores it in policy.pt (`Certificate.to_dict`):
+    """A certificate dict as the shield stores it in policy.pt (`Certificate.to_dict`):
     certified with 8 violating calibration episodes of 200, else failed with 40; `episodes`
     0 is a run that tested nothing."""
     if episodes == 0:

@@ -168,7 +168,7 @@ def _eval_rows(run: int, certificate: dict | None) -> list[dict]:
 def test_certificate_lines_of_untested_and_uncertified_runs() -> None:
     evaluation = pd.DataFrame(
         _eval_rows(0, make_certificate(0, certified=False, episodes=0))
-        + _eval_rows(1, None)  # shield v0: no certificate, no line
+        + _eval_rows(1, None)  # a run without a certificate: no line
     )
     assert certificate_lines(evaluation, []) == [
         "- `spread`, `shield` run 0: no certificate (not tested: the shield ran no calibration "

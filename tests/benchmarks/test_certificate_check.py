@@ -1,4 +1,4 @@
-"""benchmarks/certificate_check.py on a tiny trained v1 shield run."""
+"""benchmarks/certificate_check.py on a tiny trained shield run."""
 
 from __future__ import annotations
 
@@ -23,12 +23,10 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture(scope="module")
 def results(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A results folder with one tiny v1 shield run (six calibration episodes)."""
+    """A results folder with one tiny shield run (six calibration episodes)."""
     root = tmp_path_factory.mktemp("results")
     config = tiny_run_config(
         "shield",
-        shield_version="v1",
-        wm_version="v1",
         shield_patience=1,
         max_risk=0.5,
         algo_params={"calibration_episodes": 6, "critic_steps": 2},

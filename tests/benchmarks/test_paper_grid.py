@@ -147,7 +147,7 @@ def test_grid_totals():
 def test_the_measured_config_is_the_workflow_run_config_with_a_shorter_run():
     workflow = load_workflow_config()
     # The schema's defaults are filled as the workflow fills them.
-    assert workflow["base"]["shield_version"] == "v1"
+    assert workflow["base"]["shield_version"] == "v0"
     assert workflow["base"]["lag_version"] == "pid"
     target = resolve_run_config(workflow, "intersection", "shield", 0)
     assert target.ppo.num_updates == 2_000_000 // (16 * 128)
@@ -186,7 +186,7 @@ def test_quick_run_writes_consistent_json(tmp_path, capsys):
     assert shield["patience"] == 64 and shield["measured"]["shield_patience"] == 2
     assert (shield["measured"]["unarmed_updates"], shield["measured"]["armed_updates"]) == (2, 1)
     assert shield["measured"]["armed"] > 0
-    assert shield["versions"] == {"wm_version": "v1", "om_version": "v0", "shield_version": "v1"}
+    assert shield["versions"] == {"wm_version": "v0", "om_version": "v0", "shield_version": "v0"}
     t = r["totals"]
     assert t["cpu_hours"] == pytest.approx(
         sum(p["projected"]["seeds_cpu_hours"] for p in r["pairs"])

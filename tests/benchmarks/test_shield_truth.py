@@ -1,4 +1,4 @@
-"""The shield-truth benchmark: true risks of hand-made states, and a check of a tiny v1 run."""
+"""The shield-truth benchmark: true risks of hand-made states, and a check of a tiny shield run."""
 
 from __future__ import annotations
 
@@ -119,17 +119,15 @@ def test_sampled_steps_leave_every_window_before_the_cap() -> None:
 
 @pytest.fixture(scope="module")
 def run_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A tiny trained v1 shield run on hazard_grid (two policy updates, horizon 4)."""
-    return _tiny_v1_run(tmp_path_factory.mktemp("truth") / "run0", "shield")
+    """A tiny trained shield run on hazard_grid (two policy updates, horizon 4)."""
+    return _tiny_run(tmp_path_factory.mktemp("truth") / "run0", "shield")
 
 
-def _tiny_v1_run(path: Path, algo: str, **params: Any) -> Path:
-    """Train a tiny v1 run of `algo` on hazard_grid into `path` (horizon 4, extra shield
+def _tiny_run(path: Path, algo: str, **params: Any) -> Path:
+    """Train a tiny run of `algo` on hazard_grid into `path` (horizon 4, extra shield
     `params`)."""
     config = tiny_run_config(
         algo,
-        shield_version="v1",
-        wm_version="v1",
         shield_patience=1,
         algo_params={
             "calibration_episodes": 2,
@@ -191,7 +189,7 @@ def test_check_run_of_a_tiny_run(run_dir: Path, monkeypatch: pytest.MonkeyPatch)
 
 def test_check_run_of_a_shield_deciding_with_the_opponent_continuation(tmp_path: Path) -> None:
     """Its q assumes no joint backup: the deployed truth is measured, the backup's is empty."""
-    run = _tiny_v1_run(tmp_path / "run0", "shield_dec", continuation="opponent")
+    run = _tiny_run(tmp_path / "run0", "shield_dec", continuation="opponent")
     record = shield_truth.check_run(run, episodes=2, steps=2, rollouts=4, backup_rollouts=4, seed=0)
     per = {k: np.asarray(v, dtype=np.float64) for k, v in record["per_decision"].items()}
     assert record["decisions"] == 4 and record["backup_rollouts"] == 0

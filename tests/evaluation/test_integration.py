@@ -30,8 +30,13 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
     root = tmp_path_factory.mktemp("integration")
     run_dirs = []
     for algo in ("ippo", "shield"):
+        # The shield's certificate on four calibration episodes, its critic fitted briefly.
+        params = {"calibration_episodes": 4, "critic_steps": 2} if algo == "shield" else {}
         config = tiny_run_config(
-            algo, final_policy_eval_episodes=6, final_policy_eval_horizons=HORIZONS
+            algo,
+            algo_params=params,
+            final_policy_eval_episodes=6,
+            final_policy_eval_horizons=HORIZONS,
         )
         run_dir = root / "runs" / "hazard_grid" / algo / "run0"
         train_run(config, run_dir, progress=False)

@@ -58,6 +58,9 @@ CASES: dict[str, BadConfig] = {
     "unknown world model version": _case("base.wm_version", "v9", key="wm_version"),
     "unknown opponent model version": _case("base.om_version", "v9", key="om_version"),
     "unknown shield version": _case("base.shield_version", "v9", key="shield_version"),
+    # the certified shield's names before the old v0 shield was removed
+    "retired shield version": _case("base.shield_version", "v1", key="shield_version"),
+    "retired world model version": _case("base.wm_version", "v1", key="wm_version"),
     # zero or negative sizes
     "zero num_envs": _case("base.num_envs", 0),
     "negative timesteps": _case("base.timesteps", -256),
@@ -93,6 +96,9 @@ CASES: dict[str, BadConfig] = {
     "unknown shield opponent mode": _case("base.shield_opponent_mode", "optimistic"),
     "unknown shield reward mode": _case("base.shield_reward_mode", "bayes"),
     "unknown credible schedule": _case("base.shield_credible_schedule", "linear"),
+    # knobs no shield version decides by: their defaults only
+    "shield reward mode off its default": _case("base.shield_reward_mode", "frequentist"),
+    "credible schedule off its default": _case("base.shield_credible_schedule", "constant"),
     "unknown wandb mode": _case("wandb.mode", "online"),
     # cross-key rules
     "mini_batches does not divide the batch": _case("base.mini_batches", 3),

@@ -127,7 +127,7 @@ def test_seed_is_seed_offset_plus_run_index():
         (lambda c: c.update(base={"max_risk": 1.5}), "'base.max_risk' = 1.5"),
         (
             lambda c: c.update(base={"shield_reward_mode": "greedy"}),
-            "'base.shield_reward_mode' = 'greedy': must be one of bayesian",
+            "'base.shield_reward_mode' = 'greedy': no shield version decides by another value",
         ),
         (lambda c: c.update(experiment_tag="a/b"), "'experiment_tag' = 'a/b'"),
         (lambda c: c.pop("num_runs"), "'num_runs' is a required property"),
@@ -295,25 +295,54 @@ def test_a_shield_that_would_never_arm_is_refused() -> None:
     check_workflow_config(_shielded(shield_patience=7), check_components=False)
 
 
+@pytest.mark.parametrize("algos", [["ippo", "shield"], ["shield", "shield_dec"]])
+def test_the_opponent_mode_is_refused_when_no_decentralised_shield_reads_it(
+    algos: list[str],
+) -> None:
+    """Only the decentralised shield reads `shield_opponent_mode`: set off its default in an
+    experiment whose shields are all central, it is refused naming who would read it."""
+    config = _shielded(shield_patience=4, shield_opponent_mode="model")
+    config["algos"] = algos
+    if "shield_dec" in algos:
+        check_workflow_config(config, check_components=False)
+        return
+    message = (
+        "config key 'base.shield_opponent_mode' = 'model': no shield of this experiment reads "
+        "it (read by the decentralised shield (coordination: decentralised, e.g. shield_dec) "
+        "only; the central shield judges the others' actual proposals); leave it at its default "
+        "'monotone_floor' or remove it"
+    )
+    with pytest.raises(WorkflowConfigError, match=f"^{re.escape(message)}$"):
+        check_workflow_config(config, check_components=False)
+
+
 @pytest.mark.parametrize(
-    ("key", "value", "algos", "who"),
+    ("key", "value", "default"),
     [
-        ("shield_reward_mode", "mean", ["ippo", "shield", "shield_dec"], "shield_version v0 only"),
-        ("shield_credible_schedule", "constant", ["shield"], "shield_version v0 only"),
-        ("shield_opponent_mode", "model", ["ippo", "shield"], "the decentralised shield"),
+        ("shield_reward_mode", "mean", "bayesian"),
+        ("shield_reward_mode", "frequentist", "bayesian"),
+        ("shield_credible_schedule", "constant", "summable"),
     ],
 )
-def test_a_knob_no_run_reads_is_refused_naming_who_would(
-    key: str, value: object, algos: list[str], who: str
+@pytest.mark.parametrize("algos", [["ippo"], ["ippo", "shield"], ["shield", "shield_dec"]])
+def test_a_knob_no_shield_decides_by_is_refused_off_its_default_whatever_runs(
+    key: str, value: str, default: str, algos: list[str]
 ) -> None:
+    """No shield version decides by `shield_reward_mode` or `shield_credible_schedule`: a
+    value off the default is refused before any job, in one line naming the key, whichever
+    algorithms the experiment runs; the default passes."""
     config = _shielded(shield_patience=4, **{key: value})
     config["algos"] = algos
-    with pytest.raises(
-        WorkflowConfigError,
-        match=re.escape(f"config key 'base.{key}' = {value!r}: no shield of this experiment reads")
-        + f".*{re.escape(who)}",
-    ):
+    message = (
+        f"config key 'base.{key}' = {value!r}: no shield version decides by another value (the "
+        "shield decides by its models' risk against its allowance and certifies with its own "
+        f"exact test; the calibrated risk it reports uses the default {default!r}); leave it at "
+        f"{default!r} or remove it"
+    )
+    with pytest.raises(WorkflowConfigError, match=f"^{re.escape(message)}$"):
         check_workflow_config(config, check_components=False)
+    config["base"][key] = default
+    check_workflow_config(config, check_components=False)
 
 
 def test_a_knob_some_run_reads_is_kept() -> None:
@@ -323,7 +352,7 @@ def test_a_knob_some_run_reads_is_kept() -> None:
     config["algos"] = ["ippo_lag", "shield", "shield_dec"]
     check_workflow_config(config, check_components=False)
     check_workflow_config(_shielded(shield_patience=4), check_components=False)
-    unshielded = _shielded(shield_patience=99, shield_reward_mode="mean")
+    unshielded = _shielded(shield_patience=99, shield_opponent_mode="model")
     unshielded["algos"] = ["ippo"]
     check_workflow_config(unshielded, check_components=False)
 

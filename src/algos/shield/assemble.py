@@ -1,8 +1,8 @@
-"""Assembling a shield from its parts, for training and for the deployed (evaluated) policy.
+"""Assembling the shield from its parts, for training and for the deployed (evaluated) policy.
 
-`build_shield` is the one place the world model, opponent model and shield are built from a
-ShieldConfig, with seeds derived from the run seed; `load_shield` rebuilds the trained shield
-from policy.pt (`ShieldedIPPO.extra_policy_state`).
+`build_shield` is the one place the world model, safety critic(s), opponent model and shield
+are built from a ShieldConfig, with seeds derived from the run seed; `load_shield` rebuilds the
+trained shield from policy.pt (`ShieldedIPPO.extra_policy_state`).
 """
 
 from __future__ import annotations
@@ -11,19 +11,13 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-import torch
-from torch import nn
-
-from src import numerics
 from src.algos.networks import ActorCritic
 from src.algos.seeding import derived_seeds
 from src.algos.shield.budget import BudgetShield
 from src.algos.shield.calibration import CalibrationMap
 from src.algos.shield.critic import RiskCritic
-from src.algos.shield.kernels import Workspace
 from src.algos.shield.opponent_model import OpponentMLP, make_opponent_model
-from src.algos.shield.shield import PolicyLogits, Shield
-from src.algos.shield.world_model import EnsembleWorldModel, make_world_model
+from src.algos.shield.world_model import TeamWorldModel, make_world_model
 from src.checks import lookup
 from src.config.run import RunConfig
 from src.config.shield import ShieldConfig
@@ -32,7 +26,6 @@ __all__ = [
     "POLICY_STATE_KEY",
     "SHIELD_VERSIONS",
     "ShieldParts",
-    "actor_policy_logits",
     "build_shield",
     "load_shield",
 ]
@@ -41,83 +34,25 @@ __all__ = [
 POLICY_STATE_KEY = "shield"
 
 
-def actor_policy_logits(net: ActorCritic) -> PolicyLogits:
-    """The policy inside the imagination: obs [N, D], agent [N] -> the actor's logits [N, n].
-
-    Reads the actor's current weights at every call (the trainer updates them in place). In
-    inference mode the layers write into a reused workspace: Linear as `numerics.linear(out=)`,
-    Tanh in place; any other layer type runs as a module.
-    """
-    workspace = Workspace()
-    layers = list(net.actor)
-
-    def policy_logits(obs: torch.Tensor, agent: torch.Tensor) -> torch.Tensor:
-        n = obs.shape[0]
-        fast = torch.is_inference_mode_enabled()
-        width = net.obs_dim + net.n_agents
-        x = workspace.get("input", (n, width)) if fast else torch.empty(n, width)
-        x[:, : net.obs_dim].copy_(obs)
-        x[:, net.obs_dim :].zero_()
-        x[:, net.obs_dim :].scatter_(1, agent.unsqueeze(1), 1.0)
-        for i, layer in enumerate(layers):
-            if fast and isinstance(layer, nn.Linear):
-                out = workspace.get(f"layer{i}", (n, layer.out_features))
-                x = numerics.linear(x, layer.weight, layer.bias, out=out)
-            elif fast and isinstance(layer, nn.Tanh):
-                x = x.tanh_()
-            else:
-                x = layer(x)
-        return x
-
-    return policy_logits
-
-
 @dataclass
 class ShieldParts:
-    """A shield with the models it owns (those its version uses; the others are None)."""
+    """A shield with the models it owns (the opponent model and the rival critic only where
+    its config uses them; otherwise None)."""
 
-    shield: Shield | BudgetShield
-    world_model: EnsembleWorldModel
+    shield: BudgetShield
+    world_model: TeamWorldModel
+    critic: RiskCritic
     opponent_model: OpponentMLP | None = None
-    critic: RiskCritic | None = None
     rival: RiskCritic | None = None
     """`continuation: auto`: the critic of the continuation the shield starts without."""
 
 
-def _build_v0(
-    config: ShieldConfig,
-    dims: dict[str, int],
-    *,
-    max_steps: int,
-    policy_logits: PolicyLogits,
-    seeds: list[int],
+def _build_budget_shield(
+    config: ShieldConfig, dims: dict[str, int], *, seeds: list[int]
 ) -> ShieldParts:
-    """v0: per-agent next-step risk against sampled opponents (the first shield)."""
-    wm_seed, om_seed, shield_seed = seeds
-    world_model = make_world_model(config.wm_version, **dims, config=config, seed=wm_seed)
-    opponent_model = make_opponent_model(config.om_version, **dims, config=config, seed=om_seed)
-    shield = Shield(
-        config=config,
-        world_model=world_model,
-        opponent_model=opponent_model,
-        policy_logits=policy_logits,
-        max_steps=max_steps,
-        seed=shield_seed,
-        **dims,
-    )
-    return ShieldParts(shield=shield, world_model=world_model, opponent_model=opponent_model)
-
-
-def _build_v1(
-    config: ShieldConfig,
-    dims: dict[str, int],
-    *,
-    max_steps: int,
-    policy_logits: PolicyLogits,
-    seeds: list[int],
-) -> ShieldParts:
-    """v1: joint action, episode excess-risk budget, learned safest continuation; with
-    `coordination: decentralised` also the opponent model that predicts the others."""
+    """Joint action, receding allowance or episode excess-risk budget, learned safest
+    continuation; with `coordination: decentralised` also the opponent model that predicts the
+    others."""
     wm_seed, critic_seed, om_seed = seeds
     world_model = make_world_model(config.wm_version, **dims, config=config, seed=wm_seed)
     opponent_model = None
@@ -158,14 +93,14 @@ def _build_v1(
     return ShieldParts(
         shield=shield,
         world_model=world_model,
-        opponent_model=opponent_model,
         critic=critic,
+        opponent_model=opponent_model,
         rival=rival,
     )
 
 
 # shield_version -> builder of the shield and the models it owns.
-SHIELD_VERSIONS: dict[str, Callable[..., ShieldParts]] = {"v0": _build_v0, "v1": _build_v1}
+SHIELD_VERSIONS: dict[str, Callable[..., ShieldParts]] = {"v0": _build_budget_shield}
 
 
 def build_shield(
@@ -174,30 +109,23 @@ def build_shield(
     n_agents: int,
     obs_dim: int,
     n_actions: int,
-    max_steps: int,
-    policy_logits: PolicyLogits,
     seed: int,
 ) -> ShieldParts:
     """The shield of `config.shield_version` and its models, seeded from `seed`."""
     build = lookup(SHIELD_VERSIONS, config.shield_version, "shield_version")
     dims = {"n_agents": n_agents, "obs_dim": obs_dim, "n_actions": n_actions}
-    return build(
-        config,
-        dims,
-        max_steps=max_steps,
-        policy_logits=policy_logits,
-        seeds=derived_seeds(seed, 3),
-    )
+    return build(config, dims, seeds=derived_seeds(seed, 3))
 
 
 def load_shield(
     policy_state: Mapping[str, Any], config: RunConfig, *, net: ActorCritic
-) -> Shield | BudgetShield:
+) -> BudgetShield:
     """Rebuild the trained shield of a shielded run from its policy.pt content.
 
     `policy_state` is the dict loaded from policy.pt (the shield under `shield`), `config` the
-    run's config (its `seed` seeds v0's sampling until `reset`), `net` the run's trained
-    actor-critic (the policy inside v0's imagination).
+    run's config (its `seed` seeds the models, whose weights are then loaded, and the
+    decentralised shield's sampling until `reset`), `net` the run's trained actor-critic (its
+    dimensions size the models).
     """
     if POLICY_STATE_KEY not in policy_state:
         raise ValueError(
@@ -205,37 +133,38 @@ def load_shield(
             f"(keys: {sorted(policy_state)})"
         )
     saved = policy_state[POLICY_STATE_KEY]
+    if "critic" not in saved:
+        raise ValueError(
+            f"policy state's {POLICY_STATE_KEY!r} entry has no 'critic': a run of the old v0 "
+            "shield, which was removed (keys: " + ", ".join(sorted(saved)) + ")"
+        )
     parts = build_shield(
         ShieldConfig(**saved["config"]),
         n_agents=net.n_agents,
         obs_dim=net.obs_dim,
         n_actions=net.n_actions,
-        max_steps=int(saved["max_steps"]),
-        policy_logits=actor_policy_logits(net),
         seed=config.seed,
     )
+    shield = parts.shield
     parts.world_model.load_state_dict(saved["world_model"])
     if parts.opponent_model is not None:
         parts.opponent_model.load_state_dict(saved["opponent_model"])
-        parts.shield.opponent_weight = float(saved["opponent_weight"])
-    if parts.critic is not None:
-        shield = parts.shield
-        assert isinstance(shield, BudgetShield)
-        if shield.rival is not None:
-            # `continuation: auto`: the deployed shield decides with the critic training chose
-            # (policy.pt keeps that one only).
-            if shield.rival.continuation == saved.get("continuation"):
-                shield.swap_critics()
-            shield.rival = None
-        shield.critic.load_state_dict(saved["critic"])
-        calibration = saved["calibration"]
-        if isinstance(calibration, dict):
-            parts.shield.calibration = CalibrationMap.from_dict(calibration)
-        else:
-            parts.shield.calibration = float(calibration)
-        if "allowance" in saved:
-            parts.shield.allowance = float(saved["allowance"])
-        else:
-            # Runs from before the allowance allowed c * q <= max_risk.
-            parts.shield.allowance = parts.shield.config.max_risk / max(float(calibration), 1e-12)
-    return parts.shield
+        shield.opponent_weight = float(saved["opponent_weight"])
+    if shield.rival is not None:
+        # `continuation: auto`: the deployed shield decides with the critic training chose
+        # (policy.pt keeps that one only).
+        if shield.rival.continuation == saved.get("continuation"):
+            shield.swap_critics()
+        shield.rival = None
+    shield.critic.load_state_dict(saved["critic"])
+    calibration = saved["calibration"]
+    if isinstance(calibration, dict):
+        shield.calibration = CalibrationMap.from_dict(calibration)
+    else:
+        shield.calibration = float(calibration)
+    if "allowance" in saved:
+        shield.allowance = float(saved["allowance"])
+    else:
+        # Runs from before the allowance allowed c * q <= max_risk.
+        shield.allowance = shield.config.max_risk / max(float(calibration), 1e-12)
+    return shield

@@ -1,25 +1,16 @@
-"""Risk bounds of the shields, the credible-level schedule, rollout counts and calibration.
+"""Risk bounds of the shield's calibration and their confidence schedule.
 
-A candidate action is judged by k violations in K imagined rollouts. The bound u(k, K, delta_t)
-is an upper bound on the violation probability that holds with probability >= 1 - delta_t:
+From k events in n trials, u(k, n, delta) is an upper bound on the event's probability that
+holds with probability >= 1 - delta:
 
-- `bayesian`: upper (1 - delta_t) quantile of the Beta(1 + k, 1 + K - k) posterior;
+- `bayesian`: upper (1 - delta) quantile of the Beta(1 + k, 1 + n - k) posterior;
 - `frequentist`: one-sided Clopper-Pearson upper bound;
-- `mean`: k / K (no confidence, for ablations).
+- `mean`: k / n (no confidence, for ablations).
 
-With the `summable` schedule delta_t = 6 delta / (pi^2 t^2), t the 1-based step in the episode,
-sum_t delta_t <= delta, so by the union bound all of an episode's bounds hold together with
-probability >= 1 - delta. `constant` uses delta_t = delta.
-
-Rollout count. With k = 0 both confidence bounds are at most ln(1/delta_t) / K:
-Beta: 1 - delta^(1/(K+1)) <= ln(1/delta) / (K+1); Clopper-Pearson: 1 - delta^(1/K) <= ln(1/delta)/K
-(both from 1 - e^-x <= x). So a clean sample certifies a candidate (u <= max_risk) iff K is large
-enough, and since delta_t shrinks with t, K must grow with t:
-
-    K_t = max(K_base, ceil(c * ln(1 / delta_t) / max_risk)),  c >= 1,
-
-with t capped at the env's `max_steps` (no episode is longer, so K stays bounded). `mean` needs
-no growth: 0 / K = 0 <= max_risk for any K.
+With the `summable` schedule delta_t = 6 delta / (pi^2 t^2) for t = 1, 2, ...,
+sum_t delta_t <= delta, so by the union bound all of a sequence's bounds hold together with
+probability >= 1 - delta; `constant` uses delta_t = delta. The shield's trainer counts t over
+its model fits (the calibration factor and the calibration map, `src.algos.shield.trainer`).
 """
 
 from __future__ import annotations
@@ -32,11 +23,11 @@ from numpy.typing import ArrayLike
 from src.config.base import CREDIBLE_SCHEDULES, REWARD_MODES
 from src.stats import beta_posterior_upper, clopper_pearson_upper
 
-__all__ = ["calibration_factor", "credible_delta", "risk_bound", "rollouts_for_step"]
+__all__ = ["calibration_factor", "credible_delta", "risk_bound"]
 
 
 def credible_delta(step: ArrayLike, *, delta: float, schedule: str) -> np.ndarray:
-    """delta_t for 1-based episode steps `step` under `schedule` (`summable` or `constant`).
+    """delta_t for 1-based indices `step` under `schedule` (`summable` or `constant`).
 
     >>> float(credible_delta(1, delta=0.1, schedule="constant"))
     0.1
@@ -45,7 +36,7 @@ def credible_delta(step: ArrayLike, *, delta: float, schedule: str) -> np.ndarra
     """
     t = np.asarray(step, dtype=np.float64)
     if np.any(t < 1) or np.any(t != np.floor(t)):
-        raise ValueError(f"step must be integers >= 1 (1-based episode step), got {step}")
+        raise ValueError(f"step must be integers >= 1 (1-based index), got {step}")
     if not 0.0 < delta < 1.0:
         raise ValueError(f"delta must lie in (0, 1), got {delta}")
     if schedule == "summable":
@@ -72,42 +63,6 @@ def risk_bound(*, k: ArrayLike, n: ArrayLike, delta: ArrayLike, mode: str) -> np
             raise ValueError("k and n must satisfy 0 <= k <= n and n >= 1 for every entry")
         return k_arr / n_arr
     raise ValueError(f"mode must be one of {list(REWARD_MODES)}, got {mode!r}")
-
-
-def rollouts_for_step(
-    step: ArrayLike,
-    *,
-    base: int,
-    growth: float,
-    max_risk: float,
-    delta: float,
-    schedule: str,
-    mode: str,
-    max_steps: int,
-    multiple_of: int = 1,
-) -> np.ndarray:
-    """Rollout count K_t for 1-based episode steps `step` (the rule in the module docstring).
-
-    `multiple_of` rounds K_t up so the rollouts split evenly over the world-model ensemble.
-    With k = 0 the returned K_t gives risk_bound(0, K_t, delta_t) <= max_risk for every t.
-    """
-    if not isinstance(base, int) or base < 1:
-        raise ValueError(f"base must be an int >= 1, got {base!r}")
-    if not growth >= 1.0:
-        raise ValueError(f"growth must be >= 1, got {growth!r}")
-    if not isinstance(max_steps, int) or max_steps < 1:
-        raise ValueError(f"max_steps must be an int >= 1, got {max_steps!r}")
-    if not isinstance(multiple_of, int) or multiple_of < 1:
-        raise ValueError(f"multiple_of must be an int >= 1, got {multiple_of!r}")
-    if mode not in REWARD_MODES:
-        raise ValueError(f"mode must be one of {list(REWARD_MODES)}, got {mode!r}")
-    t = np.minimum(np.asarray(step, dtype=np.int64), max_steps)
-    delta_t = credible_delta(t, delta=delta, schedule=schedule)
-    k_t = np.full(t.shape, base, dtype=np.int64)
-    if mode != "mean":
-        needed = np.ceil(growth * np.log(1.0 / delta_t) / max_risk).astype(np.int64)
-        k_t = np.maximum(k_t, needed)
-    return -(-k_t // multiple_of) * multiple_of
 
 
 def calibration_factor(

@@ -1,4 +1,4 @@
-"""The v1 shield: model-predictive shielding of the joint action, with an allowance on the
+"""The shield: model-predictive shielding of the joint action, with an allowance on the
 models' risk over a receding horizon, or an episode budget of it.
 
 Risks. Per env copy and step, with s the joint observation and a a joint action:
@@ -148,7 +148,7 @@ class BudgetStats:
 
 
 class BudgetShield(RiskFilter):
-    """v1 shield (see the module docstring); an `ActionFilter`."""
+    """The shield (`shield_version` v0; see the module docstring); an `ActionFilter`."""
 
     def __init__(
         self,
@@ -170,7 +170,7 @@ class BudgetShield(RiskFilter):
         second critic of the other continuation, which scores every decision too
         (`Decision.rival_raw`) without deciding (`swap_critics` exchanges the two)."""
         if getattr(world_model, "cost_dim", None) != 1:
-            raise ValueError("the v1 shield needs a world model of the team's risk (wm_version v1)")
+            raise ValueError("the shield needs a world model of the team's risk (wm_version v0)")
         if config.coordination == "decentralised" and opponent_model is None:
             raise ValueError("coordination 'decentralised' needs an opponent model")
         if rival is not None and config.coordination != "decentralised":

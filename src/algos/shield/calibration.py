@@ -1,4 +1,4 @@
-"""What makes the v1 shield's numbers statements about the real env (docs/design.md, 6.3).
+"""What makes the shield's numbers statements about the real env (docs/design.md, 6.3).
 
 Three parts, each fed by real outcomes only:
 
@@ -8,10 +8,10 @@ Three parts, each fed by real outcomes only:
   within the shield's `horizon` steps, 0 when the horizon passes without one or the episode
   terminates first (a truncated episode censors it: the entry is dropped). The calibration map
   g(q) is fitted on the most recent labelled decisions: equal-count bins of q, per bin the
-  one-sided upper bound u(k, n, delta_f / bins) of `shield_reward_mode` on its realized rate,
-  made non-decreasing, linearly interpolated between the bins' mean q (so a decision is judged
-  by the realized rate of the decisions the shield took with similar model risk, not by the
-  model's number).
+  one-sided upper bound u(k, n, delta_f / bins) of `shield_reward_mode` (its default) on its
+  realized rate, made non-decreasing, linearly interpolated between the bins' mean q (so a
+  decision is judged by the realized rate of the decisions the shield took with similar model
+  risk, not by the model's number).
 - `AdaptiveAllowance`: *training that tracks the constraint*. The allowance on g(q) moves after
   every finished training episode, log a <- log a + rate (max_risk - violated) (adaptive
   conformal inference, Gibbs and Candes 2021, on the log scale): over many episodes the share
@@ -444,9 +444,9 @@ CERTIFICATE_KEY = "certificate"
 
 
 def certificate_of(policy_state: Any, *, where: str = "policy.pt") -> Certificate | None:
-    """The certificate in a policy.pt content: `state["shield"]["certificate"]`, as the v1
-    shield's trainer stores it; None when there is none (other algorithms, shield v0, runs
-    from before the certificate).
+    """The certificate in a policy.pt content: `state["shield"]["certificate"]`, as the
+    shield's trainer stores it; None when there is none (other algorithms, runs from before
+    the certificate).
 
     Raises `ValueError` naming `where` when the entry is there but is not a certificate.
     """

@@ -1,4 +1,4 @@
-"""The v1 shield's safety critic: each world-model member's least risk-to-go, V_m(s, h).
+"""The shield's safety critic: each world-model member's least risk-to-go, V_m(s, h).
 
 V*_h(s) is the smallest probability, over all ways the team could act from joint observation
 s, that some agent violates within the next h steps: the risk of the safest continuation (the

@@ -1,4 +1,4 @@
-"""The decentralised v1 shield's view of the others: their actions predicted, not seen.
+"""The decentralised shield's view of the others: their actions predicted, not seen.
 
 With `coordination: decentralised` each agent's shield knows the joint observation and its own
 proposal, not the other agents' proposals. It judges an own action b by its expected risk over

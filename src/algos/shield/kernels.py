@@ -1,6 +1,6 @@
-"""Small numerical helpers that keep the shield's imagination arithmetic-bound.
+"""Small numerical helpers that keep the shield's models arithmetic-bound.
 
-The shield evaluates tens of thousands of rows per lookahead step. Two things would otherwise
+The shield's models evaluate thousands of rows per call. Two things would otherwise
 cost as much as the matmuls themselves: fresh multi-megabyte tensors on every layer (each one
 page-faults its memory in) and `torch.softmax` over a short last dimension (a few actions),
 which CPU torch handles several times slower than the equivalent elementwise ops. `Workspace`

@@ -1,7 +1,8 @@
 """Opponent models: each agent's action distribution given its own observation.
 
-Inside the shield's imagination, the agents other than the one being shielded act by sampling
-from this model, mixed with the uniform distribution by weight w (`shield_opponent_mode`):
+The decentralised shield (`coordination: decentralised`, `src.algos.shield.decentral`) predicts
+the agents other than the one it judges by this model, mixed with the uniform distribution by
+weight w (`shield_opponent_mode`):
 `model` w = 0, `uniform` w = 1, `monotone_floor` w_t = min(w_{t-1}, f(validation error)), w_0 = 1,
 so the shield trusts the model only as far as its held-out predictions have earned.
 """
@@ -80,7 +81,8 @@ def opponent_weight(mode: str, previous: float, *, valid_loss: float, n_actions:
 
 
 class OpponentMLP(OptimizerState, nn.Module):
-    """v0: one parameter-shared MLP over [obs, agent one-hot] -> action logits, cross-entropy."""
+    """`om_version` v0: one parameter-shared MLP over [obs, agent one-hot] -> action logits,
+    cross-entropy."""
 
     def __init__(
         self,

@@ -9,7 +9,7 @@ found, an upper bound on the least risk of all n ** A joint actions of A agents.
   n - 1 other actions with the others' fixed, the one of least risk when that is lower than
   the current one, for at most `sweeps` sweeps over the team. A row whose last A turns
   changed nothing has settled. Work per row: at most sweeps * A * (n - 1) joint actions
-  judged, linear in the team, in up to sweeps * A calls of `risk`. Used by the v1 safety
+  judged, linear in the team, in up to sweeps * A calls of `risk`. Used by the safety
   critic's backup (`RiskCritic`, `backup: coordinate`), which judges all its rows together.
 - `best_change_descent` (greedy, the Gauss-Southwell rule): each step judges every one-agent
   change of a row (A * (n - 1) joint actions; after the first move, the (A - 1) (n - 1) of
@@ -17,7 +17,7 @@ found, an upper bound on the least risk of all n ** A joint actions of A agents.
   first step without a lower change, so a row at a local minimum costs one call, not A. Work
   per row: at most (1 + (`moves` - 1) (A - 1) / A) A (n - 1) joint actions judged in `moves`
   calls.
-  Used by the v1 shield's search for an action within the allowance (`BudgetShield`, the
+  Used by the shield's search for an action within the allowance (`BudgetShield`, the
   allowance as the target), whose few undecided rows make each call's fixed cost count more
   than its rows.
 """

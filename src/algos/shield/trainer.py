@@ -6,33 +6,30 @@ Only the trainer's extension points are used:
   only watches and its models learn), then the shield;
 - `observe`: every real transition goes into the models' replay (also while watching), the
   rollout's steps together when the update's fits begin (one replay write per update);
-- `observe`, v1: every executed decision of the armed shield opens an entry of the outcome
+- `observe`: every executed decision of the armed shield opens an entry of the outcome
   ledger, closed by what the real env does within the shield's horizon;
-- `after_update`: fits the models on the replay (world model; v0's opponent model and its
-  mixing weight; v1's safety critic), v1: refits the calibration map g on the labelled
-  decisions and moves the allowance by the violating share of the finished training episodes
-  (`src.algos.shield.calibration`), logs the shield's counters, arms the shield once patience
-  has passed;
-- `train`, v1: after the last update, the certificate of the deployed allowance
-  (`certify`);
+- `after_update`: fits the models on the replay (world model; the decentralised shield's
+  opponent model and its mixing weight; the safety critic), refits the calibration map g on
+  the labelled decisions and moves the allowance by the violating share of the finished
+  training episodes (`src.algos.shield.calibration`), logs the shield's counters, arms the
+  shield once patience has passed;
+- `train`: after the last update, the certificate of the deployed allowance (`certify`);
 - `extra_state` / `load_extra_state`: models, optimisers, replay, ledger, allowance,
   generators, counters;
 - `extra_policy_state`: the trained models, the shield config, the calibration, the deployed
   allowance and the certificate, for `load_shield`.
 
-What the policy learns from depends on the shield version.
+What the policy learns from depends on `learn_from`.
 
-- v0 (kept so that old results reproduce): the PPO buffer holds the *executed* action and its
-  log-probability under the current policy, pi(a_exec | s), with no correction for the shield
-  having changed the behaviour.
-- v1, `learn_from: executed` (default): as v0, the shield's correction is treated as the
-  policy's own action, and every overridden agent-step costs the agent `intervention_penalty`
-  of reward, so the states that need an override lose value. PPO's clipped ratio bounds the
-  step towards an executed action the policy found unlikely, so `imitation` adds the
-  log-likelihood of the corrections on the overridden agent-steps (`extra_losses`). The base
-  policy thus imitates the corrections, and learns to steer clear of the states that need
-  them.
-- v1, `learn_from: proposals`: the shield is part of the policy's environment. The buffer
+- `learn_from: executed` (default): the PPO buffer holds the *executed* action and its
+  log-probability under the current policy, pi(a_exec | s): the shield's correction is treated
+  as the policy's own action, and every overridden agent-step costs the agent
+  `intervention_penalty` of reward, so the states that need an override lose value. PPO's
+  clipped ratio bounds the step towards an executed action the policy found unlikely, so
+  `imitation` adds the log-likelihood of the corrections on the overridden agent-steps
+  (`extra_losses`). The base policy thus imitates the corrections, and learns to steer clear of
+  the states that need them.
+- `learn_from: proposals`: the shield is part of the policy's environment. The buffer
   holds the policy's own *proposal* and its log-probability (so the PPO ratio and the
   advantage estimate are exactly on-policy for the environment "shield, then env"), with the
   same penalty. The policy learns what its proposals lead to through the shield; it may
@@ -54,7 +51,7 @@ from src.algos import metrics as M
 from src.algos.filters import Unfiltered
 from src.algos.ippo import IPPO, TrainingCallback
 from src.algos.seeding import derived_seeds
-from src.algos.shield.assemble import POLICY_STATE_KEY, actor_policy_logits, build_shield
+from src.algos.shield.assemble import POLICY_STATE_KEY, build_shield
 from src.algos.shield.bounds import calibration_factor, credible_delta
 from src.algos.shield.calibration import (
     AdaptiveAllowance,
@@ -104,16 +101,13 @@ class ShieldedIPPO(IPPO):
             n_agents=env.n_agents,
             obs_dim=env.obs_dim,
             n_actions=env.n_actions,
-            max_steps=int(env.max_steps),
-            policy_logits=actor_policy_logits(self.net),
             seed=self.seed,
         )
         self.shield = parts.shield
         self.world_model = parts.world_model
         self.opponent_model = parts.opponent_model
         self.fits = 0  # model fits so far (the calibration's confidence schedule counts them)
-        if self.critic is not None:
-            self.learns_from_proposals = cfg.learn_from == "proposals"
+        self.learns_from_proposals = cfg.learn_from == "proposals"
         replay_seed, fit_seed = derived_seeds(self.seed + 1, 2)
         self.replay = TransitionReplay(
             capacity=cfg.replay_size,
@@ -126,47 +120,40 @@ class ShieldedIPPO(IPPO):
         self.fit_generator = torch.Generator().manual_seed(fit_seed)
         # The current rollout's transitions, stored in the replay by `after_update`.
         self._unstored: list[dict[str, torch.Tensor]] = []
-        if self.critic is not None:
-            # v1: real outcomes of the executed decisions, the allowance that tracks the
-            # constraint in training, and the certificate of the deployed shield.
-            # One ledger per critic (two with `continuation: auto`): the same decisions and
-            # outcomes, each critic's q.
-            self.ledgers = {
-                critic.continuation: OutcomeLedger(
-                    horizon=cfg.horizon, capacity=cfg.calibration_window
-                )
-                for critic in self._critics()
-            }
-            start = cfg.max_risk
-            self.adaptive = AdaptiveAllowance(
-                value=start, target=cfg.max_risk, rate=cfg.adapt_rate, low=1e-4, high=1.0
-            )
-            self.shield.allowance = start
-            self.certificate: Certificate | None = None
-            self.episodes_seen = 0  # finished episodes the allowance has adapted to
-            self.continuation_tests = 0  # `continuation: auto`: paired AUC tests so far
-            self.armed_at = 0  # first global env step of the armed shield
-            self.make_calibration_env: Callable[[int, int], Any] = partial(
-                _registry_env, self.config
-            )
+        # Real outcomes of the executed decisions, the allowance that tracks the constraint in
+        # training, and the certificate of the deployed shield. One ledger per critic (two with
+        # `continuation: auto`): the same decisions and outcomes, each critic's q.
+        self.ledgers = {
+            critic.continuation: OutcomeLedger(horizon=cfg.horizon, capacity=cfg.calibration_window)
+            for critic in self._critics()
+        }
+        start = cfg.max_risk
+        self.adaptive = AdaptiveAllowance(
+            value=start, target=cfg.max_risk, rate=cfg.adapt_rate, low=1e-4, high=1.0
+        )
+        self.shield.allowance = start
+        self.certificate: Certificate | None = None
+        self.episodes_seen = 0  # finished episodes the allowance has adapted to
+        self.continuation_tests = 0  # `continuation: auto`: paired AUC tests so far
+        self.armed_at = 0  # first global env step of the armed shield
+        self.make_calibration_env: Callable[[int, int], Any] = partial(_registry_env, self.config)
         self._set_armed(cfg.shield_patience == 0)
         self._armed_this_update = self.armed
 
     @property
-    def critic(self) -> RiskCritic | None:
-        """v1: the critic the shield decides with (None for v0)."""
-        return getattr(self.shield, "critic", None)
+    def critic(self) -> RiskCritic:
+        """The critic the shield decides with."""
+        return self.shield.critic
 
     @property
     def ledger(self) -> OutcomeLedger:
-        """v1: the outcome ledger of the deciding critic's q."""
-        assert self.critic is not None
+        """The outcome ledger of the deciding critic's q."""
         return self.ledgers[self.critic.continuation]
 
     def _critics(self) -> list[RiskCritic]:
-        """v1: the deciding critic and the rival (`continuation: auto`), in a fixed order (by
+        """The deciding critic and the rival (`continuation: auto`), in a fixed order (by
         continuation), whichever decides."""
-        critics = [getattr(self.shield, name, None) for name in ("critic", "rival")]
+        critics = [self.shield.critic, self.shield.rival]
         return sorted((c for c in critics if c is not None), key=lambda c: c.continuation)
 
     def _set_armed(self, armed: bool) -> None:
@@ -177,21 +164,19 @@ class ShieldedIPPO(IPPO):
     # ------------------------------------------------------------------ hooks
 
     def shaped_reward(self, reward: np.ndarray, intervened: np.ndarray) -> np.ndarray:
-        """v1: each overridden agent-step costs `intervention_penalty` of reward."""
-        if self.critic is None:
-            return reward
+        """Each overridden agent-step costs `intervention_penalty` of reward."""
         penalty = self.shield_cfg.intervention_penalty
         return (reward - penalty * np.asarray(intervened, dtype=np.float32)).astype(np.float32)
 
     def prepare_batch(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-        """v1 with `imitation`: which agent-steps the shield overrode (their executed actions
+        """With `imitation`: which agent-steps the shield overrode (their executed actions
         are the batch's `actions`)."""
         if self._imitates():
             batch["intervened"] = self.buffer.intervened.float()
         return batch
 
     def extra_losses(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-        """v1 with `imitation`: imitation * mean(-log pi(executed | obs) on overridden
+        """With `imitation`: imitation * mean(-log pi(executed | obs) on overridden
         agent-steps, 0 elsewhere)."""
         if not self._imitates():
             return {}
@@ -199,24 +184,19 @@ class ShieldedIPPO(IPPO):
         return {M.SHIELD_IMITATION: self.shield_cfg.imitation * loss}
 
     def _imitates(self) -> bool:
-        return (
-            self.critic is not None
-            and self.shield_cfg.imitation > 0
-            and not self.learns_from_proposals
-        )
+        return self.shield_cfg.imitation > 0 and not self.learns_from_proposals
 
     def observe(self, obs: np.ndarray, executed: np.ndarray, result: Any) -> None:
-        """Store the real transition (obs -> final_obs, executed actions) in the replay; v1:
-        open the executed decision in the outcome ledger and close what the step decided."""
-        if self.critic is not None:
-            outcome = (
-                (np.asarray(result.cost) > 0).any(axis=1),
-                np.asarray(result.terminated).any(axis=1),
-                np.asarray(result.truncated).any(axis=1),
-            )
-            for name, risk in self._decision_risks(obs).items():
-                self.ledgers[name].open(risk)
-                self.ledgers[name].close(*outcome)
+        """Store the real transition (obs -> final_obs, executed actions) in the replay; open
+        the executed decision in the outcome ledger and close what the step decided."""
+        outcome = (
+            (np.asarray(result.cost) > 0).any(axis=1),
+            np.asarray(result.terminated).any(axis=1),
+            np.asarray(result.truncated).any(axis=1),
+        )
+        for name, risk in self._decision_risks(obs).items():
+            self.ledgers[name].open(risk)
+            self.ledgers[name].close(*outcome)
         self._unstored.append(
             {
                 "obs": torch.as_tensor(joint_observation(obs), dtype=torch.float32),
@@ -256,7 +236,7 @@ class ShieldedIPPO(IPPO):
         return risks
 
     def _recalibrate(self, row: dict[str, float | None]) -> None:
-        """v1: the calibration (the map g on labelled decisions once there are enough, the
+        """The calibration (the map g on labelled decisions once there are enough, the
         held-out factor before) and the allowance adapted to the episodes finished since the
         last update that started with the shield armed."""
         cfg = self.shield_cfg
@@ -287,7 +267,7 @@ class ShieldedIPPO(IPPO):
         row[M.SHIELD_ALLOWANCE] = self.shield.allowance
 
     def _choose_continuation(self, row: dict[str, float | None]) -> None:
-        """v1: each critic's AUC over the labelled decisions (once there are as many as the
+        """Each critic's AUC over the labelled decisions (once there are as many as the
         calibration map needs); `continuation: auto` then decides with the rival from now on
         when its AUC is higher beyond noise: DeLong's paired test on the same decisions,
         episode-clustered (the decisions' episode ids from the ledger as `clusters`: only
@@ -328,9 +308,9 @@ class ShieldedIPPO(IPPO):
         row[M.SHIELD_OPPONENT_CONTINUATION] = float(self.critic.continuation == "opponent")
 
     def train(self, *, callbacks: Sequence[TrainingCallback] = (), progress: bool = True) -> None:
-        """IPPO's training; then, v1, the certificate of the deployed shield."""
+        """IPPO's training; then the certificate of the deployed shield."""
         super().train(callbacks=callbacks, progress=progress)
-        if self.critic is not None and self.certificate is None:
+        if self.certificate is None:
             self.certificate = self.certify()
             self.shield.allowance = self.certificate.allowance
             log(
@@ -439,26 +419,25 @@ class ShieldedIPPO(IPPO):
             row[M.OM_TRAIN_LOSS] = om["train_loss"]
             row[M.OM_VALID_LOSS] = om["valid_loss"]
             row[M.OM_VALID_ACCURACY] = om["valid_accuracy"]
-        if self.critic is not None:
-            for critic in self._critics():
-                fitted = critic.fit(
-                    self.replay,
-                    self.world_model,
-                    steps=cfg.critic_steps,
-                    batch_size=cfg.critic_batch_size,
-                    generator=self.fit_generator,
-                    opponent=self._opponent_policy() if critic.per_agent else None,
-                )
-                key = M.CRITIC_LOSS if critic is self.critic else M.RIVAL_CRITIC_LOSS
-                row[key] = fitted["loss"]
-            self._recalibrate(row)
+        for critic in self._critics():
+            fitted = critic.fit(
+                self.replay,
+                self.world_model,
+                steps=cfg.critic_steps,
+                batch_size=cfg.critic_batch_size,
+                generator=self.fit_generator,
+                opponent=self._opponent_policy() if critic.per_agent else None,
+            )
+            key = M.CRITIC_LOSS if critic is self.critic else M.RIVAL_CRITIC_LOSS
+            row[key] = fitted["loss"]
+        self._recalibrate(row)
         stats = self.shield.stats
         self.shield.stats = type(stats)()
         row[M.SHIELD_INTERVENTIONS] = float(stats.interventions)
         row[M.SHIELD_NO_SAFE_ACTION] = float(stats.no_safe_action)
         row[M.SHIELD_MEAN_BOUND] = stats.mean_bound
         row[M.SHIELD_SECONDS] = stats.seconds
-        if self.critic is not None and cfg.risk_scope == "episode":
+        if cfg.risk_scope == "episode":
             row[M.SHIELD_BUDGET] = stats.mean_budget
             row[M.SHIELD_INFEASIBLE] = float(stats.infeasible_starts)
         row[M.SHIELD_MODEL_SECONDS] = time.perf_counter() - started
@@ -479,7 +458,7 @@ class ShieldedIPPO(IPPO):
         return lambda joint_obs: mixed_probs(model.probs(joint_obs), weight)
 
     def _calibration(self) -> float:
-        """v1: the calibration factor of the world model's team risk on held-out transitions.
+        """The calibration factor of the world model's team risk on held-out transitions.
 
         The shield's risk for a transition is the worst member's; on the latest held-out real
         transitions, k violations in n against the mean of those risks give
@@ -528,21 +507,20 @@ class ShieldedIPPO(IPPO):
             state["opponent_model_extra"] = self.opponent_model.extra_state()
             state["shield_generator"] = self.shield.generator.get_state()
             state["opponent_weight"] = self.shield.opponent_weight
-        if self.critic is not None:
-            state["critic"] = self.critic.state_dict()
-            state["critic_extra"] = self.critic.extra_state()
-            state["calibration"] = _calibration_state(self.shield.calibration)
-            state["budget"] = self.shield.budget.copy()
-            state["ledger"] = self.ledger.state_dict()
-            if self.shield.rival is not None:
-                state["continuation"] = self.critic.continuation
-                state["continuation_tests"] = self.continuation_tests
-                state["rival"] = self.shield.rival.state_dict()
-                state["rival_extra"] = self.shield.rival.extra_state()
-                state["rival_ledger"] = self.ledgers[self.shield.rival.continuation].state_dict()
-            state["allowance"] = self.adaptive.value
-            state["episodes_seen"] = self.episodes_seen
-            state["armed_at"] = self.armed_at
+        state["critic"] = self.critic.state_dict()
+        state["critic_extra"] = self.critic.extra_state()
+        state["calibration"] = _calibration_state(self.shield.calibration)
+        state["budget"] = self.shield.budget.copy()
+        state["ledger"] = self.ledger.state_dict()
+        if self.shield.rival is not None:
+            state["continuation"] = self.critic.continuation
+            state["continuation_tests"] = self.continuation_tests
+            state["rival"] = self.shield.rival.state_dict()
+            state["rival_extra"] = self.shield.rival.extra_state()
+            state["rival_ledger"] = self.ledgers[self.shield.rival.continuation].state_dict()
+        state["allowance"] = self.adaptive.value
+        state["episodes_seen"] = self.episodes_seen
+        state["armed_at"] = self.armed_at
         return state
 
     def load_extra_state(self, state: dict[str, Any]) -> None:
@@ -560,32 +538,32 @@ class ShieldedIPPO(IPPO):
             self.opponent_model.load_extra_state(state["opponent_model_extra"])
             self.shield.generator.set_state(state["shield_generator"])
             self.shield.opponent_weight = float(state["opponent_weight"])
-        if self.critic is not None:
-            rival = self.shield.rival
-            if rival is not None:
-                if state["continuation"] == rival.continuation:
-                    self.shield.swap_critics()
-                self.continuation_tests = int(state["continuation_tests"])
-                self.shield.rival.load_state_dict(state["rival"])
-                self.shield.rival.load_extra_state(state["rival_extra"])
-                self.ledgers[self.shield.rival.continuation].load_state_dict(state["rival_ledger"])
-            self.critic.load_state_dict(state["critic"])
-            self.critic.load_extra_state(state["critic_extra"])
-            self.shield.calibration = _calibration_from(state["calibration"])
-            self.shield.budget = np.array(state["budget"], dtype=np.float64)
-            self.ledger.load_state_dict(state["ledger"])
-            self.adaptive.value = float(state["allowance"])
-            self.shield.allowance = self.adaptive.value
-            self.episodes_seen = int(state["episodes_seen"])
-            self.armed_at = int(state["armed_at"])
+        rival = self.shield.rival
+        if rival is not None:
+            if state["continuation"] == rival.continuation:
+                self.shield.swap_critics()
+            self.continuation_tests = int(state["continuation_tests"])
+            self.shield.rival.load_state_dict(state["rival"])
+            self.shield.rival.load_extra_state(state["rival_extra"])
+            self.ledgers[self.shield.rival.continuation].load_state_dict(state["rival_ledger"])
+        self.critic.load_state_dict(state["critic"])
+        self.critic.load_extra_state(state["critic_extra"])
+        self.shield.calibration = _calibration_from(state["calibration"])
+        self.shield.budget = np.array(state["budget"], dtype=np.float64)
+        self.ledger.load_state_dict(state["ledger"])
+        self.adaptive.value = float(state["allowance"])
+        self.shield.allowance = self.adaptive.value
+        self.episodes_seen = int(state["episodes_seen"])
+        self.armed_at = int(state["armed_at"])
 
     def algo_config(self) -> dict[str, Any]:
         """PPO's tunable hyperparameters (the shield's are in policy.pt's `shield` entry)."""
         return self.cfg.tunables()
 
     def extra_policy_state(self) -> dict[str, Any]:
-        """The trained shield for policy.pt: config, model weights, cap and the version's own
-        values (v0's opponent weight; v1's calibration, deployed allowance and certificate)."""
+        """The trained shield for policy.pt: config, model weights, the training cap, the
+        calibration, the deployed allowance and the certificate (and the decentralised
+        shield's opponent model and weight)."""
         saved: dict[str, Any] = {
             "config": self.shield_cfg.to_dict(),
             "world_model": self.world_model.state_dict(),
@@ -595,13 +573,12 @@ class ShieldedIPPO(IPPO):
         if self.opponent_model is not None:
             saved["opponent_model"] = self.opponent_model.state_dict()
             saved["opponent_weight"] = float(self.shield.opponent_weight)
-        if self.critic is not None:
-            saved["critic"] = self.critic.state_dict()
-            saved["continuation"] = self.critic.continuation
-            saved["calibration"] = _calibration_state(self.shield.calibration)
-            saved["allowance"] = float(self.shield.allowance)
-            if self.certificate is not None:
-                saved["certificate"] = self.certificate.to_dict()
+        saved["critic"] = self.critic.state_dict()
+        saved["continuation"] = self.critic.continuation
+        saved["calibration"] = _calibration_state(self.shield.calibration)
+        saved["allowance"] = float(self.shield.allowance)
+        if self.certificate is not None:
+            saved["certificate"] = self.certificate.to_dict()
         return {POLICY_STATE_KEY: saved}
 
 
@@ -639,7 +616,7 @@ def calibration_outcomes(
     actor: Any, *, make_vec: Callable[[int], Any], seeds: range, horizon: int
 ) -> Callable[[float, int, int], tuple[int, float]]:
     """`outcomes` of `calibration.fixed_sequence_test` for `actor`, a policy whose action filter
-    is a v1 `BudgetShield`: episodes i <= e < j with allowance a are one batch of j - i env
+    is a `BudgetShield`: episodes i <= e < j with allowance a are one batch of j - i env
     copies reset from seeds[i:j], the actor seeded with seeds[i], `horizon` steps; returns
     (episodes with a violation, summed return). The evaluation's episode loop plays them;
     the certificate check (`benchmarks/certificate_check.py`) replays them with a loop of its

@@ -1,24 +1,22 @@
-"""World models of the shield: (joint obs, joint action) -> (next joint obs, costs, done).
+"""The shield's world model: (joint obs, joint action) -> (next joint obs, team risk, done).
 
 The interface the shield uses is `WorldModel.predict` on member-major batches: rows arrive as
-[M, N, ...] where M = `ensemble_size` and row (m, n) is evaluated by member m. The shield puts
-rollout j on member j mod M, so every member gets the same number of rows and the whole ensemble
-runs as one batched matmul per layer (`torch.baddbmm`) instead of a loop over members. A model
-without members (e.g. the exact dynamics of a test grid) has `ensemble_size = 1`.
+[M, N, ...] where M = `ensemble_size` and row (m, n) is evaluated by member m, so the whole
+ensemble runs as one batched matmul per layer (`torch.baddbmm`) instead of a loop over members.
+A model without members (e.g. the exact dynamics of a test grid) has `ensemble_size = 1`.
 
-Costs are per agent (probability that agent a's cost is > 0 at that step), so an agent's shield
-can judge its own violations, collisions included, without being blamed for another agent's.
-`TeamWorldModel` (v1, the v1 shield's) predicts the event the constraint is about instead,
-P(some agent's cost > 0 at the step), from a cost model shared by the agents: each agent's cost
-depends on its own observation and action and on the others' actions, the same function for
-every agent, so every transition teaches it A times and it generalises to joint actions the
-replay rarely holds. The agents' probabilities combine as 1 - prod_a (1 - p_a), which can only
-overstate the team's risk when their costs are positively correlated (a collision costs both).
+`TeamWorldModel` (`wm_version` v0) predicts the event the constraint is about,
+P(some agent's cost > 0 at the step), from a cost model shared by the agents (`AgentCostModel`):
+each agent's cost depends on its own observation and action and on the others' actions, the
+same function for every agent, so every transition teaches it A times and it generalises to
+joint actions the replay rarely holds. The agents' probabilities combine as
+1 - prod_a (1 - p_a), which can only overstate the team's risk when their costs are positively
+correlated (a collision costs both). The next joint obs and the done probability come from an
+`EnsembleWorldModel`, its dynamics part.
 """
 
 from __future__ import annotations
 
-import functools
 import math
 from collections.abc import Callable
 from typing import Any, Protocol, runtime_checkable
@@ -71,11 +69,14 @@ class WorldModel(Protocol):
 
 
 class EnsembleWorldModel(Versioned, OptimizerState, nn.Module):
-    """v0: an ensemble of M ReLU MLPs, evaluated together with batched matmuls.
+    """The dynamics of `TeamWorldModel`: an ensemble of M ReLU MLPs, evaluated together with
+    batched matmuls.
 
     Each member maps [normalised joint obs, one-hot joint action] to the normalised change of
-    the joint obs (squared error), per-agent cost logits and a done logit (cross-entropy).
-    Normalisation statistics are refreshed from the training replay before each fit.
+    the joint obs (squared error), per-agent cost logits and a done logit (cross-entropy). The
+    cost logits are trained with the rest (they shape the shared layers) but the team's risk
+    comes from `AgentCostModel`. Normalisation statistics are refreshed from the training
+    replay before each fit.
     """
 
     def __init__(
@@ -422,7 +423,8 @@ class AgentCostModel(Versioned, OptimizerState, nn.Module):
 
 
 class TeamWorldModel(nn.Module):
-    """v1: joint dynamics (next joint obs, done) and the team's one-step violation risk.
+    """`wm_version` v0: joint dynamics (next joint obs, done) and the team's one-step violation
+    risk.
 
     `predict` has the WorldModel interface with one cost column, the team's risk
     1 - prod_a (1 - p_a) of the agent-shared `AgentCostModel`; the next joint obs and the done
@@ -544,8 +546,8 @@ class TeamWorldModel(nn.Module):
 def predict_options(
     model: WorldModel, joint_obs: torch.Tensor, options: torch.Tensor
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """A team-risk model's (v1, one cost column) successors of each state [M, S, A*D] under each
-    of its K joint actions [M, S, K, A]: (next joint obs [M, S, K, A*D], risk [M, S, K], done
+    """A team-risk model's (one cost column) successors of each state [M, S, A*D] under each of
+    its K joint actions [M, S, K, A]: (next joint obs [M, S, K, A*D], risk [M, S, K], done
     [M, S, K]). The model's own `predict_options` where it has one, else `predict` on the
     states repeated K times (any model with the WorldModel interface)."""
     own = getattr(model, "predict_options", None)
@@ -565,24 +567,16 @@ def predict_options(
 
 def make_world_model(
     version: str, *, n_agents: int, obs_dim: int, n_actions: int, config: Any, seed: int
-) -> EnsembleWorldModel | TeamWorldModel:
+) -> TeamWorldModel:
     """Build the world model `version` (a key of WM_VERSIONS) from a ShieldConfig."""
     return lookup(WM_VERSIONS, version, "wm_version")(
         n_agents=n_agents, obs_dim=obs_dim, n_actions=n_actions, config=config, seed=seed
     )
 
 
-def _from_config(
-    model: type[EnsembleWorldModel | TeamWorldModel],
-    *,
-    n_agents: int,
-    obs_dim: int,
-    n_actions: int,
-    config: Any,
-    seed: int,
-) -> EnsembleWorldModel | TeamWorldModel:
-    """A `model` sized by the ShieldConfig's world-model settings."""
-    return model(
+def _team(*, n_agents: int, obs_dim: int, n_actions: int, config: Any, seed: int) -> TeamWorldModel:
+    """A `TeamWorldModel` sized by the ShieldConfig's world-model settings."""
+    return TeamWorldModel(
         n_agents=n_agents,
         obs_dim=obs_dim,
         n_actions=n_actions,
@@ -593,9 +587,6 @@ def _from_config(
     )
 
 
-# wm_version -> factory. v0: per-agent costs on the joint input (the v0 shield's); v1: the
-# team's risk from an agent-shared cost model (the v1 shield's).
-WM_VERSIONS: dict[str, Callable[..., EnsembleWorldModel | TeamWorldModel]] = {
-    "v0": functools.partial(_from_config, EnsembleWorldModel),
-    "v1": functools.partial(_from_config, TeamWorldModel),
-}
+# wm_version -> factory. v0: the team's risk from an agent-shared cost model, the dynamics from
+# an `EnsembleWorldModel`.
+WM_VERSIONS: dict[str, Callable[..., TeamWorldModel]] = {"v0": _team}

@@ -1,12 +1,12 @@
-"""Toy worlds for the shield's tests: a tiny deterministic grid with an exact world model.
+"""Toy worlds for the shield's tests: a tiny grid and scripted calibration episodes.
 
 Two agents move on a W x H grid (actions: stay, up, down, left, right; walls clip). An agent's
 cost is 1 when it ends a step on a hazard cell or on the other agent's cell. Per-agent
 observation: [x, y, goal_x, goal_y, other_x, other_y] (integers as floats). `GridVectorEnv` is a
 VectorEnv of it (reward: -0.1 per step, +1 and termination when both agents are on their goals;
-slip: with probability `slip` an agent's action is replaced by a random one), and `ExactGridModel`
-its true dynamics as a WorldModel (without slip). `ScriptedCalibrationEnv` plays calibration
-episodes whose violations are scripted per reset seed and allowance.
+slip: with probability `slip` an agent's action is replaced by a random one).
+`ScriptedCalibrationEnv` plays calibration episodes whose violations are scripted per reset seed
+and allowance.
 """
 
 from __future__ import annotations
@@ -16,7 +16,6 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import torch
 
 from src.config.shield import ShieldConfig
 from src.envs.base import StepResult, VectorEnv
@@ -64,80 +63,6 @@ class TinyGrid:
         other = pos[..., ::-1, :]
         goals = np.broadcast_to(self.goals, pos.shape)
         return np.concatenate([pos, goals, other], axis=-1).astype(np.float32)
-
-
-class ExactGridModel:
-    """The true (slip-free) dynamics of a TinyGrid as a WorldModel with one member."""
-
-    ensemble_size = 1
-
-    def __init__(self, grid: TinyGrid) -> None:
-        self.grid = grid
-        self.calls = 0
-
-    def predict(
-        self, joint_obs: torch.Tensor, joint_action: torch.Tensor
-    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        self.calls += 1
-        m, n, _ = joint_obs.shape
-        pos = joint_obs.reshape(m, n, N_AGENTS, OBS_DIM)[..., :2].numpy().astype(np.int64)
-        new = self.grid.move(pos, joint_action.numpy())
-        next_obs = torch.from_numpy(self.grid.observe(new).reshape(m, n, N_AGENTS * OBS_DIM))
-        cost = torch.from_numpy(self.grid.cost(new))
-        return next_obs, cost, torch.zeros(m, n)
-
-
-class FixedPolicy:
-    """The same action distribution for every row, as log-probabilities: as a policy,
-    (obs [N, D], agent [N]) -> [N, n]; as an opponent model, joint_logits(joint_obs [N, A*D])
-    -> [N, A, n]. Zero probabilities are -inf."""
-
-    def __init__(self, probs: list[float]) -> None:
-        self.log_dist = torch.tensor(probs, dtype=torch.float32).log()
-
-    def __call__(self, obs: torch.Tensor, agent: torch.Tensor) -> torch.Tensor:
-        return self.log_dist.expand(obs.shape[0], -1).clone()
-
-    def joint_logits(self, joint_obs: torch.Tensor) -> torch.Tensor:
-        return self.log_dist.expand(joint_obs.shape[0], N_AGENTS, -1).clone()
-
-
-def exact_risk(
-    grid: TinyGrid,
-    pos: np.ndarray,
-    agent: int,
-    first_action: int,
-    lookahead: int,
-    own_probs: np.ndarray,
-    other_probs: np.ndarray,
-) -> float:
-    """P(agent's cost = 1 within `lookahead` steps) by enumerating the joint actions.
-
-    pos [A, 2]; step 1: agent takes first_action; later it acts by own_probs; the other agent
-    acts by other_probs at every step.
-    """
-    other = 1 - agent
-
-    def recurse(p: np.ndarray, depth: int) -> float:
-        if depth == lookahead:
-            return 0.0
-        risk = 0.0
-        own_dist = np.eye(N_ACTIONS)[first_action] if depth == 0 else own_probs
-        for a_own in range(N_ACTIONS):
-            for a_other in range(N_ACTIONS):
-                w = own_dist[a_own] * other_probs[a_other]
-                if w == 0.0:
-                    continue
-                action = np.zeros(N_AGENTS, dtype=np.int64)
-                action[agent], action[other] = a_own, a_other
-                new = grid.move(p, action)
-                if grid.cost(new)[agent] > 0:
-                    risk += w
-                else:
-                    risk += w * recurse(new, depth + 1)
-        return risk
-
-    return recurse(pos, 0)
 
 
 class GridVectorEnv(VectorEnv):
@@ -219,7 +144,7 @@ class GridVectorEnv(VectorEnv):
 
 
 def shield_config(**overrides: Any) -> ShieldConfig:
-    """A ShieldConfig with the base knobs of the tests (bayesian, summable, v0), overridden."""
+    """A ShieldConfig with the base knobs of the tests (the defaults), overridden."""
     base: dict[str, Any] = {
         "max_risk": 0.1,
         "shield_patience": 0,
@@ -254,7 +179,7 @@ def scripted_violations(seed: int, allowance: float) -> tuple[int, ...]:
 def scripted_calibration_config(
     *, run_idx: int = 0, updates: int = 1, constraint_horizon: int = 100
 ) -> dict[str, Any]:
-    """A v1 shield run on the toy grid whose certificate tests the allowances 0.02, 0.04 and
+    """A shield run on the toy grid whose certificate tests the allowances 0.02, 0.04 and
     0.08 (max_risk 0.5 held by adapt_rate 0, times certify_multiples) with delta 0.4 on 8
     calibration episodes from `CALIBRATION_SEED_OFFSET`, over `constraint_horizon` steps."""
     from src.config.run import make_run_config
@@ -270,12 +195,9 @@ def scripted_calibration_config(
         mini_batches=2,
         max_risk=0.5,
         shield_patience=1,
-        shield_version="v1",
-        wm_version="v1",
         shield_credible_delta=0.4,
         constraint_horizon=constraint_horizon,
         algo_params={
-            "rollout_count": 16,
             "ensemble_size": 2,
             "wm_hidden": [32],
             "replay_size": 2000,

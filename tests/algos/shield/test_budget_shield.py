@@ -1,4 +1,4 @@
-"""The v1 shield (budget.BudgetShield) and its safety critic against exact answers.
+"""The shield (budget.BudgetShield) and its safety critic against exact answers.
 
 With an exact model of the least risk-to-go (computed by dynamic programming on the true
 dynamics of a small hazard_grid), the shield's calibrated risk equals the true risk of every
@@ -27,10 +27,6 @@ from src.stats import clopper_pearson_interval
 from tests.algos.shield.shield_toys import shield_config
 
 SIZE, N_AGENTS, N_ACTIONS = 5, 2, 5
-
-
-def _v1_config(**overrides: float) -> object:
-    return shield_config(shield_version="v1", wm_version="v1", **overrides)
 
 
 class ExactQ:
@@ -86,7 +82,7 @@ def _env(num_envs: int, seed: int = 3) -> object:
 
 def _shield(model: ExactQ, **overrides: object) -> BudgetShield:
     settings = {"risk_scope": "episode", "horizon": 300, **overrides}
-    config = _v1_config(lookahead=1, ensemble_size=1, **settings)
+    config = shield_config(lookahead=1, ensemble_size=1, **settings)
     return BudgetShield(
         config=config,
         world_model=model,
@@ -430,7 +426,7 @@ def test_lookahead_two_is_the_worst_member_of_the_two_step_recursion():
         critic.members.biases[-1].fill_(-1.0)
         critic.members.weights[-1].normal_(0.0, 1.0, generator=torch.Generator().manual_seed(2))
     shield = BudgetShield(
-        config=_v1_config(lookahead=2, ensemble_size=members, horizon=10),
+        config=shield_config(lookahead=2, ensemble_size=members, horizon=10),
         world_model=model,
         critic=critic,
         n_agents=a,

@@ -1,4 +1,4 @@
-"""How the v1 shield's trainer wires its certificate: the calibration episodes it plays (reset
+"""How the shield's trainer wires its certificate: the calibration episodes it plays (reset
 seeds of each look and of each run, the constraint's horizon as their cap, the allowance of
 each episode), the ladder it tests, the allowance it deploys and saves; the env copies' seeds.
 
@@ -145,7 +145,7 @@ def test_the_settled_allowance_is_the_geometric_mean_of_the_second_half_of_armed
 
 def test_runs_calibrate_on_consecutive_disjoint_blocks_of_seeds() -> None:
     """Run r's calibration seeds are offset + r n + i, i < n."""
-    config = shield_config(shield_version="v1", wm_version="v1")
+    config = shield_config()
     assert (config.calibration_seed_offset, config.calibration_episodes) == (20_000_000, 200)
     assert config.calibration_seeds(0) == range(20_000_000, 20_000_200)
     assert config.calibration_seeds(1) == range(20_000_200, 20_000_400)
@@ -172,7 +172,7 @@ def test_env_copies_of_neighbouring_runs_reset_from_disjoint_seeds(num_envs: int
 
 def test_the_registrys_calibration_env_has_the_asked_copies_and_cap() -> None:
     """`make_calibration_env(copies, 100)` builds the run's env with 100 as its cap."""
-    config = RunConfig.from_dict(tiny_run_config("shield", shield_version="v1", wm_version="v1"))
+    config = RunConfig.from_dict(tiny_run_config("shield"))
     vec = _registry_env(config, 3, 100)
     try:
         assert (vec.num_envs, vec.max_steps, vec.name) == (3, 100, "hazard_grid")

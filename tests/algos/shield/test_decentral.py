@@ -1,4 +1,4 @@
-"""The decentralised v1 shield (`coordination: decentralised`) against answers worked out by hand.
+"""The decentralised shield (`coordination: decentralised`) against answers worked out by hand.
 
 Its completions of the others' actions (all of them with their probabilities, or a Latin
 hypercube sample), each agent's expected risk of its own actions with the exact least
@@ -101,8 +101,6 @@ class FixedOpponents:
 def _shield(oracle: ExactQ, opponents: FixedOpponents, **overrides: object) -> BudgetShield:
     settings = {"risk_scope": "receding", "horizon": 300, "max_risk": 0.1, **overrides}
     config = shield_config(
-        shield_version="v1",
-        wm_version="v1",
         lookahead=1,
         ensemble_size=1,
         coordination="decentralised",
@@ -254,7 +252,7 @@ def test_row_keys_are_equal_exactly_for_equal_rows_also_beyond_an_int64() -> Non
 
 def test_decentralised_coordination_needs_an_opponent_model_and_a_receding_one_step_scope():
     env = _env(1)
-    config = shield_config(shield_version="v1", wm_version="v1", coordination="decentralised")
+    config = shield_config(coordination="decentralised")
     with pytest.raises(ValueError, match="opponent model"):
         BudgetShield(
             config=config,
@@ -266,34 +264,26 @@ def test_decentralised_coordination_needs_an_opponent_model_and_a_receding_one_s
         )
     dims = {"n_agents": 2, "n_actions": 5, "max_steps": 100}
     for key, value in (("risk_scope", "episode"), ("lookahead", 2)):
-        bad = shield_config(
-            shield_version="v1", wm_version="v1", coordination="decentralised", **{key: value}
-        )
+        bad = shield_config(coordination="decentralised", **{key: value})
         with pytest.raises(ValueError, match=f"{key}.*decentralised"):
             bad.check_against(**dims)
     with pytest.raises(ValueError, match="coordination"):
-        shield_config(shield_version="v1", wm_version="v1", coordination="anarchic")
+        shield_config(coordination="anarchic")
     # The opponent continuation is the decentralised shield's.
-    central = shield_config(shield_version="v1", wm_version="v1", continuation="opponent")
+    central = shield_config(continuation="opponent")
     with pytest.raises(ValueError, match=r"continuation.*'team' for coordination 'central'"):
         central.check_against(**dims)
     with pytest.raises(ValueError, match="continuation"):
-        shield_config(shield_version="v1", wm_version="v1", continuation="everyone")
+        shield_config(continuation="everyone")
 
 
 def test_shield_dec_is_the_shield_with_decentralised_coordination_fixed():
     def config(**params: object) -> RunConfig:
-        return RunConfig.from_dict(
-            make_run_config(
-                algo="shield_dec", shield_version="v1", wm_version="v1", algo_params=params
-            )
-        )
+        return RunConfig.from_dict(make_run_config(algo="shield_dec", algo_params=params))
 
     assert config().shield.coordination == "decentralised"
     assert config(opponent_samples=8).shield.opponent_samples == 8
     with pytest.raises(ConfigError, match="shield_dec fixes coordination='decentralised'"):
         config(coordination="central")
-    central = RunConfig.from_dict(
-        make_run_config(algo="shield", shield_version="v1", wm_version="v1")
-    )
+    central = RunConfig.from_dict(make_run_config(algo="shield"))
     assert central.shield.coordination == "central"

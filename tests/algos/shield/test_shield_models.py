@@ -1,9 +1,10 @@
-"""World model, opponent model, replay and the opponent mixing weight."""
+"""World model, opponent model, replay, the opponent mixing weight and the shield's config."""
 
 from __future__ import annotations
 
 import itertools
 import math
+import re
 from typing import Any
 
 import numpy as np
@@ -21,6 +22,7 @@ from src.algos.shield.opponent_model import (
 )
 from src.algos.shield.replay import TransitionReplay
 from src.algos.shield.world_model import WM_VERSIONS, WorldModel, make_world_model
+from src.checks import ConfigError
 from src.config.run import RunConfig, make_run_config
 from src.config.shield import ShieldConfig
 from tests.algos.shield.shield_toys import N_ACTIONS, N_AGENTS, OBS_DIM, TinyGrid, shield_config
@@ -71,10 +73,10 @@ def test_world_model_learns_the_grid(version):
     for _ in range(6):
         last = model.fit(replay, n_samples=20_000, batch_size=256, max_valid=4096, generator=gen)
     assert last["valid_loss"] < 0.5 * first["valid_loss"]
-    # v0 predicts each agent's cost, v1 the team's (some agent's cost > 0).
-    columns = getattr(model, "cost_dim", N_AGENTS)
+    # It predicts the team's risk: some agent's cost > 0.
+    columns = model.cost_dim
     costs = replay.valid.cost[: replay.valid.size]
-    base_rate = float((costs.amax(dim=1) if columns == 1 else costs).mean())
+    base_rate = float(costs.amax(dim=1).mean())
     # Better than always predicting "no cost".
     assert last["cost_accuracy"] > 1.0 - base_rate + 0.3 * base_rate
     # Predictions have the protocol's shapes; next positions are close to the truth.
@@ -91,7 +93,8 @@ def test_world_model_learns_the_grid(version):
 
 
 def test_fast_inference_path_matches_the_plain_one_after_every_fit():
-    """The inference path folds the normalisations into cached weights and reuses buffers."""
+    """The dynamics' inference path folds the normalisations into cached weights and reuses
+    buffers."""
     replay = grid_replay(600, 2)
     model = make_world_model(
         "v0", n_agents=N_AGENTS, obs_dim=OBS_DIM, n_actions=N_ACTIONS, config=CONFIG, seed=1
@@ -122,7 +125,8 @@ def test_world_model_is_seeded_and_checks_shapes():
     c = make_world_model("v0", **kwargs, seed=4)
     for x, y in zip(a.state_dict().values(), b.state_dict().values(), strict=True):
         assert torch.equal(x, y)
-    assert not torch.equal(a.weights[0], c.weights[0])
+    assert not torch.equal(a.dynamics.weights[0], c.dynamics.weights[0])
+    assert not torch.equal(a.costs.weights[0], c.costs.weights[0])
     with pytest.raises(ValueError, match="joint_obs"):
         a.predict(torch.zeros(1, 4, N_AGENTS * OBS_DIM), torch.zeros(1, 4, 2, dtype=torch.int64))
     with pytest.raises(ValueError, match="wm_version"):
@@ -244,8 +248,8 @@ def test_shield_config_rejects_bad_values():
         with pytest.raises(ValueError, match=key):
             RunConfig.from_dict(make_run_config(algo="shield", **{key: bad}))
     for key, bad in (
-        ("rollout_count", 0),
-        ("rollout_growth", 0.5),
+        ("lookahead", 0),
+        ("horizon", 0),
         ("wm_hidden", []),
         ("valid_fraction", 1.0),
         ("backup", "beam"),
@@ -256,10 +260,38 @@ def test_shield_config_rejects_bad_values():
         with pytest.raises(ValueError, match=key):
             RunConfig.from_dict(make_run_config(algo="shield", algo_params={key: bad}))
     config = RunConfig.from_dict(
-        make_run_config(algo="shield", algo_params={"rollout_count": 7, "gamma": 0.9})
+        make_run_config(algo="shield", algo_params={"horizon": 7, "gamma": 0.9})
     )
-    assert config.shield.rollout_count == 7
+    assert config.shield.horizon == 7
     assert config.ppo.gamma == 0.9
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "default"),
+    [
+        ("shield_reward_mode", "frequentist", "bayesian"),
+        ("shield_reward_mode", "mean", "bayesian"),
+        ("shield_credible_schedule", "constant", "summable"),
+    ],
+)
+def test_a_knob_no_shield_decides_by_takes_its_default_only(
+    key: str, value: str, default: str
+) -> None:
+    """create_base_config still takes the key, with its default; another value is refused in
+    one line naming the key and the value, through the API and a recorded run config alike."""
+    config = make_run_config(algo="shield")
+    assert config[key] == default
+    assert RunConfig.from_dict(config).shield.to_dict()[key] == default
+    message = f"{key}={value!r}: no shield version decides by another value"
+    for build in (
+        lambda: make_run_config(algo="shield", **{key: value}),
+        lambda: make_run_config(algo="ippo", **{key: value}),
+        lambda: RunConfig.from_dict({**config, key: value}),
+    ):
+        with pytest.raises(ConfigError, match=re.escape(message)) as refused:
+            build()
+        assert "\n" not in str(refused.value)
+        assert f"leave it at {default!r} or remove it" in str(refused.value)
 
 
 def test_replay_moments_follow_the_rows_held_through_wrap_and_reload():

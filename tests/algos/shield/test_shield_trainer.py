@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -23,8 +24,6 @@ from src.config.shield import ShieldConfig
 from tests.algos.shield.shield_toys import GridVectorEnv
 
 SMALL = {
-    "rollout_count": 16,
-    "lookahead": 2,
     "ensemble_size": 2,
     "wm_hidden": [32],
     "om_hidden": [16],
@@ -69,8 +68,33 @@ class StopAfterTwo:
             raise Stop
 
 
-def test_passive_shield_trains_exactly_like_ippo():
-    config = run_config(patience=100, updates=3)
+def _trainer(config: dict) -> ShieldedIPPO:
+    trainer = ShieldedIPPO(config, GridVectorEnv(num_envs=2, slip=0.1))
+    # The calibration episodes run on the same toy task, with the cap the certificate asks.
+    trainer.make_calibration_env = lambda copies, steps: GridVectorEnv(
+        num_envs=copies, max_steps=steps, slip=0.1
+    )
+    return trainer
+
+
+def _config(
+    *,
+    max_risk: float = 0.1,
+    calibration_episodes: int = 6,
+    patience: int = 1,
+    updates: int = 4,
+    seed: int = 3,
+) -> dict:
+    config = run_config(patience=patience, updates=updates, seed=seed)
+    config["max_risk"] = max_risk
+    config["algo_params"].update(
+        critic_steps=2, horizon=5, calibration_episodes=calibration_episodes, calibration_bins=2
+    )
+    return config
+
+
+def test_passive_shield_trains_exactly_like_ippo() -> None:
+    config = _config(patience=100, updates=3, seed=0, calibration_episodes=0)
     shielded = ShieldedIPPO(config, GridVectorEnv(num_envs=2))
     shielded.train(progress=False)
     plain_config = {**config, "algo": "ippo"}
@@ -83,14 +107,13 @@ def test_passive_shield_trains_exactly_like_ippo():
         assert row[M.SHIELD_ARMED] == 0.0
         assert row[M.SHIELD_INTERVENTIONS] == 0.0
         # The models train while the shield watches.
-        assert row[M.WM_TRAIN_LOSS] is not None and row[M.OM_TRAIN_LOSS] is not None
+        assert row[M.WM_TRAIN_LOSS] is not None and row[M.CRITIC_LOSS] is not None
     assert all(ep.shield_interventions == 0 for ep in shielded.history)
     assert shielded.replay.train.size + shielded.replay.valid.size == 3 * 16 * 2
 
 
-def test_no_override_before_patience_and_overrides_after():
-    config = run_config(patience=2, updates=5, shield_opponent_mode="uniform")
-    trainer = ShieldedIPPO(config, GridVectorEnv(num_envs=2))
+def test_no_override_before_patience_and_overrides_after() -> None:
+    trainer = _trainer(_config(patience=2, updates=5, max_risk=0.001))
     trainer.train(progress=False)
     rows = trainer.updates
     assert [row[M.SHIELD_ARMED] for row in rows] == [0.0, 0.0, 1.0, 1.0, 1.0]
@@ -99,14 +122,16 @@ def test_no_override_before_patience_and_overrides_after():
     assert all(row[M.SHIELD_MEAN_BOUND] is None for row in rows[:2])
     assert all(0.0 <= row[M.SHIELD_MEAN_BOUND] <= 1.0 for row in rows[2:])
     for row in rows:
-        for key in (M.SHIELD_NO_SAFE_ACTION, M.SHIELD_SECONDS, M.WM_VALID_LOSS, M.OM_VALID_LOSS):
+        for key in (M.SHIELD_NO_SAFE_ACTION, M.SHIELD_SECONDS, M.WM_VALID_LOSS, M.CRITIC_LOSS):
             assert key in row
-    assert rows[-1][M.SHIELD_OPPONENT_WEIGHT] == 1.0
+    # The central shield has no opponent model.
+    assert trainer.opponent_model is None and M.OM_VALID_LOSS not in rows[-1]
     assert sum(ep.shield_interventions for ep in trainer.history) > 0
 
 
-def test_monotone_floor_weight_is_logged_and_never_increases():
-    trainer = ShieldedIPPO(run_config(patience=1, updates=4), GridVectorEnv(num_envs=2))
+def test_monotone_floor_weight_is_logged_and_never_increases() -> None:
+    trainer = _trainer({**_config(), "algo": "shield_dec"})
+    assert trainer.shield_cfg.shield_opponent_mode == "monotone_floor"
     trainer.train(progress=False)
     weights = [row[M.SHIELD_OPPONENT_WEIGHT] for row in trainer.updates]
     assert all(b <= a for a, b in itertools.pairwise(weights))
@@ -118,50 +143,8 @@ def test_monotone_floor_weight_is_logged_and_never_increases():
         assert row[M.SHIELD_OPPONENT_WEIGHT] == pytest.approx(expected)
 
 
-def test_resume_is_bit_for_bit(tmp_path):
-    config = run_config(patience=1, updates=4, seed=3)
-    full = ShieldedIPPO(config, GridVectorEnv(num_envs=2, slip=0.1))
-    full.train(progress=False)
-
-    first = ShieldedIPPO(config, GridVectorEnv(num_envs=2, slip=0.1))
-
-    with pytest.raises(Stop):
-        first.train(callbacks=[StopAfterTwo(tmp_path)], progress=False)
-    resumed = ShieldedIPPO(config, GridVectorEnv(num_envs=2, slip=0.1))
-    load_checkpoint(resumed, latest_checkpoint(tmp_path))
-    resumed.train(progress=False)
-
-    for a, b in zip(full.net.parameters(), resumed.net.parameters(), strict=True):
-        assert torch.equal(a, b)
-    for name in ("world_model", "opponent_model"):
-        for a, b in zip(
-            getattr(full, name).state_dict().values(),
-            getattr(resumed, name).state_dict().values(),
-            strict=True,
-        ):
-            assert torch.equal(a, b)
-    assert full.history == resumed.history
-    strip = [
-        {
-            k: v
-            for k, v in row.items()
-            if "seconds" not in k and k not in ("wall_time", M.STEPS_PER_SECOND)
-        }
-        for row in full.updates
-    ]
-    strip_resumed = [
-        {
-            k: v
-            for k, v in row.items()
-            if "seconds" not in k and k not in ("wall_time", M.STEPS_PER_SECOND)
-        }
-        for row in resumed.updates
-    ]
-    assert strip == strip_resumed
-
-
-def test_policy_file_rebuilds_the_deployed_shield(tmp_path):
-    config = run_config(patience=1, updates=3, shield_opponent_mode="uniform")
+def test_policy_file_rebuilds_the_deployed_shield(tmp_path: Path) -> None:
+    config = _config(updates=3, max_risk=0.001, calibration_episodes=0)
     train_run(config, tmp_path, make_env=lambda c: GridVectorEnv(num_envs=2), progress=False)
     actor = load_actor(tmp_path, shielded=True)
     assert actor.shielded
@@ -187,57 +170,21 @@ def test_policy_file_rebuilds_the_deployed_shield(tmp_path):
     assert executed.shape == (3, 2) and intervened.dtype == bool
     with pytest.raises(ValueError, match="shield"):
         load_shield({k: v for k, v in state.items() if k != "shield"}, config, net=net)
+    # A policy.pt of the old v0 shield (no critic) is refused, saying so.
+    old = {**state, "shield": {k: v for k, v in state["shield"].items() if k != "critic"}}
+    with pytest.raises(ValueError, match="no 'critic': a run of the old v0 shield"):
+        load_shield(old, config, net=net)
 
 
-def test_unknown_algo_params_are_rejected():
+def test_unknown_algo_params_are_rejected() -> None:
     config = run_config(patience=1)
     config["algo_params"] = {**SMALL, "rollout": 3}
     with pytest.raises(ValueError, match="rollout"):
         ShieldedIPPO(config, GridVectorEnv(num_envs=2))
-
-
-@pytest.mark.parametrize(
-    "knobs",
-    [
-        {"shield_reward_mode": "bayesian"},
-        {"shield_reward_mode": "frequentist"},
-        {"shield_reward_mode": "mean"},
-        {"shield_opponent_mode": "model"},
-        {"shield_opponent_mode": "uniform"},
-        {"shield_opponent_mode": "monotone_floor"},
-        {"shield_credible_schedule": "constant", "shield_credible_delta": 0.2},
-    ],
-)
-def test_every_mode_trains_and_filters(knobs):
-    trainer = ShieldedIPPO(run_config(patience=1, updates=2, **knobs), GridVectorEnv(num_envs=2))
-    for key, value in knobs.items():
-        assert getattr(trainer.shield_cfg, key) == value
-    trainer.train(progress=False)
-    row = trainer.updates[-1]
-    assert row[M.SHIELD_ARMED] == 1.0
-    assert 0.0 <= row[M.SHIELD_MEAN_BOUND] <= 1.0
-    expected_weight = {"model": 0.0, "uniform": 1.0}.get(trainer.shield_cfg.shield_opponent_mode)
-    if expected_weight is not None:
-        assert row[M.SHIELD_OPPONENT_WEIGHT] == expected_weight
-
-
-def _v1_trainer(config: dict) -> ShieldedIPPO:
-    trainer = ShieldedIPPO(config, GridVectorEnv(num_envs=2, slip=0.1))
-    # The calibration episodes run on the same toy task, with the cap the certificate asks.
-    trainer.make_calibration_env = lambda copies, steps: GridVectorEnv(
-        num_envs=copies, max_steps=steps, slip=0.1
-    )
-    return trainer
-
-
-def _v1_config(*, max_risk: float = 0.1, calibration_episodes: int = 6) -> dict:
-    config = run_config(patience=1, updates=4, seed=3, shield_version="v1", wm_version="v1")
-    config["max_risk"] = max_risk
-    config["algo_params"].update(
-        critic_steps=2, horizon=5, calibration_episodes=calibration_episodes, calibration_bins=2
-    )
-    config["algo_params"].pop("lookahead")
-    return config
+    # The old v0 shield's rollout settings are not the shield's any more.
+    config["algo_params"] = {**SMALL, "rollout_count": 16}
+    with pytest.raises(ValueError, match="rollout_count"):
+        ShieldedIPPO(config, GridVectorEnv(num_envs=2))
 
 
 @pytest.mark.parametrize(
@@ -249,18 +196,18 @@ def _v1_config(*, max_risk: float = 0.1, calibration_episodes: int = 6) -> dict:
         ("shield_dec", "auto"),
     ],
 )
-def test_v1_resume_is_bit_for_bit_with_the_ledger_the_allowance_and_the_certificate(
+def test_resume_is_bit_for_bit_with_the_ledger_the_allowance_and_the_certificate(
     tmp_path, algo, continuation
 ):
-    config = {**_v1_config(), "algo": algo}
+    config = {**_config(), "algo": algo}
     config["algo_params"]["continuation"] = continuation
-    full = _v1_trainer(config)
+    full = _trainer(config)
     full.train(progress=False)
-    first = _v1_trainer(config)
+    first = _trainer(config)
 
     with pytest.raises(Stop):
         first.train(callbacks=[StopAfterTwo(tmp_path)], progress=False)
-    resumed = _v1_trainer(config)
+    resumed = _trainer(config)
     load_checkpoint(resumed, latest_checkpoint(tmp_path))
     resumed.train(progress=False)
     for a, b in zip(full.net.parameters(), resumed.net.parameters(), strict=True):
@@ -274,10 +221,10 @@ def test_v1_resume_is_bit_for_bit_with_the_ledger_the_allowance_and_the_certific
     assert full.shield.allowance == resumed.shield.allowance == full.certificate.allowance
 
 
-def test_v1_certificate_tests_the_ladder_and_deploys_its_allowance():
+def test_certificate_tests_the_ladder_and_deploys_its_allowance():
     # max_risk = 0.001: six episodes can never show it (P(Bin(6, 0.001) <= 0) > delta).
-    config = _v1_config(max_risk=0.001)
-    trainer = _v1_trainer(config)
+    config = _config(max_risk=0.001)
+    trainer = _trainer(config)
     trainer.train(progress=False)
     certificate = trainer.certificate
     assert not certificate.certified and certificate.statement.startswith("no certificate")
@@ -294,18 +241,18 @@ def test_v1_certificate_tests_the_ladder_and_deploys_its_allowance():
     assert state["shield"]["certificate"]["certified"] is False
 
 
-def test_v1_without_calibration_episodes_states_no_certificate():
-    trainer = _v1_trainer(_v1_config(calibration_episodes=0))
+def test_without_calibration_episodes_states_no_certificate():
+    trainer = _trainer(_config(calibration_episodes=0))
     trainer.train(progress=False)
     assert trainer.certificate.episodes == 0 and not trainer.certificate.tested
     assert "no calibration episodes" in trainer.certificate.statement
 
 
 @pytest.mark.parametrize("imitation", [0.0, 0.5])
-def test_v1_imitation_loss_is_the_executed_actions_log_likelihood_on_overrides(imitation):
-    config = _v1_config()
+def test_imitation_loss_is_the_executed_actions_log_likelihood_on_overrides(imitation):
+    config = _config()
     config["algo_params"]["imitation"] = imitation
-    trainer = _v1_trainer(config)
+    trainer = _trainer(config)
     trainer._obs = trainer.env.reset(seed=[0, 1])
     trainer.collect_rollout()
     trainer.buffer.intervened[0, 0, 0] = True  # at least one override in the batch
@@ -330,8 +277,8 @@ def test_v1_imitation_loss_is_the_executed_actions_log_likelihood_on_overrides(i
 
 @pytest.mark.parametrize("mode", ["model", "uniform", "monotone_floor"])
 def test_shield_dec_fits_its_opponent_model_and_trusts_it_as_the_mode_says(tmp_path, mode):
-    config = {**_v1_config(), "algo": "shield_dec", "shield_opponent_mode": mode}
-    trainer = _v1_trainer(config)
+    config = {**_config(), "algo": "shield_dec", "shield_opponent_mode": mode}
+    trainer = _trainer(config)
     assert trainer.shield.config.coordination == "decentralised"
     assert trainer.opponent_model is trainer.shield.opponent_model is not None
     trainer.train(progress=False)
@@ -364,9 +311,9 @@ def test_shield_dec_with_the_opponent_continuation_judges_each_agent_by_its_own_
     """Each agent's rho_i(s, b) = sum over the other's action x of p(x) max_m Q_m,i(s, (b, x)),
     Q_m,i valued by agent i's row of the trained `opponent` critic; the decision's q is the
     largest over the agents. Worked out here from the parts, against the filter."""
-    config = {**_v1_config(), "algo": "shield_dec"}
+    config = {**_config(), "algo": "shield_dec"}
     config["algo_params"]["continuation"] = "opponent"
-    trainer = _v1_trainer(config)
+    trainer = _trainer(config)
     trainer.train(progress=False)
     shield, critic = trainer.shield, trainer.critic
     assert critic.per_agent and trainer.updates[-1][M.CRITIC_LOSS] is not None
@@ -409,9 +356,9 @@ def _label(ledger, risk: np.ndarray, outcome: np.ndarray) -> None:
 
 
 def test_auto_continuation_scores_every_decision_with_both_critics_and_decides_with_the_better():
-    config = {**_v1_config(), "algo": "shield_dec"}
+    config = {**_config(), "algo": "shield_dec"}
     config["algo_params"]["continuation"] = "auto"
-    trainer = _v1_trainer(config)
+    trainer = _trainer(config)
     shield = trainer.shield
     assert (shield.critic.continuation, shield.rival.continuation) == ("team", "opponent")
     trainer.train(progress=False)
@@ -459,7 +406,7 @@ def test_auto_continuation_scores_every_decision_with_both_critics_and_decides_w
     trainer._recalibrate(row)  # the rival (now the first critic) is worse: no switch back
     assert trainer.critic.continuation == other
     # A checkpoint restores which critic decides, both critics and both ledgers.
-    resumed = _v1_trainer(config)
+    resumed = _trainer(config)
     resumed.load_extra_state(trainer.extra_state())
     assert resumed.critic.continuation == other
     assert resumed.continuation_tests == trainer.continuation_tests > 0
