@@ -75,9 +75,33 @@ MUNGED_PID=$!
 for _ in $(seq 50); do [ -S "$MUNGE_SOCKET" ] && break; sleep 0.2; done
 [ -S "$MUNGE_SOCKET" ] || { echo "munged did not start" >&2; exit 1; }
 
-# --- slurm.conf: one node (this host) with the CPUs and memory slurmd detects.
+# --- slurm.conf: one node (this host) with the memory slurmd detects and at least MIN_CPUS
+# CPUs. The paper trains with `threads: 4` and tests/slurm/test_slurm.py runs a training job
+# asking SLURM for 4 CPUs, which could never start on a node declared with fewer (slurmd -C
+# detects 2 on a small machine). So the node is declared with more cores per socket than
+# detected when needed (Boards x SocketsPerBoard x CoresPerSocket x ThreadsPerCore = CPUs), and
+# SlurmdParameters=config_overrides below makes slurmd register with the declared CPUs instead
+# of draining the node for having fewer. Jobs then share the real CPUs (no CPU binding here:
+# TaskPlugin=task/none), which is all these tests need.
+MIN_CPUS=4
 HOST="$(hostname -s)"
-NODE_LINE="$(slurmd -C | head -n 1 | sed "s/^NodeName=[^ ]*/NodeName=$HOST/")"
+DETECTED="$(slurmd -C | head -n 1)"
+detected() { sed -n "s/.* $1=\([0-9]*\).*/\1/p" <<<"$DETECTED"; }
+BOARDS="$(detected Boards)"
+SOCKETS="$(detected SocketsPerBoard)"
+CORES="$(detected CoresPerSocket)"
+THREADS="$(detected ThreadsPerCore)"
+MEMORY="$(detected RealMemory)"
+for value in "$BOARDS" "$SOCKETS" "$CORES" "$THREADS" "$MEMORY"; do
+    [ -n "$value" ] || { echo "cannot read the node's hardware from: $DETECTED" >&2; exit 1; }
+done
+PER_CORE=$((BOARDS * SOCKETS * THREADS))
+if [ $((PER_CORE * CORES)) -lt "$MIN_CPUS" ]; then
+    CORES=$(((MIN_CPUS + PER_CORE - 1) / PER_CORE))
+fi
+NODE_LINE="NodeName=$HOST CPUs=$((PER_CORE * CORES)) Boards=$BOARDS SocketsPerBoard=$SOCKETS"
+NODE_LINE="$NODE_LINE CoresPerSocket=$CORES ThreadsPerCore=$THREADS RealMemory=$MEMORY"
+echo "SLURM node: $NODE_LINE (slurmd -C: $DETECTED)"
 mkdir -p "$WORK/state" "$WORK/spool" /etc/slurm
 if [ -f "$CONF" ]; then cp -p "$CONF" "$WORK/slurm.conf.saved"; fi
 CONF_WRITTEN=1
@@ -107,6 +131,8 @@ JobAcctGatherType=jobacct_gather/none
 JobCompType=jobcomp/none
 MpiDefault=none
 ReturnToService=2
+# The node's CPUs are the ones declared below, not the ones slurmd detects (see above).
+SlurmdParameters=config_overrides
 SlurmctldDebug=info
 SlurmdDebug=info
 # squeue reports finished jobs for this long; the workflow reads job states from squeue.

@@ -28,15 +28,18 @@ _GROUP = re.compile(r"^(?:\[[^\]]*\] )?Group job (\S+) \(jobs in lexicogr\. orde
 _RULE = re.compile(r"^(\s*)(?:local)?(?:rule|checkpoint) (\w+):$")
 _WILDCARDS = re.compile(r"^\s+wildcards: (.*)$")
 _RESOURCES = re.compile(r"^\s+resources: (.*)$")
+_THREADS = re.compile(r"^\s+threads: (\d+)$")
 
 
 @dataclass
 class Job:
-    """One job listed by a run or a dry run: its rule, wildcards and resources as printed."""
+    """One job listed by a run or a dry run: its rule, wildcards, resources and threads as
+    printed (Snakemake lists no threads for a single-threaded job)."""
 
     rule: str
     wildcards: dict[str, str]
     resources: dict[str, str]
+    threads: int = 1
 
     @property
     def run(self) -> tuple[str, ...] | None:
@@ -104,6 +107,8 @@ def listed_submissions(output: str) -> list[Submission]:
             job.wildcards = _pairs(match.group(1))
         elif job is not None and (match := _RESOURCES.match(line)):
             job.resources = _pairs(match.group(1))
+        elif job is not None and (match := _THREADS.match(line)):
+            job.threads = int(match.group(1))
     local = local_rules()
     return [s for s in submissions if s.group is not None or s.jobs[0].rule not in local]
 

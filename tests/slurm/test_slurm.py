@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from tests.slurm.test_groups import GROUPED_RULES, expected_submissions, listed_submissions
+from tests.slurm.test_threads import THREADS, capped, train_args, train_target
 from tests.workflow.conftest import job_counts, snakemake
 from tests.workflow.test_real_run import CONFIG, check_experiment
 
@@ -65,8 +66,9 @@ def _megabytes(size: str) -> int:
     return int(float(size[:-1]) * scale[size[-1]])
 
 
-def _request(slurm_jobid: str) -> Request:
-    """What the SLURM job `slurm_jobid` asked for (finished jobs stay listed for MinJobAge)."""
+def _job(slurm_jobid: str) -> dict[str, str]:
+    """The fields of the SLURM job `slurm_jobid` in `scontrol show job` (finished jobs stay
+    listed for MinJobAge)."""
     done = subprocess.run(
         ["scontrol", "--oneliner", "show", "job", slurm_jobid],
         capture_output=True,
@@ -74,7 +76,12 @@ def _request(slurm_jobid: str) -> Request:
         timeout=30,
     )
     assert done.returncode == 0, done.stderr
-    fields = dict(item.split("=", 1) for item in done.stdout.split() if "=" in item)
+    return dict(item.split("=", 1) for item in done.stdout.split() if "=" in item)
+
+
+def _request(slurm_jobid: str) -> Request:
+    """What the SLURM job `slurm_jobid` asked for."""
+    fields = _job(slurm_jobid)
     return Request(
         minutes=_minutes(fields["TimeLimit"]),
         megabytes=_megabytes(fields["MinMemoryNode"]),
@@ -173,3 +180,50 @@ def test_the_small_jobs_of_a_run_are_one_group_job(cluster_run: ClusterRun) -> N
         ), folder
         checked.add(folder)
     assert checked == set(groups)
+
+
+def _host_cpus() -> int:
+    """The CPUs `cores: all` stands for on this machine (Snakemake counts the usable ones)."""
+    return len(os.sched_getaffinity(0))
+
+
+@pytest.mark.parametrize(
+    "cores",
+    [
+        # `--cores 4` on the command line, whatever this machine has: the job asks for 4.
+        pytest.param(("--cores", "4"), id="cores-4"),
+        # A submitting machine of 2 cores, whatever this one has.
+        pytest.param(("--cores", "2"), id="cores-2", marks=capped()),
+        # The profiles as they are: profiles/default's `cores: all`, this machine's CPUs.
+        pytest.param(
+            (),
+            id="profile",
+            marks=capped(_host_cpus() < THREADS),
+        ),
+    ],
+)
+def test_a_training_job_gets_the_configs_threads_from_slurm(
+    cores: tuple[str, ...], tmp_path: Path
+) -> None:
+    # One training job of `.test/config.yaml` with the paper's `threads: 4`.
+    results_dir = tmp_path / "results"
+    done = snakemake(
+        *train_args(results_dir, *cores),
+        "--slurm-logdir",
+        str(tmp_path / "slurm_logs"),
+        timeout=900,
+    )
+    output = done.stdout + done.stderr
+    assert done.returncode == 0, output[-8000:]
+    assert train_target(results_dir).is_file()
+    trainings = [
+        slurm_jobid
+        for _, slurm_jobid, log in _SUBMITTED.findall(output)
+        if "rule_train" in Path(log).parts
+    ]
+    assert len(trainings) == 1, output[-8000:]
+    job = _job(trainings[0])
+    assert job["JobState"] == "COMPLETED", job
+    # SLURM gave the job the CPUs it asked for: NumCPUs is its allocation, CPUs/Task what
+    # sbatch --cpus-per-task asked (the job step's srun asks the same).
+    assert (_request(trainings[0]).cpus, job["CPUs/Task"]) == (THREADS, str(THREADS)), job
