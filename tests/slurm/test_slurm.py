@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from tests.slurm.test_groups import GROUPED_RULES, expected_submissions, listed_submissions
-from tests.slurm.test_threads import THREADS, capped, train_args, train_target
+from tests.slurm.test_threads import THREADS, train_args, train_target
 from tests.workflow.conftest import job_counts, snakemake
 from tests.workflow.test_real_run import CONFIG, check_experiment
 
@@ -182,24 +182,15 @@ def test_the_small_jobs_of_a_run_are_one_group_job(cluster_run: ClusterRun) -> N
     assert checked == set(groups)
 
 
-def _host_cpus() -> int:
-    """The CPUs `cores: all` stands for on this machine (Snakemake counts the usable ones)."""
-    return len(os.sched_getaffinity(0))
-
-
 @pytest.mark.parametrize(
     "cores",
     [
         # `--cores 4` on the command line, whatever this machine has: the job asks for 4.
         pytest.param(("--cores", "4"), id="cores-4"),
         # A submitting machine of 2 cores, whatever this one has.
-        pytest.param(("--cores", "2"), id="cores-2", marks=capped()),
+        pytest.param(("--cores", "2"), id="cores-2"),
         # The profiles as they are: profiles/default's `cores: all`, this machine's CPUs.
-        pytest.param(
-            (),
-            id="profile",
-            marks=capped(_host_cpus() < THREADS),
-        ),
+        pytest.param((), id="profile"),
     ],
 )
 def test_a_training_job_gets_the_configs_threads_from_slurm(

@@ -7,9 +7,8 @@ profiles/default, which Snakemake adds to `--profile profiles/slurm` and which w
 sets `cores: all`: the submitting machine's CPUs. The SLURM executor asks for the job's capped
 threads (`--cpus-per-task`, for sbatch and for the srun of the job step) unless the job has a
 `cpus_per_task` resource. `max-threads` and `set-threads` only lower threads, and the cluster
-profile cannot read the config's `threads`, so the profile cannot undo the cap (see its
-comment); the checks that need it are marked `capped` until rule train asks for its CPUs
-itself (`cpus_per_task`).
+profile cannot read the config's `threads`, so rule train asks for its CPUs itself: its
+`cpus_per_task` resource is the config's `threads`.
 """
 
 from __future__ import annotations
@@ -28,22 +27,6 @@ from tests.workflow.conftest import TEST_CONFIG, snakemake
 
 THREADS = 4
 """The training threads of config/paper.yaml, given to `.test/config.yaml` with --config."""
-
-
-def capped(condition: bool = True) -> pytest.MarkDecorator:
-    """Mark of a check that fails (when `condition`) while a training job's CPUs follow
-    `--cores`; strict, so it fails as soon as the job gets its threads."""
-    return pytest.mark.xfail(
-        condition,
-        strict=True,
-        reason=(
-            "Snakemake caps a job's threads at --cores (profiles/default: `cores: all`, the "
-            "submitting machine's CPUs), cluster jobs included, and the SLURM executor asks for "
-            "the capped threads; profiles/slurm cannot lift the cap (max-threads and set-threads "
-            "only lower it, its `cores` loses to profiles/default's). Needs `cpus_per_task` in "
-            "rule train's resources."
-        ),
-    )
 
 
 def train_target(results_dir: Path, config: dict = TEST_CONFIG) -> Path:
@@ -97,8 +80,8 @@ def slurm_cpus(job: Job) -> int:
     [
         # Enough cores, or `--cores 4` given on a smaller machine: asks for the 4 threads.
         pytest.param("4", id="4-cores"),
-        pytest.param("2", id="2-cores", marks=capped()),
-        pytest.param("1", id="1-core", marks=capped()),
+        pytest.param("2", id="2-cores"),
+        pytest.param("1", id="1-core"),
     ],
 )
 def test_a_training_job_asks_slurm_for_the_configs_threads(cores: str, tmp_path: Path) -> None:

@@ -17,6 +17,9 @@ rule train:
     resources:
         mem_mb=config["resources"]["train"]["mem_mb"],
         runtime=config["resources"]["train"]["runtime"],
+        # The CPUs a cluster job asks for: the config's threads, not threads capped at the
+        # submitting machine's --cores (profiles/slurm/profile.yaml).
+        cpus_per_task=config["threads"],
     params:
         run_config=run_config,
     script:
