@@ -2,7 +2,9 @@
 
 Training appends one `EpisodeLog` per finished episode of every env copy; the run's
 `history.json` is the list of them (`save_to_file`), `load_history` reads it back, and
-`src.core.wandb.log_history` logs it as one wandb row per episode at `step = t_end`.
+`src.core.wandb.log_history` logs it as one wandb row per episode at `step = t_end`. A run
+whose training finished no episode has no history to summarise: its training job ends with
+`NoTrainingEpisodeError`.
 """
 
 from __future__ import annotations
@@ -14,7 +16,13 @@ from typing import Any
 
 from src.checks import check_bool, check_float, check_int, fail, is_int
 
-__all__ = ["EpisodeLog", "load_history"]
+__all__ = ["EpisodeLog", "NoTrainingEpisodeError", "load_history"]
+
+
+class NoTrainingEpisodeError(RuntimeError):
+    """A run's training finished without a single episode (`src.algos.train.train_run` raises
+    it before writing the run's files): the summary and the learning curves need at least one.
+    Its message is one line naming the run folder."""
 
 
 def _as_int(name: str, value: Any, *, minimum: int) -> int:

@@ -21,13 +21,14 @@ import random
 import sys
 import time
 from collections.abc import Mapping, Sequence
-from typing import Any, ClassVar, Protocol
+from typing import Any, ClassVar
 
 import numpy as np
 import torch
 from tqdm import tqdm
 
 from src.algos import metrics as M
+from src.algos.api import TrainingCallback
 from src.algos.buffer import RolloutBuffer
 from src.algos.filters import ActionFilter, Unfiltered
 from src.algos.maths import compute_gae, explained_variance, normalise, ppo_clip_loss, value_loss
@@ -41,18 +42,6 @@ from src.records import EpisodeLog
 from src.seeds import copy_seeds
 
 __all__ = ["IPPO", "IPPO_VERSIONS", "TrainingCallback"]
-
-
-class TrainingCallback(Protocol):
-    """Called by `IPPO.train` at fixed points of the loop."""
-
-    def on_epoch_end(self, trainer: IPPO, epoch: int) -> None:
-        """After learning epoch `epoch` (0-based) of update `trainer.update` (0-based)."""
-        ...
-
-    def on_update_end(self, trainer: IPPO) -> None:
-        """After an update is complete and logged (`trainer.update` updates are done)."""
-        ...
 
 
 class IPPO:

@@ -4,7 +4,9 @@ Given a run config (`src.config.run.RunConfig`, or its flat dict form) and an ou
 it builds the env and the trainer, resumes from the folder's checkpoint if a complete one is
 there and was written by this run (the same config and code, `checkpoint.run_fingerprint`),
 trains, writes `config.json`, `policy.pt`, `history.json` and `updates.json` (the
-names of `src.runfiles.RunFiles`), and removes the checkpoint folder.
+names of `src.runfiles.RunFiles`), and removes the checkpoint folder. A run that finished no
+training episode is refused before anything is written (`src.records.NoTrainingEpisodeError`,
+one line naming the run folder).
 
 One process trains a run folder at a time: `train_run` holds the folder's `src.lock.RunLock`
 from before it reads the checkpoint until it returns, and a second trainer is refused in one
@@ -25,10 +27,11 @@ import subprocess
 from collections.abc import Callable, Mapping, Sequence
 from importlib import metadata
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 import torch
 
+from src.algos.api import REQUIRED_ATTRIBUTES, Algorithm
 from src.algos.checkpoint import (
     checkpoint_fingerprint,
     latest_checkpoint,
@@ -49,6 +52,7 @@ from src.core.io import create_dir, save_to_file
 from src.core.logging import current_log_file, log
 from src.lock import RunLock
 from src.numerics import kernels
+from src.records import NoTrainingEpisodeError
 from src.runfiles import RunFiles
 
 __all__ = [
@@ -77,47 +81,6 @@ def make_vector_env_for(config: RunConfig) -> Any:
     )
 
 
-class Algorithm(Protocol):
-    """What `train_run`, checkpoints and evaluation use of a trainer (IPPO and its subclasses
-    are ones; an algorithm given by import path must be one: docs/architecture.md).
-
-    Built as `cls(config: RunConfig, env: VectorEnv)`. Capabilities are class attributes
-    (`src.algos.registry.CAPABILITY_DEFAULTS`); `REQUIRED_METHODS` lists the methods.
-    """
-
-    num_updates: int
-    """Policy updates of the whole run."""
-    steps_per_update: int
-    """Env steps (over all copies) between updates."""
-    update: int
-    """Updates completed so far (restored by `load_state`)."""
-    history: list[Any]
-    """One `src.records.EpisodeLog` per finished training episode."""
-    updates: list[dict[str, Any]]
-    """One row per update: `update`, `global_step`, `wall_time` and metric constants of
-    `src.algos.metrics`."""
-
-    def train(self, *, callbacks: Sequence[TrainingCallback] = (), progress: bool = True) -> None:
-        """Run the remaining updates, calling each callback's `on_update_end(self)`."""
-        ...
-
-    def state(self) -> dict[str, Any]:
-        """Everything a resumed run needs (dicts, lists, numbers, strings, arrays, tensors)."""
-        ...
-
-    def load_state(self, state: dict[str, Any]) -> None:
-        """Restore what `state()` returned."""
-        ...
-
-    def policy_state(self) -> dict[str, Any]:
-        """The content of policy.pt (tensors, state dicts, plain values); it holds `config`."""
-        ...
-
-
-_ATTRIBUTES = ("num_updates", "steps_per_update", "update", "history", "updates")
-"""Instance attributes `train_run` reads from every trainer."""
-
-
 # Algorithm name -> its trainer class for the run config's version keys. `ippo` picks its
 # class by `ippo_version`; the others select their parts (multiplier, shield, models) inside.
 _TRAINERS: dict[str, Callable[[Mapping[str, Any]], type[IPPO]]] = {
@@ -141,11 +104,11 @@ def build_trainer(config: RunConfig | Mapping[str, Any], env: Any) -> Algorithm:
     """The trainer of the run's algorithm (and implementation versions) on `env`."""
     config = RunConfig.from_dict(config)
     trainer = trainer_class(config.algo, config.base)(config, env)
-    missing = [name for name in _ATTRIBUTES if not hasattr(trainer, name)]
+    missing = [name for name in REQUIRED_ATTRIBUTES if not hasattr(trainer, name)]
     if missing:
         raise TypeError(
             f"algo {config.algo}: its trainer lacks the attributes {missing} after construction "
-            "(docs/architecture.md, 'Your own task and algorithm')"
+            "(docs/algorithms.md, 'Writing an algorithm')"
         )
     return trainer
 
@@ -367,8 +330,10 @@ def train_run(
     after the checkpointing one; `threads` (the threads the job was granted, default the
     config's) caps torch's threads, never above the machine's CPUs.
 
-    Raises `src.lock.LockHeldError` if another process trains `out_dir`, and on an interrupt a
-    `KeyboardInterrupt` whose message says where training stopped and what a rerun does.
+    Raises `src.lock.LockHeldError` if another process trains `out_dir`,
+    `src.records.NoTrainingEpisodeError` (before writing any output) if the trainer finished no
+    episode, and on an interrupt a `KeyboardInterrupt` whose message says where training
+    stopped and what a rerun does.
     """
     config = RunConfig.from_dict(config)
     files = RunFiles(create_dir(str(out_dir)))
@@ -444,6 +409,15 @@ def _train(
     )
     every = CheckpointEvery(config.checkpoint_every, files.root, fingerprint=fingerprint)
     trainer.train(callbacks=[every, *callbacks], progress=progress)
+    if not trainer.history:
+        # Refused here, before any output is written, rather than by the summary after every
+        # other job of the experiment.
+        raise NoTrainingEpisodeError(
+            f"{files.root}: the run finished no training episode in its {trainer.update} "
+            "updates, and the summary and the learning curves need at least one: "
+            f"{config.algo}'s train() must step the env until episodes end and add their "
+            "EpisodeLogs to its history (src.algos.api)"
+        )
     for path, value in (
         (files.policy, trainer.policy_state()),
         (files.history_json, trainer.history),

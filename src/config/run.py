@@ -299,7 +299,8 @@ def make_run_config(
     checkpoint_every: int = 1,
     **base_overrides: Any,
 ) -> dict[str, Any]:
-    """A flat run config for tests and benchmarks, built like the workflow builds one."""
+    """A flat run config for tests and benchmarks, built like the workflow builds one (with
+    `custom`, the import paths of the task and algorithm, when this process registered them)."""
     base = create_base_config(
         env_name,
         num_envs,
@@ -324,4 +325,5 @@ def make_run_config(
         "algo_params": dict(algo_params or {}),
         "threads": threads,
         "checkpoint_every": checkpoint_every,
+        **({"custom": custom} if (custom := recorded_entries(env_name, algo)) else {}),
     }

@@ -3,7 +3,8 @@
 It also holds the job to its results folder (`src.containment`): every input, output and log
 path of the job under `{results_dir}/{experiment_tag}` must stay inside it (no symlink on the
 way, only folders and regular files there), the job's `mem_mb` bounds what archives it may
-inflate, and a refusal ends the job with one line naming the file instead of a traceback.
+inflate, and a refusal ends the job with one line naming the file instead of a traceback (and
+so does a training that finished no episode, naming the run folder).
 
 An interrupt (Ctrl-C: SIGINT reaches Snakemake and its jobs) ends a job with one line too, on
 the terminal and in the log: the message of the `KeyboardInterrupt` (training says where it
@@ -32,10 +33,13 @@ from src.core.io import PersistenceError  # noqa: E402
 from src.core.logging import configure_logging, log, log_to_file  # noqa: E402 (needs the path)
 from src.custom import register_config  # noqa: E402 (needs the path above)
 from src.lock import LockHeldError, check_job_lock  # noqa: E402 (needs the path above)
+from src.records import NoTrainingEpisodeError  # noqa: E402 (needs the path above)
 
 # Errors whose message is the whole diagnosis (one line naming the file): the job ends with
 # that line on the terminal and in its log, without a traceback.
 REFUSALS = (ContainmentError, PersistenceError, LockHeldError)
+# Failures whose message is the whole diagnosis: the job fails with that line, likewise.
+FAILURES = (NoTrainingEpisodeError,)
 INTERRUPTED = "interrupted; rerun the same command to run this job again"
 """The line of an interrupt whose `KeyboardInterrupt` carries no message of its own."""
 
@@ -66,8 +70,8 @@ def _exit_interrupted() -> None:
 def _refusal_hook(
     kind: type[BaseException], error: BaseException, trace: TracebackType | None
 ) -> None:
-    """`sys.excepthook` of a job: a refusal or an interrupt is logged as its one line, the rest
-    as usual."""
+    """`sys.excepthook` of a job: a refusal, a failure of `FAILURES` or an interrupt is logged
+    as its one line, the rest as usual."""
     if isinstance(error, KeyboardInterrupt):
         # A second Ctrl-C must not cut the line short.
         signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -75,6 +79,8 @@ def _refusal_hook(
         _exit_interrupted()
     elif isinstance(error, REFUSALS):
         log(f"refused: {error}", type="refused", console=True)
+    elif isinstance(error, FAILURES):
+        log(f"failed: {error}", type="failed", priority="error", console=True)
     else:
         sys.__excepthook__(kind, error, trace)
 
