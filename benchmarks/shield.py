@@ -774,12 +774,9 @@ def decentralised_cost(
     spent = {k: parts[-1].get(k, 0.0) - before.get(k, 0.0) for k in ("filter", "models")}
     ippo_armed = float(ippo_seconds.mean(axis=0)[armed].sum())
     shield_armed = float(shield_seconds[armed].sum())
-    critic = shielded.critic
     return {
         "env": env_name,
         "n_agents": shielded.env.n_agents,
-        "continuation": shielded.shield_cfg.continuation,
-        "deciding_continuation": None if critic is None else critic.continuation,
         "patience": patience,
         "armed_updates": sizes.armed_updates,
         "ippo_armed_seconds": ippo_armed,
@@ -984,20 +981,17 @@ def render_markdown(r: Mapping[str, Any], *, command: str = "python -m benchmark
             f"The same measurements for `shield_dec` of the default experiment: its first "
             f"{d0['patience']} + {d0['armed_updates']} updates against `ippo` (one update of "
             "each in turn, `ippo` twice), and its trained policy's evaluation with the shield "
-            "on and off (as above). Continuation: the config's, and the critic it decided "
-            "with at the end of these updates (`auto`). Overridden: decisions in which some "
-            "agent's proposal was replaced.",
+            "on and off (as above). Overridden: decisions in which some agent's proposal was "
+            "replaced.",
             "",
-            "| env | continuation (deciding) | ippo s, armed | shield_dec s, armed | ratio, "
-            "armed updates | filter s | model fitting s | eval off s | eval on s | ratio on / "
-            "off | overridden |",
-            "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+            "| env | ippo s, armed | shield_dec s, armed | ratio, armed updates | filter s | "
+            "model fitting s | eval off s | eval on s | ratio on / off | overridden |",
+            "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
         ]
         for d in r["decentralised"]:
             e = d["evaluation"]
             lines.append(
-                f"| {d['env']} | {d['continuation']} ({d['deciding_continuation']}) | "
-                f"{d['ippo_armed_seconds']:.1f} | {d['shield_armed_seconds']:.1f} | "
+                f"| {d['env']} | {d['ippo_armed_seconds']:.1f} | {d['shield_armed_seconds']:.1f} | "
                 f"**{d['ratio_armed']:.2f}** | {d['armed_filter_seconds']:.1f} | "
                 f"{d['armed_model_seconds']:.1f} | {e['off_seconds']:.2f} | "
                 f"{e['on_seconds']:.2f} | **{e['ratio']:.2f}** | {e['overridden_share']:.0%} |"

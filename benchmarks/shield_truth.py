@@ -19,10 +19,6 @@ scope):
   safest joint action at every step (`diagnostics.backup_actions`), the continuation that the
   models' risk q assumes.
 
-A decentralised shield deployed with the `opponent` continuation (its q assumes each agent's
-safest action against the others' predicted actions, no joint backup) has no backup truth:
-its backup columns are empty, and so are those of a pool that contains it.
-
 Both truths are Monte Carlo estimates over clones of the decision's env copy (`get_state` /
 `set_state`, a fresh random stream per clone; `--rollouts` clones for the deployed truth,
 `--backup-rollouts` for the backup truth; `src.algos.shield.diagnostics`). A violation is some
@@ -172,10 +168,6 @@ def check_run(
     # joint action alone), so it has no such check.
     central = shield.config.coordination == "central"
     gap = 0.0 if central else float("nan")
-    # A critic of the opponent continuation assumes no joint backup (each agent's safest
-    # action against the others' predicted ones): no backup truth for it.
-    if shield.critic.per_agent:
-        backup_rollouts = 0
     for t in range(1, int(when[-1]) + 1):
         executed = actor.act(obs, step)
         decision = shield.last
@@ -348,10 +340,7 @@ def render_markdown(payload: Mapping[str, Any]) -> str:
         f"decision's joint action and then keeps acting with the deployed shielded policy "
         f"(what g is calibrated on), Monte Carlo over {first.get('rollouts', '?')} clones of "
         f"the env per decision; backup: the same with the models' safest joint action at "
-        f"every later step (what q assumes), over {first.get('backup_rollouts', '?')} clones "
-        "(empty, also in its pool, for a run whose shield decides with the `opponent` "
-        "continuation: its q assumes each agent's safest action against the others' "
-        "predicted ones, not a joint backup).",
+        f"every later step (what q assumes), over {first.get('backup_rollouts', '?')} clones.",
         f"- true > U (90% lower bound): share of decisions whose true risk's one-sided "
         f"{1 - LOWER_ALPHA:.0%} Clopper-Pearson lower bound is above U (the true risk exceeds "
         "the certified one beyond the Monte Carlo noise); (estimate): share whose Monte Carlo "

@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 from numpy.typing import ArrayLike
 from scipy.special import betaincinv
-from scipy.stats import binom, norm, rankdata
+from scipy.stats import binom, rankdata
 from scipy.stats import t as student_t
 
 __all__ = [
@@ -19,7 +19,6 @@ __all__ = [
     "clopper_pearson_upper",
     "exact_mcnemar",
     "holm_adjust",
-    "paired_auc_test",
     "rank_auc",
 ]
 
@@ -104,108 +103,6 @@ def rank_auc(scores: ArrayLike, labels: ArrayLike) -> float:
     ranks = rankdata(scores)
     u = ranks[labels].sum() - positives * (positives + 1) / 2
     return float(u / (positives * negatives))
-
-
-def paired_auc_test(
-    first: ArrayLike,
-    second: ArrayLike,
-    labels: ArrayLike,
-    *,
-    clusters: ArrayLike | None = None,
-) -> tuple[float, float, float]:
-    """DeLong's test of two AUCs on the same labelled cases: (AUC of `first`, AUC of `second`,
-    one-sided p-value of "second ranks the labels better than first").
-
-    The variance of the difference comes from the structural components of both AUCs over
-    the same positives and negatives (DeLong, DeLong and Clarke-Pearson 1988; computed from
-    mid-ranks as in Sun and Xu 2014), so scores that largely agree have a small variance of
-    their difference. p is NaN without both classes; when the difference has no variance
-    (both rank every case alike, e.g. both separate the classes perfectly or one ties them
-    all and the other separates them), p is 0 if the second's AUC is higher, else 1.
-
-    Without `clusters` the cases are independent. `clusters` (one id per case, e.g. the
-    episode a decision was taken in) makes only the clusters independent, cases of one cluster
-    may share anything: the variance is then the clustered DeLong estimator of Obuchowski
-    ("Nonparametric analysis of clustered ROC curve data", Biometrics 1997). With K clusters,
-    M positives and N negatives, V10(j) the structural component of positive j (the share of
-    all negatives it outranks, ties half) and V01(j) that of negative j (the share of all
-    positives that outrank it), D the contrast second minus first of a quantity, and per
-    cluster k the sums over its positives and over its negatives
-
-        A_k = sum_{positives j in k} (D V10(j) - D AUC),
-        B_k = sum_{negatives j in k} (D V01(j) - D AUC),
-
-    the variance of AUC_2 - AUC_1 is the between-cluster variability of those sums,
-
-        var = K / (K - 1) sum_k (A_k / M + B_k / N)^2
-            = S10 / M + S01 / N + 2 S11 / (M N),
-
-    with Obuchowski's S10 = K / ((K - 1) M) sum_k A_k^2, S01 = K / ((K - 1) N) sum_k B_k^2
-    and their covariance S11 = K / (K - 1) sum_k A_k B_k, all of the contrast (a cluster
-    without positives or without negatives has A_k = 0 or B_k = 0). With one case per
-    cluster (K = M + N) this is the independent-case variance with each component's sample
-    variance divided by its count (M, N) instead of count - 1, times K / (K - 1). One cluster
-    has no between-cluster variability: p is NaN (no test). With clusters, z is referred to
-    Student's t with K - 1 degrees of freedom (the variance is estimated from K cluster sums;
-    a normal reference rejects too often when K is small). `clusters` of another length
-    than `labels` is refused.
-    """
-    labels = np.asarray(labels, dtype=bool).reshape(-1)
-    scores = [np.asarray(x, dtype=np.float64).reshape(-1) for x in (first, second)]
-    if any(x.shape != labels.shape for x in scores):
-        raise ValueError("first, second and labels must have the same length")
-    cluster_ids = None
-    if clusters is not None:
-        clusters = np.asarray(clusters).reshape(-1)
-        if clusters.shape != labels.shape:
-            raise ValueError(
-                f"clusters must hold one id per case: {clusters.size} ids for {labels.size} cases"
-            )
-        cluster_ids = np.unique(clusters, return_inverse=True)[1].reshape(-1)
-    auc = [rank_auc(x, labels) for x in scores]
-    positives, negatives = int(labels.sum()), int((~labels).sum())
-    if positives == 0 or negatives == 0:
-        return auc[0], auc[1], float("nan")
-    # Structural components: per positive, the share of negatives it outranks (ties half),
-    # and per negative the share of positives that outrank it.
-    v10, v01 = [], []
-    for x in scores:
-        every, pos, neg = rankdata(x), rankdata(x[labels]), rankdata(x[~labels])
-        v10.append((every[labels] - pos) / negatives)
-        v01.append(1.0 - (every[~labels] - neg) / positives)
-    if cluster_ids is not None:
-        variance = _clustered_difference_variance(v10, v01, labels, cluster_ids)
-        if np.isnan(variance):
-            return auc[0], auc[1], float("nan")
-    else:
-        s10 = np.cov(np.stack(v10)) if positives > 1 else np.zeros((2, 2))
-        s01 = np.cov(np.stack(v01)) if negatives > 1 else np.zeros((2, 2))
-        contrast = np.array([-1.0, 1.0])
-        variance = contrast @ s10 @ contrast / positives + contrast @ s01 @ contrast / negatives
-    if not variance > 0:
-        return auc[0], auc[1], 0.0 if auc[1] > auc[0] else 1.0
-    z = (auc[1] - auc[0]) / np.sqrt(variance)
-    if cluster_ids is not None:
-        return auc[0], auc[1], float(student_t.sf(z, int(cluster_ids.max())))
-    return auc[0], auc[1], float(norm.sf(z))
-
-
-def _clustered_difference_variance(
-    v10: list[np.ndarray], v01: list[np.ndarray], labels: np.ndarray, cluster_ids: np.ndarray
-) -> float:
-    """Obuchowski's (1997) variance of AUC_2 - AUC_1 (`paired_auc_test`): v10 and v01 are the
-    structural components of the first and the second scores per positive and per negative,
-    cluster_ids the cluster 0..K-1 of every case; NaN with one cluster."""
-    k = int(cluster_ids.max()) + 1
-    if k < 2:
-        return float("nan")
-    positives, negatives = v10[0].size, v01[0].size
-    # The contrast's AUC is the mean of either component (up to rounding): centre each by its
-    # own mean so that the cluster sums of each add up to 0.
-    d10, d01 = v10[1] - v10[0], v01[1] - v01[0]
-    a = np.bincount(cluster_ids[labels], weights=d10 - d10.mean(), minlength=k)
-    b = np.bincount(cluster_ids[~labels], weights=d01 - d01.mean(), minlength=k)
-    return float(k / (k - 1) * np.sum((a / positives + b / negatives) ** 2))
 
 
 def between_run_interval(

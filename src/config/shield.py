@@ -43,8 +43,6 @@ BACKUPS = ("exhaustive", "coordinate")
 (ShieldConfig.backup)."""
 COORDINATIONS = ("central", "decentralised")
 """Who decides in the shield (ShieldConfig.coordination)."""
-CONTINUATIONS = ("team", "opponent", "auto")
-"""Who acts beyond the current step in the critic's risk (ShieldConfig.continuation)."""
 LEARN_FROM = ("executed", "proposals")
 """Which action of a shielded step the base policy learns from (ShieldConfig.learn_from)."""
 
@@ -108,7 +106,6 @@ class ShieldConfig(Section):
         "backup": partial(check_choice, choices=BACKUPS),
         "coordination": partial(check_choice, choices=COORDINATIONS),
         "opponent_samples": partial(check_int, low=1, high=100_000),
-        "continuation": partial(check_choice, choices=CONTINUATIONS),
         "calibration_window": partial(check_int, low=1, high=10_000_000),
         "calibration_bins": partial(check_int, low=1, high=1000),
         "adapt_rate": partial(check_float, low=0.0, open_low=False),
@@ -227,15 +224,6 @@ class ShieldConfig(Section):
     """`decentralised`: completions of the others' actions per judged own action: all
     n_actions ** (n_agents - 1), weighted by their probability, when there are at most this
     many; else this many by Latin hypercube sampling (the work per decision is proportional)."""
-    continuation: str = "team"
-    """How the safety critic continues beyond the current step. `team`: the team's safest
-    continuation (every agent acts for safety). `opponent` (needs `decentralised`): each agent
-    its own safest continuation, the others acting as the opponent model predicts them (mixed
-    with uniform as `shield_opponent_mode` says), one critic value per agent. `auto` (needs
-    `decentralised`): both critics are trained and every decision is scored by both; starting
-    with `team`, the shield decides with the other from the update on which its risks rank the
-    real outcomes of the latest labelled decisions better beyond noise (paired AUC test;
-    docs/design.md, section 6.3)."""
     calibration_window: int = 8192
     """Most recent executed decisions with a known outcome that the per-decision
     calibration map g is fitted on (src/algos/shield/calibration.py)."""
@@ -284,13 +272,6 @@ class ShieldConfig(Section):
                     raise fail(key, value, f"{needs!r} for coordination 'decentralised'")
             if n_agents < 2:
                 raise fail("n_agents", n_agents, "at least 2 for coordination 'decentralised'")
-        elif self.continuation != "team":
-            raise fail(
-                "continuation",
-                self.continuation,
-                "'team' for coordination 'central' (the opponent model is the decentralised "
-                "shield's)",
-            )
         joint = n_actions**n_agents
         if joint > MAX_JOINT_ACTIONS:
             raise fail(

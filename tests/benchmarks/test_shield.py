@@ -92,7 +92,6 @@ def test_tiny_benchmark_has_every_figure(results):
     # The default experiment has shield_dec: its training against ippo and its evaluation.
     assert [d["env"] for d in results["decentralised"]] == list(bench.ENVS)
     for d in results["decentralised"]:
-        assert d["continuation"] == "auto" and d["deciding_continuation"] in ("team", "opponent")
         assert d["ippo_armed_seconds"] > 0 and d["shield_armed_seconds"] > 0
         assert d["ratio_armed"] == d["shield_armed_seconds"] / d["ippo_armed_seconds"]
         assert d["armed_filter_seconds"] > 0 and d["armed_model_seconds"] > 0

@@ -187,15 +187,17 @@ def test_check_run_of_a_tiny_run(run_dir: Path, monkeypatch: pytest.MonkeyPatch)
     assert record["bound_gap"] < 1e-5  # the reported U is the models' g(q)
 
 
-def test_check_run_of_a_shield_deciding_with_the_opponent_continuation(tmp_path: Path) -> None:
-    """Its q assumes no joint backup: the deployed truth is measured, the backup's is empty."""
-    run = _tiny_run(tmp_path / "run0", "shield_dec", continuation="opponent")
+def test_check_run_of_a_decentralised_shield(tmp_path: Path) -> None:
+    """Its q assumes the team's safest continuation, as the central one's: both truths are
+    measured; its U is not recomputed (not a function of the joint action alone)."""
+    run = _tiny_run(tmp_path / "run0", "shield_dec")
     record = shield_truth.check_run(run, episodes=2, steps=2, rollouts=4, backup_rollouts=4, seed=0)
     per = {k: np.asarray(v, dtype=np.float64) for k, v in record["per_decision"].items()}
-    assert record["decisions"] == 4 and record["backup_rollouts"] == 0
-    assert np.isnan(per["backup"]).all() and np.isnan(record["backup_mean"])
-    assert ((per["deployed"] >= 0) & (per["deployed"] <= 1)).all()
-    assert record["deployed_mean"] == pytest.approx(per["deployed"].mean())
+    assert record["decisions"] == 4 and record["backup_rollouts"] == 4
+    assert np.isnan(record["bound_gap"])
+    for truth in ("deployed", "backup"):
+        assert ((per[truth] >= 0) & (per[truth] <= 1)).all()
+        assert record[f"{truth}_mean"] == pytest.approx(per[truth].mean())
 
 
 def test_backup_actions_share_one_call_per_distinct_state(

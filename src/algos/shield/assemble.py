@@ -1,6 +1,6 @@
 """Assembling the shield from its parts, for training and for the deployed (evaluated) policy.
 
-`build_shield` is the one place the world model, safety critic(s), opponent model and shield
+`build_shield` is the one place the world model, safety critic, opponent model and shield
 are built from a ShieldConfig, with seeds derived from the run seed; `load_shield` rebuilds the
 trained shield from policy.pt (`ShieldedIPPO.extra_policy_state`).
 """
@@ -36,15 +36,13 @@ POLICY_STATE_KEY = "shield"
 
 @dataclass
 class ShieldParts:
-    """A shield with the models it owns (the opponent model and the rival critic only where
-    its config uses them; otherwise None)."""
+    """A shield with the models it owns (the opponent model only where its config uses it;
+    otherwise None)."""
 
     shield: BudgetShield
     world_model: TeamWorldModel
     critic: RiskCritic
     opponent_model: OpponentMLP | None = None
-    rival: RiskCritic | None = None
-    """`continuation: auto`: the critic of the continuation the shield starts without."""
 
 
 def _build_budget_shield(
@@ -58,44 +56,27 @@ def _build_budget_shield(
     opponent_model = None
     if config.coordination == "decentralised":
         opponent_model = make_opponent_model(config.om_version, **dims, config=config, seed=om_seed)
-
-    def make_critic(continuation: str, seed: int) -> RiskCritic:
-        return RiskCritic(
-            **dims,
-            ensemble_size=config.ensemble_size,
-            hidden=tuple(config.critic_hidden),
-            learning_rate=config.critic_learning_rate,
-            tau=config.critic_tau,
-            horizon=config.horizon,
-            seed=seed,
-            backup=config.backup,
-            sweeps=config.search_sweeps,
-            continuation=continuation,
-            opponent_samples=config.opponent_samples,
-        )
-
-    rival = None
-    if config.continuation == "auto":
-        # Both continuations, the team's deciding first.
-        critic = make_critic("team", critic_seed)
-        rival = make_critic("opponent", derived_seeds(critic_seed, 1)[0])
-    else:
-        critic = make_critic(config.continuation, critic_seed)
+    critic = RiskCritic(
+        **dims,
+        ensemble_size=config.ensemble_size,
+        hidden=tuple(config.critic_hidden),
+        learning_rate=config.critic_learning_rate,
+        tau=config.critic_tau,
+        horizon=config.horizon,
+        seed=critic_seed,
+        backup=config.backup,
+        sweeps=config.search_sweeps,
+    )
     shield = BudgetShield(
         config=config,
         world_model=world_model,
         critic=critic,
         opponent_model=opponent_model,
-        rival=rival,
         seed=om_seed,
         **dims,
     )
     return ShieldParts(
-        shield=shield,
-        world_model=world_model,
-        critic=critic,
-        opponent_model=opponent_model,
-        rival=rival,
+        shield=shield, world_model=world_model, critic=critic, opponent_model=opponent_model
     )
 
 
@@ -150,12 +131,6 @@ def load_shield(
     if parts.opponent_model is not None:
         parts.opponent_model.load_state_dict(saved["opponent_model"])
         shield.opponent_weight = float(saved["opponent_weight"])
-    if shield.rival is not None:
-        # `continuation: auto`: the deployed shield decides with the critic training chose
-        # (policy.pt keeps that one only).
-        if shield.rival.continuation == saved.get("continuation"):
-            shield.swap_critics()
-        shield.rival = None
     shield.critic.load_state_dict(saved["critic"])
     calibration = saved["calibration"]
     if isinstance(calibration, dict):

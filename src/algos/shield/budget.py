@@ -111,9 +111,6 @@ class Decision:
     """Steps of the shield's horizon left, this one included."""
     raw: np.ndarray
     """q(s, a) = max_m Q_m(s, a) of the executed joint action (the models' own risk)."""
-    rival_raw: np.ndarray | None = None
-    """`continuation: auto`: the same decision's q under the rival critic (the continuation
-    the shield does not decide with), for choosing between them; None otherwise."""
 
 
 @dataclass
@@ -160,25 +157,19 @@ class BudgetShield(RiskFilter):
         obs_dim: int,
         n_actions: int,
         opponent_model: OpponentModel | None = None,
-        rival: RiskCritic | None = None,
         seed: int = 0,
     ) -> None:
         """Assemble the parts; the excess budgets are sized by the first call.
 
         `coordination: decentralised` needs the `opponent_model`; `seed` seeds its sampled
-        completions of the others' actions until `reset`. `rival` (decentralised only): a
-        second critic of the other continuation, which scores every decision too
-        (`Decision.rival_raw`) without deciding (`swap_critics` exchanges the two)."""
+        completions of the others' actions until `reset`."""
         if getattr(world_model, "cost_dim", None) != 1:
             raise ValueError("the shield needs a world model of the team's risk (wm_version v0)")
         if config.coordination == "decentralised" and opponent_model is None:
             raise ValueError("coordination 'decentralised' needs an opponent model")
-        if rival is not None and config.coordination != "decentralised":
-            raise ValueError("a rival critic scores the decentralised shield's decisions only")
         self.config = config
         self.world_model = world_model
         self.critic = critic
-        self.rival = rival
         self.opponent_model = opponent_model
         # Uniform-mixing weight of the opponent model; the trainer updates it after each fit.
         self.opponent_weight = 0.0 if config.shield_opponent_mode == "model" else 1.0
@@ -194,12 +185,6 @@ class BudgetShield(RiskFilter):
         self.stats = BudgetStats()
         self.last: Decision | None = None
 
-    def swap_critics(self) -> None:
-        """Decide with the rival critic from now on; the current one becomes the rival."""
-        if self.rival is None:
-            raise ValueError("the shield has no rival critic to swap in")
-        self.critic, self.rival = self.rival, self.critic
-
     # ------------------------------------------------------------------ risks
 
     def member_q(
@@ -214,55 +199,40 @@ class BudgetShield(RiskFilter):
         joint_obs: torch.Tensor,
         options: torch.Tensor,
         remaining: torch.Tensor,
-        agents: torch.Tensor | None = None,
         *,
-        critic: RiskCritic | None = None,
         state_index: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """Q_m(s, a) of each state [N, J] under each of its K joint actions [N, K, A], over the
-        `remaining` [N] steps -> [M, N, K], valued by `critic` (the shield's when None).
+        `remaining` [N] steps -> [M, N, K].
 
         `lookahead` imagined steps: after the first, the member follows its own safest joint
-        action; its critic values the last successor over the steps then left. A per-agent
-        critic (`continuation: opponent`) values it for the judging agent of each state,
-        `agents` [N] int64 (the decentralised shield, `lookahead` 1); a team critic needs no
-        agents and ignores them.
+        action; its critic values the last successor over the steps then left.
 
-        With `state_index` [P] int64, row p of `options` [P, K, A], `remaining` [P] and
-        `agents` [P] is of state `state_index[p]` of `joint_obs` -> [M, P, K]
-        (`RiskCritic.option_q`).
+        With `state_index` [P] int64, row p of `options` [P, K, A] and `remaining` [P] is of
+        state `state_index[p]` of `joint_obs` -> [M, P, K] (`RiskCritic.option_q`).
         """
-        critic = self.critic if critic is None else critic
         m = self.world_model.ensemble_size
-        if state_index is not None and not critic.per_agent and self.config.lookahead > 1:
+        if state_index is not None and self.config.lookahead > 1:
             # The imagined steps beyond the first are taken per row.
             joint_obs, state_index = joint_obs[state_index], None
         obs, act, left = (every_member(t, m) for t in (joint_obs, options, remaining))
-        if critic.per_agent:
-            judges = None if agents is None else every_member(agents, m)
-            return critic.option_q(
-                self.world_model, obs, act, left - 1, agents=judges, state_index=state_index
-            )
         if state_index is not None:
-            return critic.option_q(self.world_model, obs, act, left - 1, state_index=state_index)
-        return self._member_q(obs, act, left, self.config.lookahead, critic)
+            return self.critic.option_q(
+                self.world_model, obs, act, left - 1, state_index=state_index
+            )
+        return self._member_q(obs, act, left, self.config.lookahead)
 
     def _member_q(
-        self,
-        obs: torch.Tensor,
-        options: torch.Tensor,
-        remaining: torch.Tensor,
-        depth: int,
-        critic: RiskCritic,
+        self, obs: torch.Tensor, options: torch.Tensor, remaining: torch.Tensor, depth: int
     ) -> torch.Tensor:
         """[M, S, J], [M, S, K, A], [M, S] -> [M, S, K]; each member in its own row."""
         if depth <= 1:
-            return critic.option_q(self.world_model, obs, options, remaining - 1)
+            return self.critic.option_q(self.world_model, obs, options, remaining - 1)
         next_obs, risk, done = predict_options(self.world_model, obs, options)
         m, s, k, j = next_obs.shape
         left = (remaining - 1).unsqueeze(2).expand(m, s, k).reshape(m, s * k)
         every = self.joint.expand(m, s * k, *self.joint.shape)
-        deeper = self._member_q(next_obs.reshape(m, s * k, j), every, left, depth - 1, critic)
+        deeper = self._member_q(next_obs.reshape(m, s * k, j), every, left, depth - 1)
         tail = torch.where(left > 0, deeper.amin(dim=2), torch.zeros_like(left))
         return risk + (1.0 - risk) * (1.0 - done) * tail.view(m, s, k)
 
@@ -277,18 +247,13 @@ class BudgetShield(RiskFilter):
         joint_obs: torch.Tensor,
         options: torch.Tensor,
         remaining: torch.Tensor,
-        agents: torch.Tensor | None = None,
         *,
-        critic: RiskCritic | None = None,
         state_index: torch.Tensor | None = None,
     ) -> torch.Tensor:
-        """q of each state [N, J] under each of its K joint actions [N, K, A] (a per-agent
-        critic: judged by the agents [N]), valued by `critic` (the shield's when None):
-        [N, K]; with `state_index`, rows of options of the states it names, as
-        `member_q_options`. Every risk the filter judges goes through here."""
-        q = self.member_q_options(
-            joint_obs, options, remaining, agents, critic=critic, state_index=state_index
-        )
+        """q of each state [N, J] under each of its K joint actions [N, K, A]: [N, K]; with
+        `state_index`, rows of options of the states it names, as `member_q_options`. Every
+        risk the filter judges goes through here."""
+        q = self.member_q_options(joint_obs, options, remaining, state_index=state_index)
         return q.amax(dim=0)
 
     def calibrate(self, raw: torch.Tensor) -> torch.Tensor:
@@ -428,25 +393,14 @@ class BudgetShield(RiskFilter):
                 generator=self.generator,
             )
 
-            def rho(
-                copies: np.ndarray,
-                agents: np.ndarray,
-                own: np.ndarray,
-                critic: RiskCritic | None = None,
-            ) -> np.ndarray:
-                judge = self.critic if critic is None else critic
+            def risk(c: torch.Tensor, options: torch.Tensor) -> torch.Tensor:
+                q = self.raw_risk_options(joint, options.unsqueeze(1), remaining[c], state_index=c)
+                return q[:, 0]
 
-                def risk(c: torch.Tensor, i: torch.Tensor, options: torch.Tensor) -> torch.Tensor:
-                    q = self.raw_risk_options(
-                        joint, options.unsqueeze(1), remaining[c], i, critic=judge, state_index=c
-                    )
-                    return q[:, 0]
-
+            def rho(copies: np.ndarray, agents: np.ndarray, own: np.ndarray) -> np.ndarray:
                 c, i = torch.from_numpy(copies), torch.from_numpy(agents)
                 own_t = torch.from_numpy(np.ascontiguousarray(own, dtype=np.int64))
-                return own_action_risk(
-                    risk, completions, weights, c, i, own_t, by_agent=judge.per_agent
-                ).numpy()
+                return own_action_risk(risk, completions, weights, c, i, own_t).numpy()
 
             copies, agents = np.repeat(np.arange(e), a), np.tile(np.arange(a), e)
             chosen = rho(copies, agents, proposed.reshape(-1, 1))[:, 0]  # [E * A]
@@ -470,11 +424,6 @@ class BudgetShield(RiskFilter):
                 fallback[refused] = ~allowed[rows, proposed[c, i]] & (allowed.sum(axis=1) == 1)
             raw = chosen.reshape(e, a).max(axis=1)
             bound = self.calibrate(torch.from_numpy(raw)).double().numpy()
-            rival_raw = None
-            if self.rival is not None:
-                # The executed actions' q under the rival continuation (same completions).
-                scored = rho(copies, agents, executed.reshape(-1, 1), self.rival)[:, 0]
-                rival_raw = scored.reshape(e, a).max(axis=1)
         safest = np.fmax.reduce(least.reshape(e, a), axis=1)  # NaN where no agent searched
         spent = np.fmax.reduce((chosen - least).reshape(e, a), axis=1)
         fell = fallback.reshape(e, a).any(axis=1)
@@ -487,7 +436,6 @@ class BudgetShield(RiskFilter):
             fallback=fell,
             remaining=remaining.numpy(),
             raw=raw,
-            rival_raw=rival_raw,
         )
         return executed, bound, int(fell.sum())
 

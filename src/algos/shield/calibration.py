@@ -72,12 +72,7 @@ class OutcomeLedger:
 
     Per env copy at most `horizon` decisions are open (one per step). `open` adds this step's
     decisions (NaN: none), `close` reads the step's outcome. Labelled decisions go into a
-    ring of `capacity` entries (the oldest are forgotten), each with the id of the episode it
-    was taken in: a copy's episode ends when `close` sees it terminated or truncated (an env
-    that ends episodes on a violation terminates them), and every new episode of any copy
-    takes the next id of the run (the first ones 0, ..., E - 1 for the copies in order), so
-    ids are unique within the run. Decisions of one episode share outcomes (overlapping
-    horizons): tests on the labelled decisions cluster them by episode.
+    ring of `capacity` entries (the oldest are forgotten).
     """
 
     def __init__(self, *, horizon: int, capacity: int) -> None:
@@ -88,11 +83,8 @@ class OutcomeLedger:
         self.risk = np.full((0, self.horizon), math.nan)  # [E, h] raw risk of open decisions
         self.age = np.zeros((0, self.horizon), dtype=np.int64)  # [E, h] steps since taken
         self.clock = 0  # steps seen: the slot of the next decision is clock % horizon
-        self.episode = np.zeros(0, dtype=np.int64)  # [E] id of each copy's current episode
-        self.episodes = 0  # episode ids handed out (the next new episode's id)
         self.labelled_risk = np.zeros(self.capacity)
         self.labelled_outcome = np.zeros(self.capacity, dtype=bool)
-        self.labelled_episode = np.zeros(self.capacity, dtype=np.int64)
         self.size = 0  # labelled entries held
         self.position = 0  # ring slot of the next labelled entry
         self.total = 0  # labelled entries ever added
@@ -103,8 +95,6 @@ class OutcomeLedger:
         if self.risk.shape[0] != risk.size:
             self.risk = np.full((risk.size, self.horizon), math.nan)
             self.age = np.zeros((risk.size, self.horizon), dtype=np.int64)
-            self.episode = self.episodes + np.arange(risk.size, dtype=np.int64)
-            self.episodes += risk.size
         slot = self.clock % self.horizon
         # A slot is free again: its decision's horizon ended (labelled by `close`).
         self.risk[:, slot] = risk
@@ -115,32 +105,24 @@ class OutcomeLedger:
         episode terminated; it was cut by the cap)."""
         violated = np.asarray(violated, dtype=bool).reshape(-1)
         ended = np.asarray(terminated, dtype=bool).reshape(-1)
-        stopped = np.asarray(truncated, dtype=bool).reshape(-1)
-        cut = stopped & ~violated & ~ended
+        cut = np.asarray(truncated, dtype=bool).reshape(-1) & ~violated & ~ended
         live = ~np.isnan(self.risk)
         self.age[live] += 1
         hit = live & violated[:, None]
         safe = live & ~violated[:, None] & ((self.age >= self.horizon) | ended[:, None])
-        # Every open decision of a copy was taken in its current episode: an episode's end
-        # labels (violated, terminated) or drops (truncated) all of its copy's open decisions.
-        episode = np.broadcast_to(self.episode[:, None], self.risk.shape)
-        self._label(self.risk[hit], episode[hit], True)
-        self._label(self.risk[safe], episode[safe], False)
+        self._label(self.risk[hit], True)
+        self._label(self.risk[safe], False)
         self.risk[hit | safe] = math.nan
         # An episode cut by the cap hides what the rest of the horizon would have shown.
         self.risk[cut] = math.nan
-        over = np.flatnonzero(ended | stopped)
-        self.episode[over] = self.episodes + np.arange(over.size, dtype=np.int64)
-        self.episodes += over.size
         self.clock += 1
 
-    def _label(self, risk: np.ndarray, episode: np.ndarray, outcome: bool) -> None:
+    def _label(self, risk: np.ndarray, outcome: bool) -> None:
         for start in range(0, risk.size, self.capacity):
             chunk = risk[start : start + self.capacity]
             slots = (self.position + np.arange(chunk.size)) % self.capacity
             self.labelled_risk[slots] = chunk
             self.labelled_outcome[slots] = outcome
-            self.labelled_episode[slots] = episode[start : start + self.capacity]
             self.position = int((self.position + chunk.size) % self.capacity)
             self.size = min(self.capacity, self.size + chunk.size)
             self.total += chunk.size
@@ -150,44 +132,26 @@ class OutcomeLedger:
         order = (self.position - self.size + np.arange(self.size)) % self.capacity
         return self.labelled_risk[order].copy(), self.labelled_outcome[order].copy()
 
-    def labelled_episodes(self) -> np.ndarray:
-        """The episode id of each labelled decision held, in the order of `labelled`."""
-        order = (self.position - self.size + np.arange(self.size)) % self.capacity
-        return self.labelled_episode[order].copy()
-
     def state_dict(self) -> dict[str, Any]:
         """Arrays and counters (for checkpoints)."""
         return {
             "risk": self.risk.copy(),
             "age": self.age.copy(),
             "clock": self.clock,
-            "episode": self.episode.copy(),
-            "episodes": self.episodes,
             "labelled_risk": self.labelled_risk.copy(),
             "labelled_outcome": self.labelled_outcome.copy(),
-            "labelled_episode": self.labelled_episode.copy(),
             "size": self.size,
             "position": self.position,
             "total": self.total,
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Restore what `state_dict` returned. A state saved before the ledger recorded episode
-        ids is refused: its labelled decisions have no episodes to cluster the tests by."""
-        missing = [key for key in ("episode", "episodes", "labelled_episode") if key not in state]
-        if missing:
-            raise ValueError(
-                f"outcome ledger state without episode ids (no {', '.join(missing)}): it was "
-                "saved before the ledger recorded episodes and cannot be resumed"
-            )
+        """Restore what `state_dict` returned."""
         self.risk = np.array(state["risk"], dtype=np.float64)
         self.age = np.array(state["age"], dtype=np.int64)
         self.clock = int(state["clock"])
-        self.episode = np.array(state["episode"], dtype=np.int64)
-        self.episodes = int(state["episodes"])
         self.labelled_risk = np.array(state["labelled_risk"], dtype=np.float64)
         self.labelled_outcome = np.array(state["labelled_outcome"], dtype=bool)
-        self.labelled_episode = np.array(state["labelled_episode"], dtype=np.int64)
         self.size, self.position = int(state["size"]), int(state["position"])
         self.total = int(state["total"])
 

@@ -20,18 +20,6 @@ replay recorded in that state (`search.coordinate_descent`, `sweeps` sweeps, at 
 sweeps A (n_actions - 1) + 1 joint actions, linear in the team). The descent's minimum is an
 upper bound on the true one, so V_m errs towards more risk, never less.
 
-With `continuation: opponent` (the decentralised shield) the critic holds one value per agent
-i, the risk if agent i acts for safety from s' on and the others act as the opponent model
-predicts them,
-
-    W_i,0(s) = 0,    W_i,h(s) = min_b  E_{a_-i ~ p(. | s)} [r + (1 - r)(1 - d) W_i,h-1(s')],
-
-with a = (b, a_-i) and p the opponent model mixed with uniform (`decentral.mixed_probs`); the
-expectation runs over the completions `decentral.opponent_completions` gives (all of them,
-weighted, or a Latin hypercube sample). The agent enters the members' input as a one-hot.
-W_i >= V*: agent i cannot count on the others' safest actions, only on what they are predicted
-to do.
-
 The horizon index makes the recursion well posed: without it, "never violate" has many fixed
 points (a parked, safe team keeps whatever value it starts with, and a function approximator
 lifts it towards its riskier neighbours), while V_0 = 0 anchors every level from below.
@@ -41,7 +29,6 @@ from __future__ import annotations
 
 import copy
 import math
-from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -49,7 +36,6 @@ import torch.nn.functional as F
 from torch import nn
 
 from src import numerics
-from src.algos.shield.decentral import opponent_completions
 from src.algos.shield.ensemble import (
     every_member,
     fit_normalisation,
@@ -67,14 +53,10 @@ from src.algos.shield.world_model import (
     WorldModel,
     predict_options,
 )
-from src.config.shield import BACKUPS, CONTINUATIONS
+from src.config.shield import BACKUPS
 from src.numerics import adam
 
-__all__ = ["OpponentPolicy", "RiskCritic"]
-
-OpponentPolicy = Callable[[torch.Tensor], torch.Tensor]
-"""joint_obs [N, J] -> every agent's predicted action distribution [N, A, n_actions]: the
-others' continuation of the `opponent` critic."""
+__all__ = ["RiskCritic"]
 
 
 # logit of the critics' starting value (about 0.001).
@@ -117,22 +99,14 @@ class RiskCritic(OptimizerState, nn.Module):
         seed: int,
         backup: str = "exhaustive",
         sweeps: int = 2,
-        continuation: str = "team",
-        opponent_samples: int = 8,
     ) -> None:
         """Members drawn from a generator seeded with `seed`; the target starts as a copy.
 
         `horizon` is the longest h the critic is asked for (its input is h / horizon);
-        `backup` and `sweeps`: how the backup's minimum over joint actions is found;
-        `continuation`: `team` (V*) or `opponent` (one W_i per agent, the others' actions
-        from `opponent_samples` completions; module docstring)."""
+        `backup` and `sweeps`: how the backup's minimum over joint actions is found."""
         super().__init__()
         if backup not in BACKUPS:
             raise ValueError(f"backup must be one of {BACKUPS}, got {backup!r}")
-        if continuation not in CONTINUATIONS:
-            raise ValueError(f"continuation must be one of {CONTINUATIONS}, got {continuation!r}")
-        self.continuation, self.opponent_samples = continuation, opponent_samples
-        self.per_agent = continuation == "opponent"
         self.backup, self.sweeps = backup, sweeps
         self.n_agents, self.obs_dim, self.n_actions = n_agents, obs_dim, n_actions
         self.ensemble_size = ensemble_size
@@ -142,10 +116,8 @@ class RiskCritic(OptimizerState, nn.Module):
             raise ValueError(f"horizon must be >= 1, got {horizon}")
         self.horizon = horizon
         generator = torch.Generator().manual_seed(seed)
-        # Input: the joint observation, the remaining steps h / horizon and (`opponent`) the
-        # agent's one-hot.
-        width = self.joint_dim + 1 + (n_agents if self.per_agent else 0)
-        self.members = _Members(ensemble_size, width, hidden, generator)
+        # Input: the joint observation and the remaining steps h / horizon.
+        self.members = _Members(ensemble_size, self.joint_dim + 1, hidden, generator)
         self.target = copy.deepcopy(self.members).requires_grad_(False)
         self.register_buffer("obs_mean", torch.zeros(self.joint_dim))
         self.register_buffer("obs_std", torch.ones(self.joint_dim))
@@ -155,65 +127,33 @@ class RiskCritic(OptimizerState, nn.Module):
         self._composition: dict[str, tuple[Any, ...]] = {}
         self._tracked: dict[str, tuple[torch.Tensor, ...]] = {}  # the tensors of its key
 
-    def _check_agents(self, agents: torch.Tensor | None) -> None:
-        """An `opponent` critic values each row for one agent; a `team` critic for none."""
-        if self.per_agent and agents is None:
-            raise ValueError("the opponent continuation's critic needs the agent of every row")
-        if not self.per_agent and agents is not None:
-            raise ValueError("the team continuation's critic has no per-agent values")
-
-    def _inputs(
-        self, joint_obs: torch.Tensor, remaining: torch.Tensor, agents: torch.Tensor | None = None
-    ) -> torch.Tensor:
-        """[M, N, J], remaining steps [M, N] (or broadcastable) and (`opponent`) the agent of
-        each row [M, N] -> the members' inputs."""
-        self._check_agents(agents)
+    def _inputs(self, joint_obs: torch.Tensor, remaining: torch.Tensor) -> torch.Tensor:
+        """[M, N, J] and remaining steps [M, N] (or broadcastable) -> the members' inputs."""
         steps = torch.as_tensor(remaining, dtype=joint_obs.dtype).expand(joint_obs.shape[:-1])
         parts = [(joint_obs - self.obs_mean) / self.obs_std, (steps / self.horizon).unsqueeze(-1)]
-        if agents is not None:
-            one_hot = F.one_hot(agents.expand(joint_obs.shape[:-1]), self.n_agents)
-            parts.append(one_hot.to(joint_obs.dtype))
         return torch.cat(parts, dim=-1)
 
     def _values(
-        self,
-        net: _Members,
-        joint_obs: torch.Tensor,
-        remaining: torch.Tensor,
-        agents: torch.Tensor | None = None,
+        self, net: _Members, joint_obs: torch.Tensor, remaining: torch.Tensor
     ) -> torch.Tensor:
-        value = torch.sigmoid(net(self._inputs(joint_obs, remaining, agents)))
+        value = torch.sigmoid(net(self._inputs(joint_obs, remaining)))
         # No steps left, no risk (V_0 = 0); a negative count means the same.
         steps = torch.as_tensor(remaining).expand(value.shape)
         return torch.where(steps > 0, value, torch.zeros_like(value))
 
-    def values(
-        self,
-        joint_obs: torch.Tensor,
-        remaining: torch.Tensor | int,
-        agents: torch.Tensor | None = None,
-    ) -> torch.Tensor:
+    def values(self, joint_obs: torch.Tensor, remaining: torch.Tensor | int) -> torch.Tensor:
         """V_m(s, h) of joint_obs [M, N, J] (row (m, n) by member m) and remaining steps h
-        ([M, N] or a number) -> [M, N] in [0, 1]; 0 where h <= 0. `opponent`: W_m,i(s, h) of
-        the agent i of each row, `agents` [M, N] int64 (or broadcastable)."""
+        ([M, N] or a number) -> [M, N] in [0, 1]; 0 where h <= 0."""
         if joint_obs.dim() != 3 or joint_obs.shape[0] != self.ensemble_size:
             raise ValueError(
                 f"joint_obs must be [{self.ensemble_size}, N, {self.joint_dim}], "
                 f"got {tuple(joint_obs.shape)}"
             )
-        return self._values(self.members, joint_obs, torch.as_tensor(remaining), agents)
+        return self._values(self.members, joint_obs, torch.as_tensor(remaining))
 
-    def all_members(
-        self,
-        joint_obs: torch.Tensor,
-        remaining: torch.Tensor | int,
-        agents: torch.Tensor | None = None,
-    ) -> torch.Tensor:
-        """Every member's V of the same joint_obs [N, J] and remaining steps (`opponent`: for
-        the agents [N]) -> [M, N]."""
-        if agents is not None:
-            agents = every_member(agents, self.ensemble_size)
-        return self.values(every_member(joint_obs, self.ensemble_size), remaining, agents)
+    def all_members(self, joint_obs: torch.Tensor, remaining: torch.Tensor | int) -> torch.Tensor:
+        """Every member's V of the same joint_obs [N, J] and remaining steps -> [M, N]."""
+        return self.values(every_member(joint_obs, self.ensemble_size), remaining)
 
     def option_q(
         self,
@@ -223,18 +163,16 @@ class RiskCritic(OptimizerState, nn.Module):
         left: torch.Tensor,
         *,
         target: bool = False,
-        agents: torch.Tensor | None = None,
         state_index: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """Member m's r + (1 - r)(1 - d) V_m(s', left) of each state [M, S, J] under each of its
         K joint actions [M, S, K, A] (row (m, s) by member m), `left` [M, S] steps after this
-        one: [M, S, K]. V is the live critic, or its slowly moving target with `target`;
-        `opponent`: W_m,i for the agent i of each state, `agents` [M, S] int64.
+        one: [M, S, K]. V is the live critic, or its slowly moving target with `target`.
 
         With `state_index` [P] or [M, P] int64 (`ensemble.rows_of_states`), row p of the
-        options [M, P, K, A], of `left` and of `agents` ([M, P]) is of the state of
-        `joint_obs` it names -> [M, P, K]: the options of one state spread over several rows
-        (each row its own agent and steps), the state's parts still computed once.
+        options [M, P, K, A] and of `left` ([M, P]) is of the state of `joint_obs` it names
+        -> [M, P, K]: the options of one state spread over several rows (each row its own
+        steps), the state's parts still computed once.
 
         s' is never formed: it is s + u W + c, for the world model's last hidden layer u and
         the obs part (W, c) of its output layer, so V's first layer on it, s' W1, is s W1 (once
@@ -244,30 +182,25 @@ class RiskCritic(OptimizerState, nn.Module):
         its successors predicted and valued.
         """
         dynamics = getattr(world_model, "dynamics", None)
-        self._check_agents(agents)
         if not isinstance(dynamics, EnsembleWorldModel):
             if state_index is not None:
                 joint_obs = rows_of_states(joint_obs, state_index)
-            return self.valued_successors(
-                world_model, joint_obs, options, left, target=target, agents=agents
-            )
+            return self.valued_successors(world_model, joint_obs, options, left, target=target)
         hidden = dynamics.option_hidden(joint_obs, options, state_index)  # [M, S, K, H]
         m, s, k, h = hidden.shape
-        state_w, hidden_w, bias, steps_w, agent_w, rest = self._composed(
+        state_w, hidden_w, bias, steps_w, rest = self._composed(
             "target" if target else "live", dynamics
         )
         width = state_w.shape[-1]
         # Per option: u (W W1) and, in the last column, the done logit.
         per_option = numerics.baddbmm(bias, hidden.view(m, s * k, h), hidden_w)
         done = torch.sigmoid(per_option[..., width]).view(m, s, k)
-        # Per state: s W1, the steps h / horizon and (`opponent`) the agent's row.
+        # Per state: s W1 and the steps h / horizon.
         steps = (left / self.horizon).unsqueeze(-1) * steps_w
         if state_index is None:
             per_state = numerics.baddbmm(steps, joint_obs, state_w)
         else:
             per_state = rows_of_states(numerics.bmm(joint_obs, state_w), state_index) + steps
-        if agents is not None:
-            per_state += agent_w.gather(1, agents.unsqueeze(-1).expand(m, s, width))
         x = per_option[..., :width].view(m, s, k, width) + per_state.unsqueeze(2)
         x = x.relu_().view(m, s * k, width)
         last = len(rest) - 1
@@ -288,24 +221,20 @@ class RiskCritic(OptimizerState, nn.Module):
         left: torch.Tensor,
         *,
         target: bool = False,
-        agents: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """`option_q` by predicting the successors [M, S, K, J] (`predict_options`) and valuing
         them: the definition, for any world model with the team-risk interface."""
         next_obs, risk, done = predict_options(world_model, joint_obs, options)
         m, s, k, j = next_obs.shape
         after = left.unsqueeze(2).expand(m, s, k).reshape(m, s * k)
-        if agents is not None:
-            agents = agents.unsqueeze(2).expand(m, s, k).reshape(m, s * k)
         net = self.target if target else self.members
-        value = self._values(net, next_obs.reshape(m, s * k, j), after, agents).view(m, s, k)
+        value = self._values(net, next_obs.reshape(m, s * k, j), after).view(m, s, k)
         return risk + (1.0 - risk) * (1.0 - done) * value
 
     def _composed(self, which: str, dynamics: EnsembleWorldModel) -> tuple[Any, ...]:
         """`option_q`'s layers of the live (`which="live"`) or target net, composed with the
         output layer of `dynamics`: (state weight [M, J, H'], hidden weight [M, H, H' + 1],
-        bias [M, 1, H' + 1], steps weight [M, 1, H'], agent weight [M, A, H'] (`opponent`;
-        else [M, 0, H']), the later layers' (weight, bias)); the
+        bias [M, 1, H' + 1], steps weight [M, 1, H'], the later layers' (weight, bias)); the
         last column of the hidden weight and bias is the world model's done logit. Cached
         until either model changes (their version counters) or another world model is
         passed."""
@@ -320,11 +249,11 @@ class RiskCritic(OptimizerState, nn.Module):
         j = self.joint_dim
         layers = [(w.detach(), b.detach()) for w, b in zip(net.weights, net.biases, strict=True)]
         first, bias = fold_normalisation(*layers[0], self.obs_mean, self.obs_std)
-        state_w = first[:, :j]  # the joint obs; then the steps h / horizon and the agents
+        state_w = first[:, :j]  # the joint obs; then the steps h / horizon
         out_w, out_b = dynamics.output_layer()
         hidden_w = torch.cat([out_w[..., :j] @ state_w, out_w[..., -1:]], dim=-1)
         bias = torch.cat([bias + out_b[..., :j] @ state_w, out_b[..., -1:]], dim=-1)
-        composed = (state_w, hidden_w, bias, first[:, j : j + 1], first[:, j + 1 :], layers[1:])
+        composed = (state_w, hidden_w, bias, first[:, j : j + 1], layers[1:])
         self._composition[which] = (dynamics, key, composed)
         return composed
 
@@ -341,8 +270,6 @@ class RiskCritic(OptimizerState, nn.Module):
         `start` [M, B, A]: where `backup: coordinate` starts its descent (joint action 0 when
         None).
         """
-        if self.per_agent:
-            raise ValueError("the opponent continuation's critic backs up `opponent_targets`")
         m, b, _ = joint_obs.shape
         a = self.n_agents
 
@@ -367,55 +294,6 @@ class RiskCritic(OptimizerState, nn.Module):
         )
         return best.view(m, b).to(joint_obs.dtype)
 
-    def opponent_targets(
-        self,
-        world_model: TeamWorldModel,
-        joint_obs: torch.Tensor,
-        remaining: torch.Tensor,
-        opponent: OpponentPolicy,
-        generator: torch.Generator,
-    ) -> torch.Tensor:
-        """`opponent`: min over agent i's own action b of the expectation, over the others'
-        completions, of member m's r + (1 - r)(1 - d) W_target,i(s', h - 1): [M, B, A].
-
-        `joint_obs` [M, B, J], `remaining` [M, B] the h >= 1; the completions come from
-        `opponent`'s distributions at each state (`opponent_completions`, `opponent_samples`,
-        drawn from `generator` when sampled). Every own action of every agent is judged
-        against each distinct completion: A n K options per state at most (sampled completions
-        repeat where the opponent model is confident).
-        """
-        m, b, j = joint_obs.shape
-        a, n = self.n_agents, self.n_actions
-        probs = opponent(joint_obs.reshape(m * b, j))  # [MB, A, n]
-        completions, weights = opponent_completions(
-            probs, samples=self.opponent_samples, generator=generator
-        )  # [MB, A, K, A], [MB, A, K]
-        k = completions.shape[2]
-        # A completion repeated in a (state, agent) row is judged once: its first occurrence.
-        same = (completions.unsqueeze(3) == completions.unsqueeze(2)).all(dim=-1)  # [MB, A, K, K]
-        first = same.int().argmax(dim=3)  # the first k' equal to k
-        distinct = (first == torch.arange(k)).view(m, b * a * k)
-        # Each member's distinct (state, agent, completion) rows first, in order; the members'
-        # counts differ, so the shorter lists run on into repeated rows (judged, not used).
-        count = int(distinct.sum(dim=1).max())
-        row = torch.argsort((~distinct).int(), dim=1, stable=True)[:, :count]  # [M, P]
-        state, agent = row // (a * k), row // k % a
-        chosen = completions.view(m, b * a * k, a).gather(1, row.unsqueeze(2).expand(m, count, a))
-        options = chosen.unsqueeze(2).expand(m, count, n, a).clone()
-        slot = agent.view(m, count, 1, 1).expand(m, count, n, 1)
-        own = torch.arange(n).view(1, 1, n, 1).expand(m, count, n, 1)
-        options.scatter_(3, slot, own)  # agent i's slot takes each own action b
-        left = (remaining - 1).gather(1, state)
-        judged = self.option_q(
-            world_model, joint_obs, options, left, target=True, agents=agent, state_index=state
-        )  # [M, P, n]
-        q = torch.zeros(m, b * a * k, n, dtype=judged.dtype)
-        q.scatter_(1, row.unsqueeze(2).expand(m, count, n), judged)
-        q = q.view(m * b, a, k, n).gather(2, first.unsqueeze(3).expand(m * b, a, k, n))
-        q = q.view(m, b, a, k, n).transpose(3, 4).contiguous()  # [M, B, A, n, K]
-        expected = (q * weights.view(m, b, a, 1, k).to(q.dtype)).sum(dim=4)
-        return expected.amin(dim=3)
-
     def fit(
         self,
         replay: TransitionReplay,
@@ -424,18 +302,8 @@ class RiskCritic(OptimizerState, nn.Module):
         steps: int,
         batch_size: int,
         generator: torch.Generator,
-        opponent: OpponentPolicy | None = None,
     ) -> dict[str, float]:
-        """`steps` value-iteration steps on replay states; returns the mean loss (NaN if none).
-
-        `opponent` (needed by, and only by, the `opponent` continuation): the others' predicted
-        action distributions."""
-        if self.per_agent != (opponent is not None):
-            raise ValueError(
-                f"continuation {self.continuation!r} "
-                + ("needs" if self.per_agent else "takes no")
-                + " opponent policy"
-            )
+        """`steps` value-iteration steps on replay states; returns the mean loss (NaN if none)."""
         if replay.train.size == 0 or steps == 0:
             return {"loss": math.nan}
         # Both ends of the transitions, as the states the critic is trained on.
@@ -453,21 +321,10 @@ class RiskCritic(OptimizerState, nn.Module):
             remaining = torch.randint(
                 1, self.horizon + 1, obs.shape[:2], generator=generator
             ).float()
-            agents = None
             with torch.inference_mode():
-                if opponent is None:
-                    target = self.backup_targets(world_model, obs, remaining, start)
-                else:
-                    target = self.opponent_targets(world_model, obs, remaining, opponent, generator)
-            if opponent is not None:
-                # Every agent's W_i at every state: rows (state, agent), agent fastest.
-                a = self.n_agents
-                obs = obs.unsqueeze(2).expand(*obs.shape[:2], a, obs.shape[2]).flatten(1, 2)
-                remaining = remaining.repeat_interleave(a, dim=1)
-                agents = torch.arange(a).repeat(obs.shape[1] // a).expand(obs.shape[:2])
-                target = target.flatten(1, 2)
+                target = self.backup_targets(world_model, obs, remaining, start)
             target = target.clone()  # a normal tensor: the loss keeps it for the backward pass
-            logit = self.members(self._inputs(obs, remaining, agents))
+            logit = self.members(self._inputs(obs, remaining))
             loss = F.binary_cross_entropy_with_logits(logit, target)
             self.optimizer_step(loss)
             with torch.no_grad():

@@ -76,26 +76,22 @@ def opponent_completions(
 
 
 def own_action_risk(
-    risk_options: Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor],
+    risk_options: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
     completions: torch.Tensor,
     weights: torch.Tensor,
     copies: torch.Tensor,
     agents: torch.Tensor,
     own: torch.Tensor,
-    *,
-    by_agent: bool,
 ) -> torch.Tensor:
     """rho_i(s, b) of agent `agents[r]` of copy `copies[r]` for each own action own[r] [R, B].
 
-    `risk_options(copies, agents, options)` returns q [P] of the joint actions `options`
-    [P, A] in the states of the copies [P], judged by the agents [P] (the `opponent`
-    continuation values the future for the judging agent); completions [E, A, K, A] and
-    weights [E, A, K] are `opponent_completions`' output. Returns [R, B] float64.
+    `risk_options(copies, options)` returns q [P] of the joint actions `options` [P, A] in
+    the states of the copies [P]; completions [E, A, K, A] and weights [E, A, K] are
+    `opponent_completions`' output. Returns [R, B] float64.
 
     Each distinct joint action of a copy is judged once: completions repeat (sampled ones
     often do, and the agents of a copy complete each other's proposals), and a joint action's q
-    does not depend on which agent asks, unless the critic values the future per agent
-    (`by_agent`: then once per (copy, agent, joint action)).
+    does not depend on which agent asks.
     """
     r, b = own.shape
     chosen = completions[copies, agents]  # [R, K, A]
@@ -105,14 +101,12 @@ def own_action_risk(
     options.scatter_(3, slot, own.view(r, b, 1, 1).expand(r, b, k, 1))
     flat = options.view(r * b * k, a)
     row_copy = copies.repeat_interleave(b * k)
-    row_agent = agents.repeat_interleave(b * k)
-    columns = [row_copy, row_agent] if by_agent else [row_copy]
-    rows = torch.cat([torch.stack(columns, dim=1), flat], dim=1)
+    rows = torch.cat([row_copy.unsqueeze(1), flat], dim=1)
     _, inverse = torch.unique(_row_keys(rows), return_inverse=True)
-    # The first row of each distinct key (a team critic ignores which agent asks).
+    # The first row of each distinct key.
     first = torch.full((int(inverse.max()) + 1 if len(inverse) else 0,), len(rows))
     first.scatter_reduce_(0, inverse, torch.arange(len(rows)), reduce="amin")
-    q = risk_options(row_copy[first], row_agent[first], flat[first]).double()[inverse]
+    q = risk_options(row_copy[first], flat[first]).double()[inverse]
     return (q.view(r, b, k) * weights[copies, agents][:, None, :]).sum(dim=2)
 
 

@@ -61,28 +61,16 @@ from src.algos.shield.calibration import (
     fit_calibration,
     fixed_sequence_test,
 )
-from src.algos.shield.critic import OpponentPolicy, RiskCritic
-from src.algos.shield.decentral import mixed_probs
+from src.algos.shield.critic import RiskCritic
 from src.algos.shield.opponent_model import opponent_weight
 from src.algos.shield.replay import TransitionReplay
 from src.config.run import RunConfig
 from src.core.logging import log
 from src.envs.base import joint_observation
 from src.records import EpisodeLog
-from src.stats import paired_auc_test, rank_auc
+from src.stats import rank_auc
 
-__all__ = ["CONTINUATION_SWITCH_LEVEL", "ShieldedIPPO", "constraint_outcomes"]
-
-CONTINUATION_SWITCH_LEVEL = 0.05
-"""`continuation: auto`: the probability that any switch of the run is on noise alone. The
-rival critic takes over when DeLong's one-sided test of its AUC being higher than the deciding
-critic's, on the same labelled decisions, gives p below the t-th test's share of this level,
-6 level / (pi^2 t^2) (summable over the run's tests, which look again after every update).
-The test is episode-clustered (Obuchowski's variance, `src.stats.paired_auc_test` with the
-decisions' episodes as clusters): decisions of one episode share outcomes (overlapping
-horizons, one episode's state) and a critic's errors persist within an episode, so DeLong's
-independent-decision variance is too small and would switch on noise far more often than this
-level; the clustered one holds it up to its normal approximation (many episodes)."""
+__all__ = ["ShieldedIPPO", "constraint_outcomes"]
 
 
 class ShieldedIPPO(IPPO):
@@ -121,12 +109,8 @@ class ShieldedIPPO(IPPO):
         # The current rollout's transitions, stored in the replay by `after_update`.
         self._unstored: list[dict[str, torch.Tensor]] = []
         # Real outcomes of the executed decisions, the allowance that tracks the constraint in
-        # training, and the certificate of the deployed shield. One ledger per critic (two with
-        # `continuation: auto`): the same decisions and outcomes, each critic's q.
-        self.ledgers = {
-            critic.continuation: OutcomeLedger(horizon=cfg.horizon, capacity=cfg.calibration_window)
-            for critic in self._critics()
-        }
+        # training, and the certificate of the deployed shield.
+        self.ledger = OutcomeLedger(horizon=cfg.horizon, capacity=cfg.calibration_window)
         start = cfg.max_risk
         self.adaptive = AdaptiveAllowance(
             value=start, target=cfg.max_risk, rate=cfg.adapt_rate, low=1e-4, high=1.0
@@ -134,7 +118,6 @@ class ShieldedIPPO(IPPO):
         self.shield.allowance = start
         self.certificate: Certificate | None = None
         self.episodes_seen = 0  # finished episodes the allowance has adapted to
-        self.continuation_tests = 0  # `continuation: auto`: paired AUC tests so far
         self.armed_at = 0  # first global env step of the armed shield
         self.make_calibration_env: Callable[[int, int], Any] = partial(_registry_env, self.config)
         self._set_armed(cfg.shield_patience == 0)
@@ -142,19 +125,8 @@ class ShieldedIPPO(IPPO):
 
     @property
     def critic(self) -> RiskCritic:
-        """The critic the shield decides with."""
+        """The shield's safety critic."""
         return self.shield.critic
-
-    @property
-    def ledger(self) -> OutcomeLedger:
-        """The outcome ledger of the deciding critic's q."""
-        return self.ledgers[self.critic.continuation]
-
-    def _critics(self) -> list[RiskCritic]:
-        """The deciding critic and the rival (`continuation: auto`), in a fixed order (by
-        continuation), whichever decides."""
-        critics = [self.shield.critic, self.shield.rival]
-        return sorted((c for c in critics if c is not None), key=lambda c: c.continuation)
 
     def _set_armed(self, armed: bool) -> None:
         """Arm the shield (it filters the proposals) or let it only watch."""
@@ -194,9 +166,8 @@ class ShieldedIPPO(IPPO):
             np.asarray(result.terminated).any(axis=1),
             np.asarray(result.truncated).any(axis=1),
         )
-        for name, risk in self._decision_risks(obs).items():
-            self.ledgers[name].open(risk)
-            self.ledgers[name].close(*outcome)
+        self.ledger.open(self._decision_risk(obs))
+        self.ledger.close(*outcome)
         self._unstored.append(
             {
                 "obs": torch.as_tensor(joint_observation(obs), dtype=torch.float32),
@@ -220,29 +191,27 @@ class ShieldedIPPO(IPPO):
             steps, self._unstored = self._unstored, []
             self.replay.add(**{k: torch.cat([s[k] for s in steps]) for k in steps[0]})
 
-    def _decision_risks(self, obs: np.ndarray) -> dict[str, np.ndarray]:
-        """Per critic continuation, the models' raw risk q of each copy's executed joint action
-        [E] when the armed shield decided it (its latest decision: the deciding critic's q and
-        the rival's); NaN while the shield only watches (the calibration is about the
-        decisions the shield takes, not about the unshielded policy's)."""
+    def _decision_risk(self, obs: np.ndarray) -> np.ndarray:
+        """The models' raw risk q of each copy's executed joint action [E] when the armed
+        shield decided it (its latest decision); NaN while the shield only watches (the
+        calibration is about the decisions the shield takes, not about the unshielded
+        policy's)."""
         e = np.asarray(obs).shape[0]
         last = self.shield.last
-        decided = self.armed and last is not None and last.raw.shape == (e,)
-        risks = {name: np.full(e, math.nan) for name in self.ledgers}
-        if decided:
-            risks[self.critic.continuation] = last.raw
-            if self.shield.rival is not None and last.rival_raw is not None:
-                risks[self.shield.rival.continuation] = last.rival_raw
-        return risks
+        if self.armed and last is not None and last.raw.shape == (e,):
+            return last.raw
+        return np.full(e, math.nan)
 
     def _recalibrate(self, row: dict[str, float | None]) -> None:
         """The calibration (the map g on labelled decisions once there are enough, the
         held-out factor before) and the allowance adapted to the episodes finished since the
         last update that started with the shield armed."""
         cfg = self.shield_cfg
-        self._choose_continuation(row)
         risk, outcome = self.ledger.labelled()
-        if risk.size >= 100 * cfg.calibration_bins:
+        enough = risk.size >= 100 * cfg.calibration_bins
+        # How well the critic's q ranks the real outcomes, once the map has its decisions.
+        row[M.SHIELD_AUC_TEAM] = rank_auc(risk, outcome) if enough else math.nan
+        if enough:
             schedule = cfg.shield_credible_schedule
             delta = credible_delta(self.fits, delta=cfg.shield_credible_delta, schedule=schedule)
             mode, bins = cfg.shield_reward_mode, cfg.calibration_bins
@@ -265,47 +234,6 @@ class ShieldedIPPO(IPPO):
             )
         self.shield.allowance = self.adaptive.value
         row[M.SHIELD_ALLOWANCE] = self.shield.allowance
-
-    def _choose_continuation(self, row: dict[str, float | None]) -> None:
-        """Each critic's AUC over the labelled decisions (once there are as many as the
-        calibration map needs); `continuation: auto` then decides with the rival from now on
-        when its AUC is higher beyond noise: DeLong's paired test on the same decisions,
-        episode-clustered (the decisions' episode ids from the ledger as `clusters`: only
-        episodes are independent), at the t-th test's share of `CONTINUATION_SWITCH_LEVEL` (a
-        difference within the noise keeps the deciding critic, so the choice does not follow
-        noise back and forth). Fewer than two episodes among the decisions: no test."""
-        enough = 100 * self.shield_cfg.calibration_bins
-        labelled = {name: ledger.labelled() for name, ledger in self.ledgers.items()}
-        deciding, rival = self.critic, self.shield.rival
-        if rival is None:
-            risk, outcome = labelled[deciding.continuation]
-            row[M.SHIELD_AUC[deciding.continuation]] = (
-                rank_auc(risk, outcome) if risk.size >= enough else math.nan
-            )
-            return
-        (mine, outcome), (theirs, same) = (labelled[c.continuation] for c in (deciding, rival))
-        episodes, their_episodes = (
-            self.ledgers[c.continuation].labelled_episodes() for c in (deciding, rival)
-        )
-        if (
-            mine.shape != theirs.shape
-            or not np.array_equal(outcome, same)
-            or not np.array_equal(episodes, their_episodes)
-        ):
-            raise RuntimeError("the critics' ledgers hold different decisions")
-        if mine.size >= enough:
-            auc_mine, auc_theirs, p_value = paired_auc_test(
-                mine, theirs, outcome, clusters=episodes
-            )
-            row[M.SHIELD_AUC[deciding.continuation]] = auc_mine
-            row[M.SHIELD_AUC[rival.continuation]] = auc_theirs
-            self.continuation_tests += 1
-            level = credible_delta(
-                self.continuation_tests, delta=CONTINUATION_SWITCH_LEVEL, schedule="summable"
-            )
-            if p_value < float(level):  # False with a NaN
-                self.shield.swap_critics()
-        row[M.SHIELD_OPPONENT_CONTINUATION] = float(self.critic.continuation == "opponent")
 
     def train(self, *, callbacks: Sequence[TrainingCallback] = (), progress: bool = True) -> None:
         """IPPO's training; then the certificate of the deployed shield."""
@@ -368,13 +296,7 @@ class ShieldedIPPO(IPPO):
             )
             return violations, total
 
-        # The deployed shield decides and scores with its deciding critic only (as policy.pt
-        # rebuilds it): the rival's scores would go nowhere.
-        rival, self.shield.rival = self.shield.rival, None
-        try:
-            certificate = test(allowances, outcomes, episodes=len(seeds))
-        finally:
-            self.shield.rival = rival
+        certificate = test(allowances, outcomes, episodes=len(seeds))
         self.shield.allowance = certificate.allowance
         self.net.train()
         return certificate
@@ -419,17 +341,14 @@ class ShieldedIPPO(IPPO):
             row[M.OM_TRAIN_LOSS] = om["train_loss"]
             row[M.OM_VALID_LOSS] = om["valid_loss"]
             row[M.OM_VALID_ACCURACY] = om["valid_accuracy"]
-        for critic in self._critics():
-            fitted = critic.fit(
-                self.replay,
-                self.world_model,
-                steps=cfg.critic_steps,
-                batch_size=cfg.critic_batch_size,
-                generator=self.fit_generator,
-                opponent=self._opponent_policy() if critic.per_agent else None,
-            )
-            key = M.CRITIC_LOSS if critic is self.critic else M.RIVAL_CRITIC_LOSS
-            row[key] = fitted["loss"]
+        fitted = self.critic.fit(
+            self.replay,
+            self.world_model,
+            steps=cfg.critic_steps,
+            batch_size=cfg.critic_batch_size,
+            generator=self.fit_generator,
+        )
+        row[M.CRITIC_LOSS] = fitted["loss"]
         self._recalibrate(row)
         stats = self.shield.stats
         self.shield.stats = type(stats)()
@@ -448,14 +367,6 @@ class ShieldedIPPO(IPPO):
         self._armed_this_update = self.armed
         # Undefined values (nothing to validate yet, no decision made) are nulls, as in IPPO.
         return {k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in row.items()}
-
-    def _opponent_policy(self) -> OpponentPolicy:
-        """The others' continuation of the `opponent` critic: the opponent model's predictions
-        mixed with uniform by the shield's current weight (`shield_opponent_mode`)."""
-        model, weight = self.opponent_model, self.shield.opponent_weight
-        if model is None:
-            raise ValueError("continuation 'opponent' needs the opponent model")
-        return lambda joint_obs: mixed_probs(model.probs(joint_obs), weight)
 
     def _calibration(self) -> float:
         """The calibration factor of the world model's team risk on held-out transitions.
@@ -512,12 +423,6 @@ class ShieldedIPPO(IPPO):
         state["calibration"] = _calibration_state(self.shield.calibration)
         state["budget"] = self.shield.budget.copy()
         state["ledger"] = self.ledger.state_dict()
-        if self.shield.rival is not None:
-            state["continuation"] = self.critic.continuation
-            state["continuation_tests"] = self.continuation_tests
-            state["rival"] = self.shield.rival.state_dict()
-            state["rival_extra"] = self.shield.rival.extra_state()
-            state["rival_ledger"] = self.ledgers[self.shield.rival.continuation].state_dict()
         state["allowance"] = self.adaptive.value
         state["episodes_seen"] = self.episodes_seen
         state["armed_at"] = self.armed_at
@@ -538,14 +443,6 @@ class ShieldedIPPO(IPPO):
             self.opponent_model.load_extra_state(state["opponent_model_extra"])
             self.shield.generator.set_state(state["shield_generator"])
             self.shield.opponent_weight = float(state["opponent_weight"])
-        rival = self.shield.rival
-        if rival is not None:
-            if state["continuation"] == rival.continuation:
-                self.shield.swap_critics()
-            self.continuation_tests = int(state["continuation_tests"])
-            self.shield.rival.load_state_dict(state["rival"])
-            self.shield.rival.load_extra_state(state["rival_extra"])
-            self.ledgers[self.shield.rival.continuation].load_state_dict(state["rival_ledger"])
         self.critic.load_state_dict(state["critic"])
         self.critic.load_extra_state(state["critic_extra"])
         self.shield.calibration = _calibration_from(state["calibration"])
@@ -574,7 +471,6 @@ class ShieldedIPPO(IPPO):
             saved["opponent_model"] = self.opponent_model.state_dict()
             saved["opponent_weight"] = float(self.shield.opponent_weight)
         saved["critic"] = self.critic.state_dict()
-        saved["continuation"] = self.critic.continuation
         saved["calibration"] = _calibration_state(self.shield.calibration)
         saved["allowance"] = float(self.shield.allowance)
         if self.certificate is not None:

@@ -293,7 +293,7 @@ class ChainModel:
         return next_cell.unsqueeze(-1), risk.unsqueeze(-1), done
 
 
-def _known_model_critic(*, n_agents: int, horizon: int, **options: str) -> RiskCritic:
+def _known_model_critic(*, n_agents: int, horizon: int) -> RiskCritic:
     """A small critic of one-number observations and two actions, for the known models."""
     return RiskCritic(
         n_agents=n_agents,
@@ -305,7 +305,6 @@ def _known_model_critic(*, n_agents: int, horizon: int, **options: str) -> RiskC
         tau=0.2,
         horizon=horizon,
         seed=0,
-        **options,
     )
 
 
@@ -457,53 +456,3 @@ def test_lookahead_two_is_the_worst_member_of_the_two_step_recursion():
             joint, actions[rows].unsqueeze(1), remaining[rows], state_index=rows
         )
     torch.testing.assert_close(shared.squeeze(2), q[:, rows], atol=1e-6, rtol=1e-6)
-
-
-class OthersModel:
-    """A known model of two agents that never move (obs: a cell each), two actions each.
-
-    Each agent taking action 1 adds 0.1 to the team's one-step risk; nothing ends the episode.
-    The team's safest continuation (both take 0) is risk-free; an agent that acts for safety
-    alone (takes 0) while the other takes 1 with probability p_j faces 0.1 p_j per step.
-    """
-
-    ensemble_size = 2
-    cost_dim = 1
-
-    def predict(
-        self, joint_obs: torch.Tensor, joint_action: torch.Tensor
-    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        risk = 0.1 * (joint_action == 1).sum(dim=-1).float()
-        return joint_obs.clone(), risk.unsqueeze(-1), torch.zeros(joint_obs.shape[:-1])
-
-
-def test_opponent_value_iteration_finds_each_agents_risk_against_the_predicted_others():
-    """W_i,h = 1 - (1 - 0.1 p_j)^h for agent i against the other's predicted p_j of action 1:
-    one value per agent, above the team's (0), from the opponent's distributions."""
-    predicted = torch.tensor([0.2, 0.8])  # p_j of action 1: agent 0 rarely, agent 1 mostly
-
-    def opponent(joint_obs: torch.Tensor) -> torch.Tensor:
-        p = predicted.expand(joint_obs.shape[0], 2)
-        return torch.stack([1.0 - p, p], dim=-1)  # [N, A, 2]
-
-    critic = _known_model_critic(n_agents=2, horizon=6, continuation="opponent")
-    replay = _standing_replay(torch.arange(4, dtype=torch.float32).repeat(100).view(-1, 2))
-    generator = torch.Generator().manual_seed(0)
-    with pytest.raises(ValueError, match="needs opponent policy"):
-        critic.fit(replay, OthersModel(), steps=1, batch_size=8, generator=generator)
-    for _ in range(50):
-        critic.fit(
-            replay, OthersModel(), steps=20, batch_size=32, generator=generator, opponent=opponent
-        )
-    state = torch.tensor([[0.0, 1.0], [2.0, 3.0]])
-    with torch.no_grad():
-        for h in (1, 3, 6):
-            for agent, other in ((0, 1), (1, 0)):
-                agents = torch.full((2,), agent)
-                values = critic.all_members(state, h, agents).numpy()
-                exact = 1.0 - (1.0 - 0.1 * float(predicted[other])) ** h
-                # Each member within the approximation error, their mean close.
-                np.testing.assert_allclose(values, exact, atol=0.04)
-                np.testing.assert_allclose(values.mean(), exact, atol=0.02)
-    with pytest.raises(ValueError, match="agent of every row"):
-        critic.all_members(state, 3)

@@ -74,44 +74,33 @@ def test_ledger_keeps_the_most_recent_labelled_decisions_and_restores_its_state(
     assert np.array_equal(copy.labelled()[0], risk) and copy.total == 10
 
 
-def test_ledger_records_each_decisions_episode_across_ends_ring_and_state():
+def test_ledger_labels_across_episode_ends_the_ring_and_a_restored_state():
     ledger = OutcomeLedger(horizon=2, capacity=5)
-    # Episode ids: copy 0 starts in episode 0, copy 1 in 1; each new episode takes the next id.
     _step(ledger, [0.1, 0.2])  # t=1
-    _step(ledger, [0.3, 0.4], ended=[0])  # t=2: copy 0 terminates -> its next episode is 2
-    _step(ledger, [0.5, 0.6], violated=[1], cut=[1])  # t=3: copy 1 violates at the cap -> 3
+    _step(ledger, [0.3, 0.4], ended=[0])  # t=2: copy 0 terminates
+    _step(ledger, [0.5, 0.6], violated=[1], cut=[1])  # t=3: copy 1 violates at the cap
     risk, outcome = ledger.labelled()
-    episodes = ledger.labelled_episodes().tolist()
-    assert sorted(zip(risk.tolist(), outcome.tolist(), episodes, strict=True)) == [
-        (0.1, False, 0),
-        (0.2, False, 1),  # its 2 steps passed at t=2
-        (0.3, False, 0),
-        (0.4, True, 1),
-        (0.6, True, 1),
+    assert sorted(zip(risk.tolist(), outcome.tolist(), strict=True)) == [
+        (0.1, False),
+        (0.2, False),  # its 2 steps passed at t=2
+        (0.3, False),
+        (0.4, True),
+        (0.6, True),
     ]
-    assert ledger.episode.tolist() == [2, 3] and ledger.episodes == 4
     state = ledger.state_dict()
-    _step(ledger, [0.7, 0.8], cut=[0])  # t=4: 0.5's horizon passed; 0.7 cut; copy 0 -> 4
+    _step(ledger, [0.7, 0.8], cut=[0])  # t=4: 0.5's horizon passed; 0.7 cut
     _step(ledger, [0.9, 1.0])  # t=5: 0.8's horizon passed
-    # The ring keeps the 5 most recent labels, each with its episode.
+    # The ring keeps the 5 most recent labels.
     risk, outcome = ledger.labelled()
-    episodes = ledger.labelled_episodes()
-    assert ledger.total == 7 and risk.size == episodes.size == 5
-    assert risk[-2:].tolist() == [0.5, 0.8] and episodes[-2:].tolist() == [2, 3]
-    assert dict(zip(risk.tolist(), episodes.tolist(), strict=True))[0.2] == 1
-    assert ledger.episode.tolist() == [4, 3] and ledger.episodes == 5
-    # A restored ledger continues bit for bit, episode ids included.
+    assert ledger.total == 7 and risk.size == 5
+    assert risk[-2:].tolist() == [0.5, 0.8] and not outcome[-2:].any()
+    # A restored ledger continues bit for bit.
     resumed = OutcomeLedger(horizon=2, capacity=5)
     resumed.load_state_dict(state)
     _step(resumed, [0.7, 0.8], cut=[0])
     _step(resumed, [0.9, 1.0])
     for a, b in zip(resumed.state_dict().values(), ledger.state_dict().values(), strict=True):
         np.testing.assert_array_equal(a, b)  # NaN (no open decision) equals NaN
-    assert np.array_equal(resumed.labelled_episodes(), episodes)
-    # A state saved before the ledger had episode ids is refused.
-    old = {k: v for k, v in state.items() if k not in ("episode", "episodes", "labelled_episode")}
-    with pytest.raises(ValueError, match="without episode ids"):
-        OutcomeLedger(horizon=2, capacity=5).load_state_dict(old)
 
 
 def test_calibration_corrects_a_model_that_under_predicts_threefold():
@@ -383,158 +372,3 @@ def test_rank_auc_is_the_share_of_positive_negative_pairs_ranked_right_ties_half
     assert np.isnan(rank_auc([0.1, 0.2], [True, True]))
     with pytest.raises(ValueError, match="differ in length"):
         rank_auc([0.1, 0.2], [True])
-
-
-def test_paired_auc_test_is_delongs_from_the_pairwise_components():
-    from scipy.stats import norm
-
-    from src.stats import paired_auc_test
-
-    rng = np.random.default_rng(1)
-    labels = rng.random(120) < 0.25
-    first = np.round(labels * 0.3 + rng.random(120), 1)  # ties
-    second = first + rng.normal(0.0, 0.2, 120) + 0.2 * labels
-    # DeLong by its definition: psi over every (positive, negative) pair.
-    components = []
-    for x in (first, second):
-        psi = (x[labels][:, None] > x[~labels][None, :]) + 0.5 * (
-            x[labels][:, None] == x[~labels][None, :]
-        )
-        components.append((psi.mean(axis=1), psi.mean(axis=0)))
-    auc = [c[0].mean() for c in components]
-    s10 = np.cov(np.stack([c[0] for c in components]))
-    s01 = np.cov(np.stack([c[1] for c in components]))
-    contrast = np.array([-1.0, 1.0])
-    variance = (
-        contrast @ s10 @ contrast / labels.sum() + contrast @ s01 @ contrast / (~labels).sum()
-    )
-    expected = norm.sf((auc[1] - auc[0]) / np.sqrt(variance))
-    result = paired_auc_test(first, second, labels)
-    np.testing.assert_allclose(result, (auc[0], auc[1], expected), rtol=1e-9)
-    assert result[2] < 0.05  # the second ranks better, beyond noise
-    # The same scores: no evidence either way; one class only: undefined.
-    assert paired_auc_test(first, first, labels)[2] == 1.0
-    assert np.isnan(paired_auc_test(first, second, np.ones(120, dtype=bool))[2])
-    # Perfect separation against ties: no variance, the better one wins outright.
-    assert paired_auc_test(np.zeros(120), labels * 1.0, labels)[2] == 0.0
-    # clusters=None is the same independent-case test.
-    assert paired_auc_test(first, second, labels, clusters=None) == result
-
-
-def _pairwise_components(x: np.ndarray, labels: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """DeLong's structural components by their definition: V10 per positive, V01 per
-    negative, from psi over every (positive, negative) pair."""
-    psi = (x[labels][:, None] > x[~labels][None, :]) + 0.5 * (
-        x[labels][:, None] == x[~labels][None, :]
-    )
-    return psi.mean(axis=1), psi.mean(axis=0)
-
-
-def test_clustered_paired_auc_test_is_obuchowskis_variance():
-    from scipy.stats import t as student_t
-
-    from src.stats import paired_auc_test
-
-    rng = np.random.default_rng(2)
-    clusters = rng.integers(0, 12, 150)
-    labels = rng.random(150) < 0.3
-    first = np.round(labels * 0.4 + rng.random(150), 1)
-    second = first + rng.normal(0.0, 0.3, 150) + 0.1 * labels
-    # Obuchowski (1997) written out per score r: the cluster sums of the components,
-    # S10^rs, S01^rs and S11^rs, var = c S10 c / M + c S01 c / N + 2 c S11 c / (M N).
-    m, n, k = labels.sum(), (~labels).sum(), 12
-    sums10, sums01, auc = [], [], []
-    for x in (first, second):
-        v10, v01 = _pairwise_components(x, labels)
-        auc.append(v10.mean())
-        sums10.append([v10[clusters[labels] == i].sum() for i in range(k)])
-        sums01.append([v01[clusters[~labels] == i].sum() for i in range(k)])
-    m_i = np.array([(clusters[labels] == i).sum() for i in range(k)])
-    n_i = np.array([(clusters[~labels] == i).sum() for i in range(k)])
-    a = np.array(sums10) - np.outer(auc, m_i)  # [2, K]
-    b = np.array(sums01) - np.outer(auc, n_i)
-    s10 = k / ((k - 1) * m) * a @ a.T
-    s01 = k / ((k - 1) * n) * b @ b.T
-    s11 = k / (k - 1) * a @ b.T
-    c = np.array([-1.0, 1.0])
-    variance = c @ s10 @ c / m + c @ s01 @ c / n + 2 * c @ s11 @ c / (m * n)
-    # Referred to Student's t with K - 1 degrees of freedom.
-    expected = student_t.sf((auc[1] - auc[0]) / np.sqrt(variance), k - 1)
-    result = paired_auc_test(first, second, labels, clusters=clusters)
-    np.testing.assert_allclose(result, (auc[0], auc[1], expected), rtol=1e-9)
-    # Any ids name the clusters; only the grouping counts.
-    names = np.array([f"episode-{i}" for i in clusters])
-    assert paired_auc_test(first, second, labels, clusters=names) == result
-    # One cluster: no between-cluster variance, no test; ids for other cases: refused.
-    assert np.isnan(paired_auc_test(first, second, labels, clusters=np.zeros(150))[2])
-    with pytest.raises(ValueError, match="clusters"):
-        paired_auc_test(first, second, labels, clusters=clusters[:-1])
-    # The conventions of the independent-case test hold: one class only, no variance.
-    assert np.isnan(paired_auc_test(first, second, np.ones(150, bool), clusters=clusters)[2])
-    assert paired_auc_test(first, first, labels, clusters=clusters)[2] == 1.0
-    assert paired_auc_test(np.zeros(150), labels * 1.0, labels, clusters=clusters)[2] == 0.0
-
-
-def test_clustered_paired_auc_test_with_one_case_per_cluster_by_hand():
-    from scipy.stats import norm
-    from scipy.stats import t as student_t
-
-    from src.stats import paired_auc_test
-
-    # 4 positives, 5 negatives, each case its own cluster (K = 9).
-    labels = np.array([1, 1, 1, 1, 0, 0, 0, 0, 0], dtype=bool)
-    first = np.array([0.9, 0.6, 0.4, 0.3, 0.5, 0.2, 0.35, 0.1, 0.6])
-    second = np.array([0.8, 0.7, 0.65, 0.2, 0.5, 0.3, 0.1, 0.15, 0.4])
-    m, n, k = 4, 5, 9
-    # By hand: first's positives outrank 5, 4.5, 3, 2 of the 5 negatives (0.6 ties 0.6),
-    # second's 5, 5, 5, 2; first's negatives are outranked by 2, 4, 3, 4, 1.5 of the 4
-    # positives, second's by 3, 3, 4, 4, 3.
-    v10 = np.array([[5, 4.5, 3, 2], [5, 5, 5, 2]]) / n
-    v01 = np.array([[2, 4, 3, 4, 1.5], [3, 3, 4, 4, 3]]) / m
-    auc = v10.mean(axis=1)  # 14.5 / 20 and 17 / 20
-    assert auc.tolist() == pytest.approx([0.725, 0.85])
-    assert v01.mean(axis=1) == pytest.approx(auc)
-    d10 = v10[1] - v10[0] - (auc[1] - auc[0])
-    d01 = v01[1] - v01[0] - (auc[1] - auc[0])
-    # Clustered: every cluster holds one case, so A_k or B_k is that case's centred contrast.
-    clustered = k / (k - 1) * ((d10**2).sum() / m**2 + (d01**2).sum() / n**2)
-    # Independent cases: the components' sample variances (divided by count - 1).
-    independent = (d10**2).sum() / (m * (m - 1)) + (d01**2).sum() / (n * (n - 1))
-    # With one case per cluster the clustered variance is the independent one with each
-    # component's variance divided by its count instead of count - 1, times K / (K - 1).
-    terms = np.array([(d10**2).sum() / (m * (m - 1)), (d01**2).sum() / (n * (n - 1))])
-    assert clustered == pytest.approx(k / (k - 1) * (terms @ [(m - 1) / m, (n - 1) / n]))
-    assert terms.sum() == pytest.approx(independent)
-    z = (auc[1] - auc[0]) / np.sqrt(np.array([independent, clustered]))
-    ids = np.arange(k) * 7 + 3
-    p_independent = paired_auc_test(first, second, labels)[2]
-    p_clustered = paired_auc_test(first, second, labels, clusters=ids)[2]
-    assert p_independent == pytest.approx(norm.sf(z[0]), rel=1e-12)
-    assert p_clustered == pytest.approx(student_t.sf(z[1], k - 1), rel=1e-12)
-
-
-def test_clustered_test_holds_its_level_where_delongs_does_not():
-    """Two equally good critics whose errors persist within an episode: each episode draws one
-    offset per critic added to all its decisions' scores, and its decisions share the episode's
-    violation propensity. The one-sided test at 0.05 must reject at most 0.05 plus 3 Monte
-    Carlo standard errors of the time with episode clusters; DeLong's independent-decision
-    test on the same data rejects clearly more often (why the switch is clustered)."""
-    from src.stats import paired_auc_test
-
-    rng = np.random.default_rng(20240611)
-    replications, episodes, level = 400, 60, 0.05
-    margin = 3 * math.sqrt(level * (1 - level) / replications)
-    clustered = independent = 0
-    for _ in range(replications):
-        sizes = rng.integers(20, 51, episodes)
-        episode = np.repeat(np.arange(episodes), sizes)
-        latent = rng.normal(-2.0, 1.0, episodes)[episode] + rng.normal(0.0, 0.5, episode.size)
-        violated = rng.random(episode.size) < 1.0 / (1.0 + np.exp(-latent))
-        first, second = (
-            latent + rng.normal(0.0, 1.0, episodes)[episode] + rng.normal(0.0, 0.5, episode.size)
-            for _ in range(2)
-        )
-        clustered += paired_auc_test(first, second, violated, clusters=episode)[2] < level
-        independent += paired_auc_test(first, second, violated)[2] < level
-    assert clustered / replications <= level + margin
-    assert independent / replications > level + margin

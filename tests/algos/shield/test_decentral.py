@@ -182,15 +182,12 @@ def test_each_agent_keeps_a_proposal_within_the_allowance_else_its_likeliest_all
     assert ((taken > allowance) & (executed == proposed)).any()
 
 
-@pytest.mark.parametrize("by_agent", [True, False])
-def test_own_action_risk_is_the_weighted_mean_of_the_judged_risks(by_agent: bool) -> None:
+def test_own_action_risk_is_the_weighted_mean_of_the_judged_risks() -> None:
     completions = torch.tensor([[[[0, 1], [0, 2]], [[3, 0], [4, 0]]]])  # [1, 2, 2, 2]
     weights = torch.tensor([[[0.25, 0.75], [0.5, 0.5]]], dtype=torch.float64)
 
-    def risk(copies: torch.Tensor, agents: torch.Tensor, options: torch.Tensor) -> torch.Tensor:
-        # Any function of a, and (the `opponent` continuation's) of the judging agent.
-        q = (options[:, 0] * 10 + options[:, 1]).double() / 100
-        return q + agents / 1000 if by_agent else q
+    def risk(copies: torch.Tensor, options: torch.Tensor) -> torch.Tensor:
+        return (options[:, 0] * 10 + options[:, 1]).double() / 100  # any function of a
 
     rho = own_action_risk(
         risk,
@@ -199,45 +196,35 @@ def test_own_action_risk_is_the_weighted_mean_of_the_judged_risks(by_agent: bool
         torch.tensor([0, 0]),
         torch.tensor([0, 1]),
         torch.tensor([[1, 2], [0, 1]]),
-        by_agent=by_agent,
     )
-    judge = 0.001 if by_agent else 0.0
     expected = [
         [0.25 * 0.11 + 0.75 * 0.12, 0.25 * 0.21 + 0.75 * 0.22],  # agent 0 takes 1, 2
-        [0.5 * 0.30 + 0.5 * 0.40 + judge, 0.5 * 0.31 + 0.5 * 0.41 + judge],  # agent 1: 0, 1
+        [0.5 * 0.30 + 0.5 * 0.40, 0.5 * 0.31 + 0.5 * 0.41],  # agent 1 takes 0, 1
     ]
     np.testing.assert_allclose(rho.numpy(), expected, atol=1e-12)
 
 
-@pytest.mark.parametrize("by_agent", [True, False])
-def test_own_action_risk_judges_each_distinct_joint_action_of_a_copy_once(by_agent: bool) -> None:
+def test_own_action_risk_judges_each_distinct_joint_action_of_a_copy_once() -> None:
     # Copy 0: both agents' completions repeat, and agent 0 taking 1 against agent 1's 2 is the
     # joint action (1, 2) that agent 1 judges too; copy 1 asks for the same joint actions.
     completions = torch.tensor([[[[0, 2], [0, 2], [0, 0]], [[1, 0], [1, 0], [1, 0]]]] * 2)
     weights = torch.tensor([[[0.25, 0.25, 0.5], [0.2, 0.3, 0.5]]] * 2, dtype=torch.float64)
-    judged: list[tuple[int, int, tuple[int, ...]]] = []
+    judged: list[tuple[int, tuple[int, ...]]] = []
 
-    def risk(copies: torch.Tensor, agents: torch.Tensor, options: torch.Tensor) -> torch.Tensor:
-        judged.extend(
-            (int(c), int(i), tuple(o.tolist()))
-            for c, i, o in zip(copies, agents, options, strict=True)
-        )
-        q = (options[:, 0] * 10 + options[:, 1] + copies * 100).double() / 1000
-        return q + agents / 10_000 if by_agent else q
+    def risk(copies: torch.Tensor, options: torch.Tensor) -> torch.Tensor:
+        judged.extend((int(c), tuple(o.tolist())) for c, o in zip(copies, options, strict=True))
+        return (options[:, 0] * 10 + options[:, 1] + copies * 100).double() / 1000
 
     copies, agents = torch.tensor([0, 0, 1, 1]), torch.tensor([0, 1, 0, 1])
     own = torch.tensor([[1], [2], [1], [2]])
-    rho = own_action_risk(risk, completions, weights, copies, agents, own, by_agent=by_agent)
-    # Every (copy, agent) row asks for (own, 2), (own, 2), (own, 0) or (1, own) three times.
-    asked = {(c, i, a) for c, i, a in judged}
-    assert len(judged) == len(asked)  # nothing judged twice
-    distinct = {(0, 0, (1, 2)), (0, 0, (1, 0)), (0, 1, (1, 2))}
-    distinct |= {(1, i, a) for _, i, a in distinct}
-    expected = distinct if by_agent else {(c, a) for c, _, a in distinct}
-    assert {(c, i, a) if by_agent else (c, a) for c, i, a in judged} == expected
+    rho = own_action_risk(risk, completions, weights, copies, agents, own)
+    # Every (copy, agent) row asks for (own, 2), (own, 2), (own, 0) or (1, own) three times;
+    # a joint action's q does not depend on which agent asks.
+    assert len(judged) == len(set(judged))  # nothing judged twice
+    assert set(judged) == {(c, a) for c in (0, 1) for a in ((1, 2), (1, 0))}
     for row, (c, i) in enumerate(zip(copies.tolist(), agents.tolist(), strict=True)):
         options = [((1, j) if i == 0 else (j, 2)) for j in completions[c, i, :, 1 - i].tolist()]
-        q = [(10 * x + y + 100 * c) / 1000 + (i / 10_000 if by_agent else 0.0) for x, y in options]
+        q = [(10 * x + y + 100 * c) / 1000 for x, y in options]
         assert rho[row, 0].item() == pytest.approx(float(np.dot(q, weights[c, i].numpy())))
 
 
@@ -269,12 +256,6 @@ def test_decentralised_coordination_needs_an_opponent_model_and_a_receding_one_s
             bad.check_against(**dims)
     with pytest.raises(ValueError, match="coordination"):
         shield_config(coordination="anarchic")
-    # The opponent continuation is the decentralised shield's.
-    central = shield_config(continuation="opponent")
-    with pytest.raises(ValueError, match=r"continuation.*'team' for coordination 'central'"):
-        central.check_against(**dims)
-    with pytest.raises(ValueError, match="continuation"):
-        shield_config(continuation="everyone")
 
 
 def test_shield_dec_is_the_shield_with_decentralised_coordination_fixed():
@@ -285,5 +266,8 @@ def test_shield_dec_is_the_shield_with_decentralised_coordination_fixed():
     assert config(opponent_samples=8).shield.opponent_samples == 8
     with pytest.raises(ConfigError, match="shield_dec fixes coordination='decentralised'"):
         config(coordination="central")
+    # The critic continues with the team's safest actions: there is no other continuation.
+    with pytest.raises(ConfigError, match=r"\['continuation'\]: unknown for shield_dec"):
+        config(continuation="team")
     central = RunConfig.from_dict(make_run_config(algo="shield"))
     assert central.shield.coordination == "central"

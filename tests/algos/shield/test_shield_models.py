@@ -458,18 +458,16 @@ def test_selected_rows_and_state_adds_the_states_row_in_the_same_pass():
     assert torch.equal(fused, selected_rows(table, index) + picked)
 
 
-def _perturbed_models(seed: int, **critic_options: object) -> tuple[Any, Any, torch.Generator]:
-    """A 3-agent TeamWorldModel and RiskCritic (`critic_options`: its continuation, ...) with
-    every weight, the target net's too, moved off its start by draws from a generator seeded
-    `seed`; the generator is returned for the test's further draws."""
+def _perturbed_models(seed: int) -> tuple[Any, Any, torch.Generator]:
+    """A 3-agent TeamWorldModel and RiskCritic with every weight, the target net's too, moved
+    off its start by draws from a generator seeded `seed`; the generator is returned for the
+    test's further draws."""
     from src.algos.shield.critic import RiskCritic
     from src.algos.shield.world_model import TeamWorldModel
 
     dims = {"n_agents": 3, "obs_dim": 5, "n_actions": 4, "ensemble_size": 2}
     model = TeamWorldModel(**dims, hidden=(16, 16), learning_rate=1e-3, seed=0)
-    critic = RiskCritic(
-        **dims, hidden=(8, 8), learning_rate=1e-3, tau=0.1, horizon=10, seed=1, **critic_options
-    )
+    critic = RiskCritic(**dims, hidden=(8, 8), learning_rate=1e-3, tau=0.1, horizon=10, seed=1)
     gen = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         for p in (*model.parameters(), *critic.parameters(), *critic.target.parameters()):
@@ -477,40 +475,15 @@ def _perturbed_models(seed: int, **critic_options: object) -> tuple[Any, Any, to
     return model, critic, gen
 
 
-def test_opponent_option_q_is_each_agents_critic_on_the_predicted_successors():
-    """With `continuation: opponent` the composed layers add the judging agent's row: the same
-    numbers as predicting s' and valuing it for that agent, and different agents differ."""
-    model, critic, gen = _perturbed_models(2, continuation="opponent")
-    critic.obs_mean.copy_(torch.randn(critic.obs_mean.shape, generator=gen))
-    obs = torch.randn(2, 6, 15, generator=gen)
-    options = torch.randint(0, 4, (2, 6, 7, 3), generator=gen)
-    left = torch.randint(1, 10, (2, 6), generator=gen).float()
-    agents = torch.randint(0, 3, (2, 6), generator=gen)
-    with torch.inference_mode():
-        for target in (False, True):
-            q = critic.option_q(model, obs, options, left, target=target, agents=agents)
-            expected = critic.valued_successors(
-                model, obs, options, left, target=target, agents=agents
-            )
-            torch.testing.assert_close(q, expected, atol=1e-6, rtol=1e-5)
-        live = critic.option_q(model, obs, options, left, agents=agents)
-        other = critic.option_q(model, obs, options, left, agents=(agents + 1) % 3)
-        assert not torch.allclose(other, live)
-        with pytest.raises(ValueError, match="agent of every row"):
-            critic.option_q(model, obs, options, left)
-
-
-@pytest.mark.parametrize("continuation", ["team", "opponent"])
-def test_option_q_of_rows_that_share_states_is_option_q_of_those_states(continuation: str):
+def test_option_q_of_rows_that_share_states_is_option_q_of_those_states():
     """`state_index`: rows of options whose states are computed once give the numbers of the
-    same rows with their states repeated, each row with its own steps left and agent; also
-    through a world model without the composed layers (the gathered definition)."""
-    model, critic, gen = _perturbed_models(3, continuation=continuation)
+    same rows with their states repeated, each row with its own steps left; also through a
+    world model without the composed layers (the gathered definition)."""
+    model, critic, gen = _perturbed_models(3)
     obs = torch.randn(2, 4, 15, generator=gen)
     state_index = torch.tensor([2, 0, 2, 3, 3, 3, 1])  # state 2 twice, 3 three times
     options = torch.randint(0, 4, (2, 7, 5, 3), generator=gen)
     left = torch.randint(0, 10, (2, 7), generator=gen).float()
-    agents = torch.randint(0, 3, (2, 7), generator=gen) if continuation == "opponent" else None
 
     class PredictOnly:  # the world model's interface without its layers
         ensemble_size = 2
@@ -519,63 +492,10 @@ def test_option_q_of_rows_that_share_states_is_option_q_of_those_states(continua
             return model.predict(*args)
 
     with torch.inference_mode():
-        repeated = critic.option_q(model, obs[:, state_index], options, left, agents=agents)
-        shared = critic.option_q(model, obs, options, left, agents=agents, state_index=state_index)
+        repeated = critic.option_q(model, obs[:, state_index], options, left)
+        shared = critic.option_q(model, obs, options, left, state_index=state_index)
         torch.testing.assert_close(shared, repeated, atol=1e-6, rtol=1e-5)
-        generic = critic.option_q(
-            PredictOnly(), obs, options, left, agents=agents, state_index=state_index
-        )
+        generic = critic.option_q(PredictOnly(), obs, options, left, state_index=state_index)
         torch.testing.assert_close(generic, repeated, atol=1e-6, rtol=1e-5)
-        elsewhere = critic.option_q(model, obs[:, state_index - 1], options, left, agents=agents)
+        elsewhere = critic.option_q(model, obs[:, state_index - 1], options, left)
         assert not torch.allclose(shared, elsewhere)  # the states matter
-
-
-def test_opponent_targets_judge_each_distinct_completion_once_with_the_same_numbers():
-    """Repeated completions of a confident opponent model are judged once per (state, agent),
-    and the targets are those of judging every completion (each member its own states)."""
-    from src.algos.shield.decentral import opponent_completions
-
-    # 4 ** 2 = 16 completions of the others: sampled.
-    model, critic, gen = _perturbed_models(4, continuation="opponent", opponent_samples=8)
-    obs = torch.randn(2, 6, 15, generator=gen)
-    remaining = torch.randint(1, 10, (2, 6), generator=gen).float()
-    confident = torch.full((12, 3, 4), 0.02)
-    confident[..., 1] = 0.94
-    confident[:4, :, 1], confident[:4, :, 2] = 0.5, 0.46  # some rows less sure
-
-    judged: list[int] = []
-    option_q = critic.option_q
-
-    def counted(*args: torch.Tensor, **kwargs: torch.Tensor) -> torch.Tensor:
-        judged.append(int(args[2].shape[1] * args[2].shape[2]))
-        return option_q(*args, **kwargs)
-
-    critic.option_q = counted  # type: ignore[method-assign]
-    with torch.inference_mode():
-        targets = critic.opponent_targets(
-            model, obs, remaining, lambda x: confident, torch.Generator().manual_seed(7)
-        )
-        completions, weights = opponent_completions(
-            confident, samples=8, generator=torch.Generator().manual_seed(7)
-        )
-        options = completions.unsqueeze(2).expand(12, 3, 4, 8, 3).clone()
-        own = torch.arange(4).view(1, 1, 4, 1, 1).expand(12, 3, 4, 8, 1)
-        slot = torch.arange(3).view(1, 3, 1, 1, 1).expand(12, 3, 4, 8, 1)
-        options.scatter_(4, slot, own)
-        states = obs.unsqueeze(2).expand(2, 6, 3, 15).reshape(2, 18, 15)
-        agents = torch.arange(3).expand(2, 6, 3).reshape(2, 18)
-        left = (remaining - 1).unsqueeze(2).expand(2, 6, 3).reshape(2, 18)
-        q = option_q(
-            model, states, options.view(2, 18, 32, 3), left, target=True, agents=agents
-        ).view(2, 6, 3, 4, 8)
-        expected = (q * weights.view(2, 6, 3, 1, 8).to(q.dtype)).sum(dim=4).amin(dim=3)
-    torch.testing.assert_close(targets, expected, atol=1e-6, rtol=1e-6)
-    distinct = {
-        (row, agent, tuple(c.tolist()))
-        for row in range(12)
-        for agent in range(3)
-        for c in completions[row, agent]
-    }
-    per_member = [sum(1 for r, _, _ in distinct if r // 6 == m) for m in range(2)]
-    assert judged == [max(per_member) * 4]  # each distinct completion's n own actions, once
-    assert max(per_member) < 6 * 3 * 8 / 2  # the confident rows repeat
