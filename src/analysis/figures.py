@@ -24,8 +24,11 @@ Figures:
 - `shield_interventions`: the shield's interventions per policy update over training.
 - `lagrange_multiplier`: the Lagrange multiplier lambda over training.
 Which algorithms appear in the last two is read from the data (the column is non-null), never
-from algorithm names. A figure with nothing to draw is still written, with a centred note
-saying why, so the workflow always gets the same files.
+from algorithm names. A figure with nothing to draw is not drawn: `figure_plan` says, from the
+tables, which figures have data and why the others have none (no run logs a Lagrange
+multiplier, no final-policy evaluation, ...); `make_figures` draws exactly the former, and the
+results page expects exactly those and names the others with their reason. The figures folder
+is the workflow's output, whatever it holds.
 """
 
 from __future__ import annotations
@@ -54,6 +57,7 @@ from src.analysis.constraint import (
     run_configs,
 )
 from src.analysis.style import (
+    FIGURE_FORMATS,
     algo_color,
     figure_title,
     new_figure,
@@ -62,14 +66,19 @@ from src.analysis.style import (
     policy_linestyle,
     save_figure,
 )
+from src.containment import remove_tree
+from src.core.io import create_dir
+from src.core.logging import log
 
 __all__ = [
     "FIGURE_NAMES",
     "adaptive_edges",
     "binned_run_means",
+    "figure_plan",
     "lagrange_multiplier",
     "learning_curves",
     "make_figures",
+    "plan_of_tables",
     "return_vs_risk",
     "shield_interventions",
     "violation_vs_horizon",
@@ -81,6 +90,15 @@ FIGURE_NAMES = (
     "return_vs_risk",
     "shield_interventions",
     "lagrange_multiplier",
+)
+NO_EVALUATION = "no final-policy evaluation (final_policy_eval_episodes is 0)"
+NO_EPISODES = "no training episodes"
+NO_INTERVENTIONS = (
+    f"no run logs shield interventions ({SHIELD_INTERVENTIONS}): no algorithm of the experiment "
+    "has a shield"
+)
+NO_MULTIPLIER = (
+    f"no run logs a Lagrange multiplier ({LAMBDA}): no algorithm of the experiment learns one"
 )
 MAX_BINS = 40
 MAX_UPDATE_BINS = 100
@@ -196,18 +214,39 @@ def _bin_positions(frame: pd.DataFrame, *, x: str, edges: np.ndarray) -> np.ndar
         return np.where(counts > 0, sums / np.maximum(counts, 1), np.nan)
 
 
-def _note(ax: Axes, text: str) -> None:
-    ax.text(
-        0.5, 0.5, text, ha="center", va="center", transform=ax.transAxes, fontsize=10, wrap=True
+def _logged(updates: pd.DataFrame, column: str) -> pd.DataFrame:
+    """The rows of `updates` whose `column` is logged (non-null)."""
+    if updates.empty or column not in updates:
+        return updates.iloc[0:0]
+    return updates[updates[column].notna()]
+
+
+def figure_plan(
+    history: pd.DataFrame, evaluation: pd.DataFrame, updates: pd.DataFrame
+) -> dict[str, str | None]:
+    """Every name of `FIGURE_NAMES` -> None if the tables hold something for it to draw, else
+    why not (a clause for the results page and the figures job's log).
+
+    >>> empty = pd.DataFrame()
+    >>> figure_plan(empty, empty, empty)["lagrange_multiplier"] == NO_MULTIPLIER
+    True
+    """
+    return {
+        "learning_curves": NO_EPISODES if history.empty else None,
+        "violation_vs_horizon": NO_EVALUATION if evaluation.empty else None,
+        "return_vs_risk": NO_EVALUATION if evaluation.empty else None,
+        "shield_interventions": (
+            NO_INTERVENTIONS if _logged(updates, SHIELD_INTERVENTIONS).empty else None
+        ),
+        "lagrange_multiplier": NO_MULTIPLIER if _logged(updates, LAMBDA).empty else None,
+    }
+
+
+def plan_of_tables(tables_dir: str | Path) -> dict[str, str | None]:
+    """`figure_plan` of the aggregated tables in `tables_dir`."""
+    return figure_plan(
+        *(load_table(tables_dir, name).to_pandas() for name in ("history", "eval", "updates"))
     )
-    ax.set_xticks([])
-    ax.set_yticks([])
-
-
-def _note_figure(text: str) -> Figure:
-    fig, axes = new_figure(1)
-    _note(axes[0], text)
-    return fig
 
 
 def _legend(fig: Figure, axes: list[Axes]) -> None:
@@ -326,7 +365,7 @@ def learning_curves(history: pd.DataFrame, *, max_risk: MaxRisk) -> Figure:
     `max_risk` maps each env to its `max_risk` values (drawn on the violation-rate row).
     """
     if history.empty:
-        return _note_figure("no training episodes to plot")
+        raise ValueError(f"nothing to plot: {NO_EPISODES}")
     envs = sorted(history["env"].unique())
     rows = len(LEARNING_METRICS) + 1
     fig, axes = new_figure(len(envs), rows=rows)
@@ -390,7 +429,7 @@ def violation_vs_horizon(
     (a dashed grey vertical line: to its right, beyond the constraint).
     """
     if evaluation.empty:
-        return _note_figure("no final-policy evaluation (final_policy_eval_episodes is 0)")
+        raise ValueError(f"nothing to plot: {NO_EVALUATION}")
     envs = sorted(evaluation["env"].unique())
     fig, axes = new_figure(len(envs))
     pooled = pooled_violations(evaluation, by=["env", "algo", "shielded", "horizon"])
@@ -466,7 +505,7 @@ def return_vs_risk(
     markers: single runs.
     """
     if evaluation.empty:
-        return _note_figure("no final-policy evaluation (final_policy_eval_episodes is 0)")
+        raise ValueError(f"nothing to plot: {NO_EVALUATION}")
     envs = sorted(evaluation["env"].unique())
     # Taller panels than the default: the axis label and the three-line title need the room.
     fig, axes = new_figure(len(envs), panel_size=(4.2, 4.0))
@@ -541,10 +580,11 @@ def return_vs_risk(
 def _over_training(
     updates: pd.DataFrame, column: str, *, ylabel: str, title: str, note: str
 ) -> Figure:
-    """Mean across runs of an update metric against env steps, for the algorithms that log it."""
-    logged = updates[updates[column].notna()] if not updates.empty else updates
+    """Mean across runs of an update metric against env steps, for the algorithms that log it;
+    a `ValueError` saying `note` when none does."""
+    logged = _logged(updates, column)
     if logged.empty:
-        return _note_figure(note)
+        raise ValueError(f"nothing to plot: {note}")
     envs = sorted(logged["env"].unique())
     fig, axes = new_figure(len(envs), panel_size=(4.2, 3.8))
     for ax, env in zip(axes, envs, strict=True):
@@ -576,7 +616,7 @@ def shield_interventions(updates: pd.DataFrame) -> Figure:
         title="Shield interventions (agent-steps whose proposed action the shield changed) per "
         "policy update: mean across runs, band = 95% t-interval (none for one run); thin "
         "lines: single runs.",
-        note="no shield runs: no interventions to plot",
+        note=NO_INTERVENTIONS,
     )
 
 
@@ -589,13 +629,16 @@ def lagrange_multiplier(updates: pd.DataFrame) -> Figure:
         title="Lagrange multiplier λ at each policy update (it grows while the measured "
         "episode risk exceeds max_risk): mean across runs, band = 95% t-interval (none for "
         "one run); thin lines: single runs.",
-        note="no run logs a Lagrange multiplier (safety/lambda): nothing to plot",
+        note=NO_MULTIPLIER,
     )
 
 
 def make_figures(tables_dir: str | Path, figures_dir: str | Path) -> list[Path]:
-    """Draw every figure of `FIGURE_NAMES` from the aggregated tables; returns the paths written.
+    """Draw the figures of `FIGURE_NAMES` that the aggregated tables have data for
+    (`figure_plan`) into `figures_dir`; returns the paths written.
 
+    A figure without data is not drawn (the job's log says why) and an earlier file of it in
+    `figures_dir` is deleted, so the folder holds exactly the figures of these tables.
     `max_risk` and the constraint horizons come from the run configs stored in the tables'
     metadata.
     """
@@ -615,8 +658,15 @@ def make_figures(tables_dir: str | Path, figures_dir: str | Path) -> list[Path]:
         "shield_interventions": lambda: shield_interventions(updates),
         "lagrange_multiplier": lambda: lagrange_multiplier(updates),
     }
+    plan = figure_plan(history, evaluation, updates)
+    folder = Path(create_dir(str(figures_dir)))
     paths: list[Path] = []
     for name in FIGURE_NAMES:
-        paths += save_figure(builders[name](), figures_dir, name)
+        if plan[name] is None:
+            paths += save_figure(builders[name](), folder, name)
+            continue
+        log(f"{name} not drawn: {plan[name]}", type="figures")
+        for fmt in FIGURE_FORMATS:
+            remove_tree(folder, f"{name}.{fmt}")
     plt.close("all")
     return paths

@@ -14,7 +14,10 @@ page: `src.analysis.constraint.compare_policies`), the certificate of every shie
 has one (the `cert_*` columns of the evaluation table), worded as the per-run statement its
 test makes, with what the certificates say together, and every figure with a description of
 what it shows and how to read it. The descriptions are generic, so the page stays right
-whatever the numbers are.
+whatever the numbers are. A figure the experiment has no data for is not drawn
+(`src.analysis.figures.figure_plan`: no run logs a Lagrange multiplier, ...); the page names
+it and the reason in one line, and a figure that has data but whose file is missing is an
+error.
 """
 
 from __future__ import annotations
@@ -49,7 +52,7 @@ from src.analysis.constraint import (
     constraint_horizons,
     run_configs,
 )
-from src.analysis.figures import FIGURE_NAMES
+from src.analysis.figures import FIGURE_NAMES, plan_of_tables
 from src.analysis.files import write_text
 from src.analysis.style import policy_label
 from src.analysis.tables import BEYOND, NO_FLOOR
@@ -632,23 +635,36 @@ def certificate_lines(evaluation: pd.DataFrame, configs: Sequence[dict]) -> list
     return lines
 
 
+def _not_drawn_line(plan: Mapping[str, str | None]) -> str:
+    """The page's one line on the figures not drawn and why ('' when every figure is drawn)."""
+    absent = [f"*{FIGURE_GUIDE[name][0]}* ({why})" for name, why in plan.items() if why]
+    if not absent:
+        return ""
+    return "Not drawn, for want of data: " + "; ".join(absent) + "."
+
+
 def write_results_doc(
     experiment: str | Path, docs_dir: str | Path, *, config_file: str = "config/config.yaml"
 ) -> Path:
     """Copy the figures of `experiment` into `docs_dir/results/` and write `docs_dir/results.md`.
 
     `experiment` is a finished experiment folder (`tables/summary.md`, the aggregated tables
-    and `figures/{name}.png` for every name of `FIGURE_NAMES`). Figures in `docs_dir/results/`
-    that are no longer produced are removed. `config_file` is the workflow config the page
-    names as the experiment's source. Returns the path of `results.md`.
+    and `figures/{name}.png` for every name of `FIGURE_NAMES` that its tables have data for,
+    `src.analysis.figures.figure_plan`; a missing one is a `FileNotFoundError`). Figures in
+    `docs_dir/results/` that are no longer produced are removed. `config_file` is the workflow
+    config the page names as the experiment's source. Returns the path of `results.md`.
     """
     source = Path(experiment)
     summary = source / "tables" / "summary.md"
     if not summary.is_file():
         raise FileNotFoundError(f"{summary} is missing: run the workflow first (make run)")
-    missing = [n for n in FIGURE_NAMES if not (source / "figures" / f"{n}.png").is_file()]
+    plan = plan_of_tables(source / "tables")
+    drawn = [name for name in FIGURE_NAMES if plan[name] is None]
+    missing = [n for n in drawn if not (source / "figures" / f"{n}.png").is_file()]
     if missing:
-        raise FileNotFoundError(f"{source / 'figures'} lacks the figures {missing}")
+        raise FileNotFoundError(
+            f"{source / 'figures'} lacks the figures {missing}, which its tables have data for"
+        )
     unexplained = sorted(set(FIGURE_NAMES) - set(FIGURE_GUIDE))
     if unexplained:
         raise ValueError(f"no description in FIGURE_GUIDE for the figures {unexplained}")
@@ -671,13 +687,13 @@ def write_results_doc(
     docs = Path(docs_dir)
     folder = docs / RESULTS_FOLDER
     folder.mkdir(parents=True, exist_ok=True)
-    for name in FIGURE_NAMES:
+    for name in drawn:
         with atomic_output(folder / f"{name}.png") as tmp:
             # Only a regular file inside the experiment folder is copied (src.containment).
             tmp.unlink()
             copy_file(source, Path("figures") / f"{name}.png", tmp)
     for stale in folder.glob("*.png"):
-        if stale.stem not in FIGURE_NAMES:
+        if stale.stem not in drawn:
             stale.unlink()
 
     lines = [
@@ -768,7 +784,10 @@ def write_results_doc(
         "the number of runs behind each curve. The same figures, as PDF, are in "
         f"`{source.as_posix()}/figures/`.",
     ]
-    for name in FIGURE_NAMES:
+    absent = _not_drawn_line(plan)
+    if absent:
+        lines += ["", absent]
+    for name in drawn:
         heading, text = FIGURE_GUIDE[name]
         lines += ["", f"### {heading}", "", f"![{heading}]({RESULTS_FOLDER}/{name}.png)", "", text]
     target = docs / "results.md"

@@ -15,11 +15,15 @@ from src.analysis.aggregate import aggregate, load_table
 from src.analysis.constraint import max_risk_by_env, run_configs
 from src.analysis.figures import (
     FIGURE_NAMES,
+    NO_EVALUATION,
+    NO_INTERVENTIONS,
+    NO_MULTIPLIER,
     adaptive_edges,
     binned_run_means,
     lagrange_multiplier,
     learning_curves,
     make_figures,
+    plan_of_tables,
     return_vs_risk,
     shield_interventions,
     violation_vs_horizon,
@@ -99,23 +103,38 @@ def test_each_figure_function_writes_a_labelled_file(
     assert all(p.stat().st_size > 0 for p in paths)
 
 
-def test_nothing_to_draw_gives_a_figure_with_a_note(tmp_path: Path) -> None:
+def test_a_figure_with_nothing_to_draw_is_not_drawn(tmp_path: Path) -> None:
+    # ippo alone, not evaluated: no multiplier, no interventions, no final-policy evaluation.
     run_dirs = write_experiment(
         tmp_path, envs=("hazard_grid",), algos=("ippo",), runs=1, eval_episodes=0
     )
     aggregate(run_dirs, tmp_path / "tables")
-    paths = make_figures(tmp_path / "tables", tmp_path / "figures")
-    assert len(paths) == 2 * len(FIGURE_NAMES)
+    figures = tmp_path / "figures"
+    figures.mkdir()
+    (figures / "lagrange_multiplier.png").write_bytes(b"a figure of earlier tables")
+    paths = make_figures(tmp_path / "tables", figures)
+    assert sorted(p.name for p in paths) == ["learning_curves.pdf", "learning_curves.png"]
+    assert sorted(p.name for p in figures.iterdir()) == sorted(p.name for p in paths)
+    plan = plan_of_tables(tmp_path / "tables")
+    assert plan == {
+        "learning_curves": None,
+        "violation_vs_horizon": NO_EVALUATION,
+        "return_vs_risk": NO_EVALUATION,
+        "shield_interventions": NO_INTERVENTIONS,
+        "lagrange_multiplier": NO_MULTIPLIER,
+    }
+    assert "no run logs a Lagrange multiplier (safety/lambda)" in NO_MULTIPLIER
+    # Asked directly, a figure function refuses to draw an empty figure, saying why.
     evaluation = load_table(tmp_path / "tables", "eval").to_pandas()
     updates = load_table(tmp_path / "tables", "updates").to_pandas()
-    assert "final_policy_eval_episodes is 0" in text_of(
+    with pytest.raises(ValueError, match="final_policy_eval_episodes is 0"):
         violation_vs_horizon(evaluation, max_risk={}, horizons={})
-    )
-    assert "final_policy_eval_episodes is 0" in text_of(
+    with pytest.raises(ValueError, match="final_policy_eval_episodes is 0"):
         return_vs_risk(evaluation, max_risk={}, horizons={})
-    )
-    assert "no shield runs" in text_of(shield_interventions(updates))
-    assert "no run logs a Lagrange multiplier" in text_of(lagrange_multiplier(updates))
+    with pytest.raises(ValueError, match="no run logs shield interventions"):
+        shield_interventions(updates)
+    with pytest.raises(ValueError, match="no run logs a Lagrange multiplier"):
+        lagrange_multiplier(updates)
 
 
 def test_binned_run_means_hand_checked() -> None:
@@ -307,4 +326,5 @@ def test_make_figures_reads_max_risk_from_the_run_configs(tmp_path: Path) -> Non
         "spread": (0.25,),
     }
     paths = make_figures(tmp_path / "tables", tmp_path / "figures")
-    assert {p.stem for p in paths} == set(FIGURE_NAMES)
+    # ippo alone: no multiplier and no shield to draw.
+    assert {p.stem for p in paths} == {"learning_curves", "violation_vs_horizon", "return_vs_risk"}

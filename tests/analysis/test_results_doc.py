@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import shutil
 from pathlib import Path
 
 import pandas as pd
@@ -89,6 +90,11 @@ def test_missing_outputs_are_named(experiment: Path, tmp_path: Path) -> None:
         write_results_doc(tmp_path, tmp_path / "docs")
     (tmp_path / "tables").mkdir()
     (tmp_path / "tables" / "summary.md").write_text("| t |")
+    # Which figures it must find is read from the tables.
+    with pytest.raises(FileNotFoundError, match=r"history\.parquet"):
+        write_results_doc(tmp_path, tmp_path / "docs")
+    for table in (experiment / "tables").glob("*.parquet"):
+        shutil.copy(table, tmp_path / "tables" / table.name)
     with pytest.raises(FileNotFoundError, match="lacks the figures"):
         write_results_doc(tmp_path, tmp_path / "docs")
     bad = tmp_path / "bad.yaml"
@@ -187,6 +193,38 @@ def test_page_without_certificates_has_no_certificate_section(tmp_path: Path) ->
     make_figures(root / "tables", root / "figures")
     text = write_results_doc(root, tmp_path / "docs").read_text()
     assert "## Certificates" not in text and "## Figures" in text
+
+
+def test_an_experiment_without_ippo_lag_has_no_multiplier_figure_and_says_so(
+    tmp_path: Path,
+) -> None:
+    root = tmp_path / "results" / "unconstrained"
+    run_dirs = write_experiment(root, envs=("hazard_grid",), algos=("ippo", "shield"), runs=1)
+    aggregate(run_dirs, root / "tables")
+    make_summary(root / "tables")
+    paths = make_figures(root / "tables", root / "figures")
+    assert "lagrange_multiplier" not in {path.stem for path in paths}
+    assert not list((root / "figures").glob("lagrange_multiplier.*"))
+    docs = tmp_path / "docs"
+    (docs / RESULTS_FOLDER).mkdir(parents=True)
+    (docs / RESULTS_FOLDER / "lagrange_multiplier.png").write_bytes(b"an earlier page's")
+    text = write_results_doc(root, docs).read_text()
+    heading, description = FIGURE_GUIDE["lagrange_multiplier"]
+    (line,) = [ln for ln in text.splitlines() if ln.startswith("Not drawn")]
+    assert line == (
+        f"Not drawn, for want of data: *{heading}* (no run logs a Lagrange multiplier "
+        "(safety/lambda): no algorithm of the experiment learns one)."
+    )
+    assert f"### {heading}" not in text and description not in text
+    assert not (docs / RESULTS_FOLDER / "lagrange_multiplier.png").exists()
+    for name in set(FIGURE_NAMES) - {"lagrange_multiplier"}:
+        assert f"({RESULTS_FOLDER}/{name}.png)" in text
+        assert (docs / RESULTS_FOLDER / f"{name}.png").is_file()
+
+    # A figure the tables have data for is still required.
+    (root / "figures" / "shield_interventions.png").unlink()
+    with pytest.raises(FileNotFoundError, match=r"lacks the figures \['shield_interventions'\]"):
+        write_results_doc(root, docs)
 
 
 def _benchmark(run_dir: Path, stage: str, cpu: float) -> None:

@@ -79,7 +79,8 @@ def test_evaluate_render_export_aggregate_and_plot(runs: list[Path], tmp_path: P
     updates = load_table(tmp_path / "tables", "updates").to_pandas()
     assert set(updates["algo"]) == {"ippo", "shield"}
     figures = make_figures(tmp_path / "tables", tmp_path / "figures")
-    assert len(figures) == 2 * len(FIGURE_NAMES)
+    # No algorithm of these runs learns a Lagrange multiplier: its figure is not drawn.
+    assert {path.stem for path in figures} == set(FIGURE_NAMES) - {"lagrange_multiplier"}
 
 
 def test_evaluation_is_deterministic(runs: list[Path], tmp_path: Path) -> None:

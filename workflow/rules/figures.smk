@@ -1,5 +1,7 @@
 rule figures:
-    """Violation probability against horizon, learning curves and the other figures."""
+    """Violation probability against horizon, learning curves and the other figures: those
+    the tables have data for (src.analysis.figures.figure_plan; the log names the others).
+    """
     input:
         tables=list(TABLES.values()),
         code=script_code("figures"),
