@@ -5,7 +5,9 @@ and then
 
     python -m src.analysis.results_doc config/config.yaml docs
 
-which copies the experiment's figures (PNG) into `docs/results/` and writes `docs/results.md`:
+which copies the experiment's figures (PNG) and the small tables they come from (the summary
+CSV and the evaluation Parquet, `TABLES`) into `docs/results/` and writes `docs/results.md`
+(`make paper` does the same for `config/paper.yaml` under the name `paper`, `--name paper`):
 what was run (read from the run configs stored in the tables, never typed in), the summary
 table (`tables/summary.md`), what the run shows per env (the policies' risks at the constraint
 horizon with both intervals, and which policy is safer than which only where an exact paired
@@ -72,7 +74,11 @@ __all__ = [
 ]
 
 RESULTS_FOLDER = "results"
-"""Folder next to `results.md` that holds the copied figures."""
+"""The default page name: `results.md`, and the folder next to it holding the copied figures
+and tables."""
+TABLES = ("summary.csv", "eval.parquet")
+"""The experiment's tables copied next to the figures, so that a reader can check the page's
+numbers."""
 
 # Figure name -> (heading, what it shows and how to read it).
 FIGURE_GUIDE: dict[str, tuple[str, str]] = {
@@ -644,15 +650,20 @@ def _not_drawn_line(plan: Mapping[str, str | None]) -> str:
 
 
 def write_results_doc(
-    experiment: str | Path, docs_dir: str | Path, *, config_file: str = "config/config.yaml"
+    experiment: str | Path,
+    docs_dir: str | Path,
+    *,
+    config_file: str = "config/config.yaml",
+    name: str = RESULTS_FOLDER,
 ) -> Path:
-    """Copy the figures of `experiment` into `docs_dir/results/` and write `docs_dir/results.md`.
+    """Copy the figures and `TABLES` of `experiment` into `docs_dir/{name}/` and write
+    `docs_dir/{name}.md` (`name`: the page, e.g. `results` or `paper`, and its `make` target).
 
     `experiment` is a finished experiment folder (`tables/summary.md`, the aggregated tables
     and `figures/{name}.png` for every name of `FIGURE_NAMES` that its tables have data for,
     `src.analysis.figures.figure_plan`; a missing one is a `FileNotFoundError`). Figures in
     `docs_dir/results/` that are no longer produced are removed. `config_file` is the workflow
-    config the page names as the experiment's source. Returns the path of `results.md`.
+    config the page names as the experiment's source. Returns the path of the page.
     """
     source = Path(experiment)
     summary = source / "tables" / "summary.md"
@@ -685,13 +696,17 @@ def write_results_doc(
         alpha = round(1.0 - float(evaluation["confidence"].min()), 12)
 
     docs = Path(docs_dir)
-    folder = docs / RESULTS_FOLDER
+    if not re.fullmatch(r"[a-z][a-z0-9_]*", name):
+        raise ValueError(f"page name {name!r}: expected lower-case letters, digits and _")
+    folder = docs / name
     folder.mkdir(parents=True, exist_ok=True)
-    for name in drawn:
-        with atomic_output(folder / f"{name}.png") as tmp:
+    copies = [Path("figures") / f"{figure}.png" for figure in drawn]
+    copies += [Path("tables") / table for table in TABLES]
+    for relative in copies:
+        with atomic_output(folder / relative.name) as tmp:
             # Only a regular file inside the experiment folder is copied (src.containment).
             tmp.unlink()
-            copy_file(source, Path("figures") / f"{name}.png", tmp)
+            copy_file(source, relative, tmp)
     for stale in folder.glob("*.png"):
         if stale.stem not in drawn:
             stale.unlink()
@@ -700,7 +715,7 @@ def write_results_doc(
         f"# Results of the experiment `{source.name}`",
         "",
         f"What the workflow produces on `{config_file}`, as a newcomer sees it. The page and "
-        f"the figures in `{RESULTS_FOLDER}/` are generated: `make results` runs the workflow "
+        f"the figures and tables in `{name}/` are generated: `make {name}` runs the workflow "
         "(if anything changed) and rewrites them from "
         f"`{source.as_posix()}/`; do not edit them by hand. How the numbers are computed: "
         "[design.md](design.md) (sections 1 and 7), the columns: [schemas.md](schemas.md).",
@@ -787,21 +802,34 @@ def write_results_doc(
     absent = _not_drawn_line(plan)
     if absent:
         lines += ["", absent]
-    for name in drawn:
-        heading, text = FIGURE_GUIDE[name]
-        lines += ["", f"### {heading}", "", f"![{heading}]({RESULTS_FOLDER}/{name}.png)", "", text]
-    target = docs / "results.md"
+    for figure in drawn:
+        heading, text = FIGURE_GUIDE[figure]
+        lines += ["", f"### {heading}", "", f"![{heading}]({name}/{figure}.png)", "", text]
+    lines += [
+        "",
+        "## Tables",
+        "",
+        "The numbers of this page, as the workflow wrote them: "
+        + ", ".join(f"[`{table}`]({name}/{table})" for table in TABLES)
+        + " (columns: [schemas.md](schemas.md)).",
+    ]
+    target = docs / f"{name}.md"
     write_text("\n".join(lines) + "\n", target)
     return target
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    """Command line: `python -m src.analysis.results_doc CONFIG DOCS_DIR`."""
+    """Command line: `python -m src.analysis.results_doc CONFIG DOCS_DIR [--name NAME]`."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("config", help="workflow config file, e.g. config/config.yaml")
-    parser.add_argument("docs", help="docs folder to write results.md and results/ into")
+    parser.add_argument("docs", help="docs folder to write NAME.md and NAME/ into")
+    parser.add_argument(
+        "--name", default=RESULTS_FOLDER, help="the page's name (results, paper): NAME.md"
+    )
     args = parser.parse_args(argv)
-    path = write_results_doc(experiment_dir(args.config), args.docs, config_file=args.config)
+    path = write_results_doc(
+        experiment_dir(args.config), args.docs, config_file=args.config, name=args.name
+    )
     print(f"wrote {path}")
 
 

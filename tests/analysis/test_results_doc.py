@@ -460,3 +460,21 @@ def test_the_page_says_safer_only_when_the_holm_adjusted_mcnemar_test_does() -> 
         "episodes where only one violated: shield (shield off) 10, zeta 2)"
     )
     assert sentences[1].startswith("shield and zeta do not differ detectably (p = 0.5, ")
+
+
+def test_a_named_page_carries_its_figures_and_the_tables_it_was_made_from(
+    experiment: Path, tmp_path: Path
+) -> None:
+    docs = tmp_path / "docs"
+    page = write_results_doc(experiment, docs, config_file="config/paper.yaml", name="paper")
+    text = page.read_text()
+    assert page == docs / "paper.md" and not (docs / "results.md").exists()
+    assert "`make paper` runs the workflow" in text and "`config/paper.yaml`" in text
+    for table in ("summary.csv", "eval.parquet"):
+        copy = docs / "paper" / table
+        assert copy.read_bytes() == (experiment / "tables" / table).read_bytes()
+        assert f"[`{table}`](paper/{table})" in text
+    heading = FIGURE_GUIDE["violation_vs_horizon"][0]
+    assert f"![{heading}](paper/violation_vs_horizon.png)" in text
+    with pytest.raises(ValueError, match="page name '../x'"):
+        write_results_doc(experiment, docs, name="../x")
