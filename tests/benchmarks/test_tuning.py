@@ -19,12 +19,12 @@ def config() -> dict:
 
 
 def test_a_variant_plays_the_tuning_seeds(config: dict) -> None:
-    variant = tuning.variant_config(config, "intersection", "shield_dec", {"continuation": "team"})
+    variant = tuning.variant_config(config, "intersection", "shield_dec", {"critic_steps": 2})
     assert variant["envs"] == ["intersection"] and variant["algos"] == ["shield_dec"]
     assert variant["base"]["seed_offset"] == tuning.TRAINING_OFFSET
     assert variant["base"]["final_policy_eval_seed_offset"] == TUNING.first
     params = variant["algo_params"]["shield_dec"]
-    assert params["continuation"] == "team"
+    assert params["critic_steps"] == 2
     assert params["calibration_seed_offset"] == TUNING.first + tuning.CALIBRATION_SHIFT
     assert TUNING.contains(params["calibration_seed_offset"] + 3 * 200 - 1)
     # The config's own settings stay under the variant's.
