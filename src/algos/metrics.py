@@ -42,13 +42,8 @@ SHIELD_ALLOWANCE = "shield/allowance"
 SHIELD_REALIZED = "shield/realized_risk"
 SHIELD_LABELLED = "shield/labelled_decisions"
 SHIELD_AUC_TEAM = "shield/auc_team"
-SHIELD_AUC_OPPONENT = "shield/auc_opponent"
-SHIELD_AUC = {"team": SHIELD_AUC_TEAM, "opponent": SHIELD_AUC_OPPONENT}
-"""Per critic continuation: AUC of its q over the real outcomes of the latest labelled
-decisions (how well its risks rank them)."""
-SHIELD_OPPONENT_CONTINUATION = "shield/opponent_continuation"
-"""`continuation: auto`: 1 while the opponent continuation decides, 0 while the team's does."""
-RIVAL_CRITIC_LOSS = "shield/rival_critic_loss"
+"""AUC of the critic's q over the real outcomes of the latest labelled decisions (how well
+its risks rank them)."""
 SHIELD_IMITATION = "shield/imitation_loss"
 CRITIC_LOSS = "shield/critic_loss"
 WM_TRAIN_LOSS = "shield/world_model_train_loss"

@@ -37,9 +37,8 @@ import yaml
 
 from src.algos.metrics import (
     LAMBDA,
-    SHIELD_AUC,
+    SHIELD_AUC_TEAM,
     SHIELD_INTERVENTIONS,
-    SHIELD_OPPONENT_CONTINUATION,
     SHIELD_SECONDS,
 )
 from src.algos.registry import get_algorithm
@@ -495,25 +494,14 @@ def _coordination(config: dict) -> str:
     return str(fixed.get("coordination", params.get("coordination", "central")))
 
 
-def _continuation(config: dict, mine: pd.DataFrame) -> tuple[str, str]:
-    """Who acts after the current step in a shielded run's critic, and the critics' AUCs.
-
-    The setting (`team`, `opponent`, or `auto` with the runs whose shield decided with the
-    opponent continuation at the end of training), and per continuation the mean over the
-    runs of its AUC at the last update that has one ("–" where none was computed)."""
-    params = config.get("algo_params") or {}
-    setting = str(params.get("continuation", "team"))
-    last = mine.sort_values("update").groupby("run").last()
-    if setting == "auto" and SHIELD_OPPONENT_CONTINUATION in last:
-        chose = last[SHIELD_OPPONENT_CONTINUATION].dropna()
-        setting = f"auto: opponent in {int((chose > 0.5).sum())} of {len(chose)} runs"
-    scores = []
-    for name, key in SHIELD_AUC.items():
-        if key in mine:
-            per_run = mine.dropna(subset=[key]).sort_values("update").groupby("run")[key].last()
-            if len(per_run):
-                scores.append(f"{name} {per_run.mean():.2f}")
-    return setting, ", ".join(scores) or "–"
+def _auc(mine: pd.DataFrame) -> str:
+    """The mean over the runs of the critic's AUC at the last update that has one ("–" where
+    none was computed)."""
+    if SHIELD_AUC_TEAM not in mine:
+        return "–"
+    per_run = mine.dropna(subset=[SHIELD_AUC_TEAM]).sort_values("update").groupby("run")
+    last = per_run[SHIELD_AUC_TEAM].last()
+    return f"{last.mean():.2f}" if len(last) else "–"
 
 
 def _cpu_seconds(source: Path, env: str, algo: str, runs: Sequence[int], stage: str) -> float:
@@ -541,9 +529,9 @@ def shield_comparison(source: Path, configs: Sequence[dict]) -> list[str]:
     summary = pd.read_csv(source / "tables" / "summary.csv")
     updates = load_table(source / "tables", "updates").to_pandas()
     rows = [
-        "| env | algorithm | coordination | continuation | AUC | P(viol. ≤ H) | return (eval) "
+        "| env | algorithm | coordination | critic AUC | P(viol. ≤ H) | return (eval) "
         "| vs ippo | certified | train CPU s | filter s | evaluate CPU s |",
-        "|---|---|---|---|---|---:|---:|---:|---|---:|---:|---:|",
+        "|---|---|---|---:|---:|---:|---:|---|---:|---:|---:|",
     ]
     for env, group in summary.groupby("env", sort=True):
         horizon = int(group["constraint_horizon"].iloc[0])
@@ -567,9 +555,8 @@ def shield_comparison(source: Path, configs: Sequence[dict]) -> list[str]:
             filter_seconds = mine.groupby("run")[SHIELD_SECONDS].sum().mean()
             cpu = [_cpu_seconds(source, env, algo, runs, stage) for stage in ("train", "evaluate")]
             cells = [f"{v:.0f}" if np.isfinite(v) else "–" for v in (*cpu, filter_seconds)]
-            continuation, auc = _continuation(config, mine)
             rows.append(
-                f"| {env} | {algo} | {_coordination(config)} | {continuation} | {auc} "
+                f"| {env} | {algo} | {_coordination(config)} | {_auc(mine)} "
                 f"| {r[column]:.3f} "
                 f"[{r[column + '_low']:.3f}, {r[column + '_high']:.3f}] "
                 f"| {r['eval_return_mean']:.1f} | {ratio} | {r['certificate']} "
@@ -773,21 +760,16 @@ def write_results_doc(
             "(shielded) policy as in the summary table, its certificates, and what it cost. "
             "`central`: one shield judges the team's joint action with every agent's actual "
             "proposal; `decentralised`: each agent's shield sees only its own proposal and "
-            "predicts the others with the opponent model ([design.md](design.md), section "
-            "6.3). Continuation: who acts after the current step in the critic's risk (`team`: "
-            "every agent for safety; `opponent`: the others as the opponent model predicts "
-            "them; `auto`: both critics trained, the shield decides with the one whose risks "
-            "rank the real outcomes better, and how many runs ended with the opponent's). AUC: "
-            "per critic, how well its risks of the executed decisions rank their real outcomes "
-            "(a violation within the shield's horizon or not; 0.5 is chance), at the last "
-            "update, mean over the runs. Train and evaluate CPU s: CPU seconds of each run's "
-            "training job (calibration episodes included) and evaluation job, mean over the "
+            "predicts the others with the opponent model ([design.md](design.md), section 6.3). "
+            "Critic AUC: how well the critic's risks of the executed decisions rank their real "
+            "outcomes (a violation within the shield's horizon or not; 0.5 is chance), at the "
+            "last update, mean over the runs. Train and evaluate CPU s: CPU seconds of each run's"
+            " training job (calibration episodes included) and evaluation job, mean over the "
             "runs, from the Snakemake benchmark files (the jobs ran side by side, so CPU, not "
-            "wall time); filter s: wall seconds inside the shield during training, mean over "
-            "the runs. Jobs that share the cores slow each other (caches, shared cores), so "
-            "these costs move with what ran beside them from one run of the workflow to the "
-            "next; `benchmarks/BENCHMARKS.md` has the costs measured alone, against their "
-            "peers.",
+            "wall time); filter s: wall seconds inside the shield during training, mean over the "
+            "runs. Jobs that share the cores slow each other (caches, shared cores), so these "
+            "costs move with what ran beside them from one run of the workflow to the next; "
+            "`benchmarks/BENCHMARKS.md` has the costs measured alone, against their peers.",
             "",
             *compared,
             "",

@@ -251,17 +251,17 @@ def test_shields_compared_side_by_side_with_their_cost(tmp_path: Path) -> None:
     summary = pd.read_csv(root / "tables" / "summary.csv").set_index("policy")
     rows = [line.split(" | ") for line in table[2:]]
     assert [(r[1], r[2]) for r in rows] == [("shield", "central"), ("shield_dec", "decentralised")]
-    # The synthetic runs set no continuation and log no AUC.
-    assert [(r[3], r[4]) for r in rows] == [("team", "–")] * 2
+    # The synthetic runs log no AUC.
+    assert [r[3] for r in rows] == ["–"] * 2
     for row, algo in zip(rows, ("shield", "shield_dec"), strict=True):
         p = summary.loc[algo, "p_violation_h100"]
-        assert row[5].startswith(f"{p:.3f} [")
+        assert row[4].startswith(f"{p:.3f} [")
         ratio = summary.loc[algo, "eval_return_mean"] / summary.loc["ippo", "eval_return_mean"]
-        assert row[7] == f"{ratio:.2f}x"  # both returns positive: their ratio
+        assert row[6] == f"{ratio:.2f}x"  # both returns positive: their ratio
     # CPU seconds: means over the runs that have a benchmark file; filter seconds: the
     # synthetic updates log 0.25 (run 0) and 0.5 (run 1) s per update, 12 updates.
-    assert rows[0][9:] == ["45", "4", "– |"]
-    assert rows[1][9:] == ["30", "4", "7 |"]
+    assert rows[0][8:] == ["45", "4", "– |"]
+    assert rows[1][8:] == ["30", "4", "7 |"]
     # With a single shielded algorithm there is nothing to compare.
     assert shield_comparison(root, [c for c in configs if c["algo"] != "shield_dec"]) == []
     page = write_results_doc(root, tmp_path / "docs").read_text()
@@ -281,26 +281,21 @@ def test_shield_comparison_reads_no_benchmark_file_through_a_link(tmp_path: Path
         shield_comparison(root, run_configs(load_table(root / "tables", "history")))
 
 
-def test_the_continuation_cell_counts_the_runs_that_ended_with_the_opponents_critic() -> None:
-    from src.algos.metrics import SHIELD_AUC, SHIELD_OPPONENT_CONTINUATION
-    from src.analysis.results_doc import _continuation
+def test_the_auc_cell_is_the_mean_over_runs_of_their_last_auc() -> None:
+    from src.algos.metrics import SHIELD_AUC_TEAM
+    from src.analysis.results_doc import _auc
 
     nan = float("nan")
     updates = pd.DataFrame(
         {
             "run": [0, 0, 1, 1, 2, 2],
             "update": [1, 2, 1, 2, 1, 2],
-            SHIELD_OPPONENT_CONTINUATION: [0.0, 1.0, 1.0, 0.0, 0.0, 0.0],
-            SHIELD_AUC["team"]: [0.5, 0.6, 0.7, 0.8, nan, nan],  # run 2: never scored
-            SHIELD_AUC["opponent"]: [0.9, 0.7, 0.6, 0.7, nan, nan],
+            SHIELD_AUC_TEAM: [0.5, 0.6, 0.7, 0.8, nan, nan],  # run 2: never scored
         }
     )
-    auto = {"algo_params": {"continuation": "auto"}}
-    assert _continuation(auto, updates) == (
-        "auto: opponent in 1 of 3 runs",
-        "team 0.70, opponent 0.70",
-    )
-    assert _continuation({}, updates.iloc[:0]) == ("team", "–")
+    assert _auc(updates) == "0.70"
+    assert _auc(updates.iloc[:0]) == "–"
+    assert _auc(updates.drop(columns=[SHIELD_AUC_TEAM])) == "–"
 
 
 def test_the_setup_names_the_code_path_the_runs_trained_on() -> None:
@@ -476,5 +471,5 @@ def test_a_named_page_carries_its_figures_and_the_tables_it_was_made_from(
         assert f"[`{table}`](paper/{table})" in text
     heading = FIGURE_GUIDE["violation_vs_horizon"][0]
     assert f"![{heading}](paper/violation_vs_horizon.png)" in text
-    with pytest.raises(ValueError, match="page name '../x'"):
+    with pytest.raises(ValueError, match=r"page name '\.\./x'"):
         write_results_doc(experiment, docs, name="../x")
