@@ -35,6 +35,8 @@ class RunFiles:
         "history": "history.parquet",
         "updates": "updates.parquet",
         "eval": "eval.parquet",
+        "eval_episodes": "eval_episodes.parquet",
+        "certificate": "certificate.json",
         "videos": "videos",
         "checkpoint": "checkpoint",
         "logs": "logs",
@@ -78,6 +80,16 @@ class RunFiles:
     def eval(self) -> Path:
         """The final policy's evaluation, one row per (horizon, shielded) (Parquet)."""
         return self.root / self.NAMES["eval"]
+
+    @property
+    def eval_episodes(self) -> Path:
+        """The evaluation's episodes, one row per (shielded, episode) (Parquet)."""
+        return self.root / self.NAMES["eval_episodes"]
+
+    @property
+    def certificate(self) -> Path:
+        """The shield's certificate as a small record, with the code commit (JSON)."""
+        return self.root / self.NAMES["certificate"]
 
     @property
     def videos(self) -> Path:

@@ -24,6 +24,7 @@ from src.runfiles import RunFiles
 
 __all__ = [
     "CERTIFICATE_COLUMNS",
+    "EVAL_EPISODES_SCHEMA",
     "EVAL_SCHEMA",
     "HISTORY_SCHEMA",
     "UPDATES_SCHEMA",
@@ -119,6 +120,25 @@ EVAL_SCHEMA = pa.schema(
         # algorithm, so two policies' outcomes pair episode by episode. Null in files written
         # before the column existed.
         pa.field(VIOLATING_EPISODES, pa.list_(pa.int32()), nullable=True),
+    ]
+)
+
+# One row per evaluation episode and shield mode (`eval_episodes.parquet`, beside eval.parquet):
+# the outcomes the rows of eval.parquet summarise, for tools that take per-episode values.
+EVAL_EPISODES_SCHEMA = pa.schema(
+    [
+        pa.field("env", pa.string(), nullable=False),
+        pa.field("algo", pa.string(), nullable=False),
+        pa.field("run", pa.int32(), nullable=False),
+        pa.field("shielded", pa.bool_(), nullable=False),
+        pa.field("episode", pa.int32(), nullable=False),
+        pa.field("seed", pa.int64(), nullable=False),
+        pa.field("length", pa.int32(), nullable=False),
+        pa.field("team_return", pa.float64(), nullable=False),
+        pa.field("cost", pa.float64(), nullable=False),
+        pa.field("first_violation_step", pa.int32(), nullable=False),
+        # Null when the policy does not say which actions its shield replaced.
+        pa.field("shield_interventions", pa.int64(), nullable=True),
     ]
 )
 

@@ -59,12 +59,15 @@ class EpisodeBatch:
     collision: np.ndarray | None = None
     # [N, T] float64 goals the team reached at that step; None for tasks without goals
     goals: np.ndarray | None = None
+    # [N, T] int64 agents whose action the shield replaced at that step (0 without a shield);
+    # None when the policy does not say
+    interventions: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         if self.reward.ndim != 2:
             raise ValueError(f"reward must be [N, T], got shape {self.reward.shape}")
         shape = self.reward.shape
-        for name in ("cost", "violation", "collision", "goals"):
+        for name in ("cost", "violation", "collision", "goals", "interventions"):
             if getattr(self, name) is not None and getattr(self, name).shape != shape:
                 raise ValueError(
                     f"{name} has shape {getattr(self, name).shape}, reward has {shape}"

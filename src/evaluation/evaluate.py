@@ -9,7 +9,14 @@ that two algorithms' run r can be compared episode by episode on the same seeds.
 algorithms are evaluated twice (their spec's `eval_modes`): with the shield (deployed policy)
 and without it (base policy). Every row of a run carries the certificate of its deployed
 shield (`src.algos.shield.calibration.Certificate`, read from policy.pt; null columns for runs
-without one).
+without one). On request the episodes themselves are kept too (`eval_episodes.parquet`: return,
+cost, first violation and the shield's interventions of each, `EVAL_EPISODES_SCHEMA`), and the
+certificate as a small record of its own (`certificate.json`,
+`src.evaluation.certificate_record`).
+
+`evaluate_policy` is the evaluation itself on any reset seeds and horizons (the command
+`python -m src.evaluation.checkpoint` evaluates a saved run with it); `evaluate_run` runs it on
+the run config's own seeds and horizons.
 """
 
 from __future__ import annotations
@@ -23,8 +30,9 @@ import pandas as pd
 
 from src.algos.policy import load_actor
 from src.algos.registry import get_algorithm
-from src.algos.shield.calibration import load_certificate
+from src.algos.shield.calibration import Certificate, load_certificate
 from src.analysis.export import (
+    EVAL_EPISODES_SCHEMA,
     EVAL_SCHEMA,
     certificate_columns,
     load_run_config,
@@ -34,9 +42,15 @@ from src.analysis.files import write_parquet
 from src.config.base import VERSION_KEYS
 from src.config.run import RunConfig
 from src.envs.registry import make_vector_env
-from src.evaluation.episodes import EpisodeBatch, horizon_summary
+from src.evaluation.certificate_record import certificate_record, write_certificate_record
+from src.evaluation.episodes import (
+    EpisodeBatch,
+    first_violation_steps,
+    horizon_summary,
+    sums_within_horizons,
+)
 
-__all__ = ["collect_episodes", "evaluate_run"]
+__all__ = ["collect_episodes", "episode_rows", "evaluate_policy", "evaluate_run"]
 
 
 class StepResultLike(Protocol):
@@ -69,6 +83,22 @@ class ActorLike(Protocol):
     def act(self, obs: np.ndarray, episode_step: np.ndarray) -> np.ndarray: ...
 
 
+def _replaced(actor: ActorLike, copies: int) -> np.ndarray | None:
+    """[E] agents whose action the actor's shield replaced at its last `act`: zeros for an
+    actor without a shield (`shielded` False), None when the actor does not say (no
+    `shielded` attribute, or a shielded one without `last_intervened` flags of its copies)."""
+    shielded = getattr(actor, "shielded", None)
+    if shielded is False:
+        return np.zeros(copies, dtype=np.int64)
+    flags = getattr(actor, "last_intervened", None)
+    if shielded is not True or flags is None:
+        return None
+    flags = np.asarray(flags)
+    if flags.ndim < 1 or flags.shape[0] != copies:
+        return None
+    return flags.reshape(copies, -1).astype(bool).sum(axis=1).astype(np.int64)
+
+
 def collect_episodes(
     *,
     make_vec: Callable[[int], VectorEnvLike],
@@ -96,6 +126,7 @@ def collect_episodes(
     violation = np.zeros((n, max_steps), dtype=bool)  # [N, T]
     collision: np.ndarray | None = np.zeros((n, max_steps), dtype=bool)  # [N, T]
     goals: np.ndarray | None = np.zeros((n, max_steps), dtype=np.float64)  # [N, T]
+    interventions: np.ndarray | None = np.zeros((n, max_steps), dtype=np.int64)  # [N, T]
     length = np.zeros(n, dtype=np.int64)  # [N]
     envs: dict[int, VectorEnvLike] = {}
     try:
@@ -114,8 +145,13 @@ def collect_episodes(
             step_in_episode = np.ones(copies, dtype=np.int64)
             for t in range(max_steps):
                 actions = actor.act(obs, step_in_episode)  # [E, A]
+                replaced = _replaced(actor, copies)  # [E] or None
                 result = vec.step(actions)
                 rows = slice(start, stop)
+                if replaced is None:
+                    interventions = None  # the policy does not say what its shield replaced
+                elif interventions is not None:
+                    interventions[rows, t] = np.where(active, replaced, 0)
                 reward[rows, t] = np.where(active, result.reward.sum(axis=1), 0.0)
                 cost[rows, t] = np.where(active, result.cost.sum(axis=1), 0.0)
                 violation[rows, t] = active & (result.cost > 0).any(axis=1)
@@ -146,6 +182,7 @@ def collect_episodes(
         length=length,
         collision=collision,
         goals=goals,
+        interventions=interventions,
     )
 
 
@@ -171,42 +208,136 @@ def _rows(
     return frame
 
 
-def evaluate_run(run_dir: str | Path, out_path: str | Path) -> pd.DataFrame:
+def episode_rows(
+    config: RunConfig, batch: EpisodeBatch, *, shielded: bool, seeds: Sequence[int]
+) -> pd.DataFrame:
+    """One row per episode of `batch` (`EVAL_EPISODES_SCHEMA`): its reset seed, the steps it
+    lasted, its team return and cost over them (all of the batch's steps: the largest horizon),
+    its first violation (-1: none) and the agent-steps whose action the shield replaced (null
+    when the policy does not say)."""
+    n = batch.n_episodes
+    if len(seeds) != n:
+        raise ValueError(f"{len(seeds)} seeds for {n} episodes")
+    # The same sums as the largest horizon's mean_return and mean_cost of eval.parquet.
+    returns = sums_within_horizons(batch.reward, batch.length, [batch.max_steps])[0]
+    costs = sums_within_horizons(batch.cost, batch.length, [batch.max_steps])[0]
+    replaced: list[int | None] = [None] * n
+    if batch.interventions is not None:
+        valid = np.arange(batch.max_steps)[None, :] < batch.length[:, None]
+        replaced = np.where(valid, batch.interventions, 0).sum(axis=1).astype(int).tolist()
+    return pd.DataFrame(
+        {
+            "env": config.env_name,
+            "algo": config.algo,
+            "run": config.run_idx,
+            "shielded": shielded,
+            "episode": np.arange(n, dtype=np.int64),
+            "seed": np.asarray([int(seed) for seed in seeds], dtype=np.int64),
+            "length": batch.length,
+            "team_return": returns,
+            "cost": costs,
+            "first_violation_step": first_violation_steps(batch.violation, batch.length),
+            "shield_interventions": pd.Series(replaced, dtype=object),
+        },
+        columns=EVAL_EPISODES_SCHEMA.names,
+    )
+
+
+def evaluate_policy(
+    run_dir: str | Path,
+    config: RunConfig,
+    *,
+    seeds: Sequence[int],
+    horizons: Sequence[int],
+    modes: Sequence[bool],
+    batch_size: int,
+    actor_seed: int,
+    certificate: Certificate | None,
+) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Evaluate the run's final policy on `seeds` (one episode each) for every shield mode of
+    `modes` (True: the shield filters the actions): (rows of eval.parquet, one per mode and
+    horizon; rows of eval_episodes.parquet, one per mode and episode).
+
+    The hidden training cap is lifted to the largest horizon; the episodes run `batch_size`
+    env copies at a time, the policy's generator of batch b seeded `actor_seed + b *
+    batch_size` (`collect_episodes`). With the run config's seeds, horizons, batch size and
+    first seed it is the run's own evaluation (`evaluate_run`).
+    """
+    horizons = [int(h) for h in horizons]
+    max_steps = max(horizons)
+    params = config.env.constructor_params(max_steps=max_steps)
+    certificate_dict = None if certificate is None else certificate.to_dict()
+    rows: list[pd.DataFrame] = []
+    episodes: list[pd.DataFrame] = []
+    for shielded in modes:
+        actor = load_actor(run_dir, shielded=shielded)
+        batch = collect_episodes(
+            make_vec=lambda copies: make_vector_env(
+                config.env_name, num_envs=copies, seed=None, **params
+            ),
+            actor=actor,
+            seeds=seeds,
+            max_steps=max_steps,
+            batch_size=batch_size,
+            actor_seed=actor_seed,
+        )
+        summary = horizon_summary(
+            batch, horizons, confidence=config.evaluation.final_policy_eval_confidence
+        )
+        rows.append(_rows(config, summary, shielded=shielded, certificate=certificate_dict))
+        episodes.append(episode_rows(config, batch, shielded=shielded, seeds=seeds))
+    if not rows:
+        return (
+            pd.DataFrame(columns=EVAL_SCHEMA.names),
+            pd.DataFrame(columns=EVAL_EPISODES_SCHEMA.names),
+        )
+    return pd.concat(rows, ignore_index=True), pd.concat(episodes, ignore_index=True)
+
+
+def evaluate_run(
+    run_dir: str | Path,
+    out_path: str | Path,
+    *,
+    episodes_out: str | Path | None = None,
+    certificate_out: str | Path | None = None,
+) -> pd.DataFrame:
     """Evaluate a run's final policy and write `eval.parquet` (one row per horizon and shield mode).
 
     Reads the run's config.json and policy.pt (the policy, and once the shield's certificate:
     `src.algos.shield.calibration.load_certificate`). With `final_policy_eval_episodes: 0`
     the file is written with the schema and no rows. Returns the table as a DataFrame with
     the columns of `src.analysis.export.EVAL_SCHEMA`.
+
+    `episodes_out`: also write the episodes (`eval_episodes.parquet`, `EVAL_EPISODES_SCHEMA`,
+    the run's config as metadata); `certificate_out`: also write the certificate record
+    (`certificate.json`, `src.evaluation.certificate_record`). Every file is computed before
+    the first is written, each atomically.
     """
     raw = load_run_config(run_dir)
     config = RunConfig.from_dict(raw)
     settings = config.evaluation
-    frames: list[pd.DataFrame] = []
-    if settings.episodes > 0:
-        # Lift the hidden training cap to the largest horizon.
-        params = config.env.constructor_params(max_steps=settings.max_horizon)
+    certificate = None
+    if settings.episodes > 0 or certificate_out is not None:
         certificate = load_certificate(run_dir)
-        certificate_dict = None if certificate is None else certificate.to_dict()
-        for shielded in get_algorithm(config.algo).eval_modes:
-            actor = load_actor(run_dir, shielded=shielded)
-            batch = collect_episodes(
-                make_vec=lambda copies: make_vector_env(
-                    config.env_name, num_envs=copies, seed=None, **params
-                ),
-                actor=actor,
-                seeds=settings.seeds(config.run_idx),
-                max_steps=settings.max_horizon,
-                batch_size=settings.batch_size,
-                actor_seed=settings.first_seed(config.run_idx),
-            )
-            summary = horizon_summary(
-                batch, settings.horizons, confidence=settings.final_policy_eval_confidence
-            )
-            frames.append(_rows(config, summary, shielded=shielded, certificate=certificate_dict))
-    result = (
-        pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=EVAL_SCHEMA.names)
-    )
+    result = pd.DataFrame(columns=EVAL_SCHEMA.names)
+    episodes = pd.DataFrame(columns=EVAL_EPISODES_SCHEMA.names)
+    if settings.episodes > 0:
+        result, episodes = evaluate_policy(
+            run_dir,
+            config,
+            seeds=settings.seeds(config.run_idx),
+            horizons=settings.horizons,
+            modes=get_algorithm(config.algo).eval_modes,
+            batch_size=settings.batch_size,
+            actor_seed=settings.first_seed(config.run_idx),
+            certificate=certificate,
+        )
     table = table_with_config(result, EVAL_SCHEMA, raw)
+    episode_table = table_with_config(episodes, EVAL_EPISODES_SCHEMA, raw)
+    record = None if certificate_out is None else certificate_record(raw, certificate)
     write_parquet(table, out_path)
+    if episodes_out is not None:
+        write_parquet(episode_table, episodes_out)
+    if record is not None and certificate_out is not None:
+        write_certificate_record(record, certificate_out)
     return table.to_pandas()

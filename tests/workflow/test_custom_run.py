@@ -123,6 +123,7 @@ def test_changing_the_toy_algorithm_reruns_exactly_its_jobs(custom_run: Workflow
         "render": 2,
         "export": 2,
         "aggregate": 1,
+        "marl_eval": 1,
         "figures": 1,
         "summary": 1,
         "video_page": 1,

@@ -12,7 +12,15 @@ from tests.workflow.conftest import REPO, job_counts, snakemake
 
 PER_RUN_RULES = ("train", "evaluate", "render", "export")
 PER_ENV_RULES = ("floor",)
-PER_EXPERIMENT_RULES = ("aggregate", "figures", "summary", "video_page", "wandb_upload", "all")
+PER_EXPERIMENT_RULES = (
+    "aggregate",
+    "marl_eval",
+    "figures",
+    "summary",
+    "video_page",
+    "wandb_upload",
+    "all",
+)
 
 
 def _expected(config_path: Path) -> dict[str, int]:

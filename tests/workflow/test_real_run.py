@@ -13,7 +13,12 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 
-from src.analysis.export import EVAL_SCHEMA, HISTORY_SCHEMA, UPDATES_SCHEMA
+from src.analysis.export import (
+    EVAL_EPISODES_SCHEMA,
+    EVAL_SCHEMA,
+    HISTORY_SCHEMA,
+    UPDATES_SCHEMA,
+)
 from src.analysis.files import read_parquet
 from src.code_inputs import import_closure
 from tests.wandb_file import read_history
@@ -53,6 +58,10 @@ def check_experiment(experiment: Path, config: dict = CONFIG) -> None:
         assert set(eval_table.column("n").to_pylist()) == {
             config["base"]["final_policy_eval_episodes"]
         }
+        episodes = read_parquet(run / "eval_episodes.parquet", EVAL_EPISODES_SCHEMA)
+        assert episodes.num_rows == config["base"]["final_policy_eval_episodes"] * modes
+        certificate = json.loads((run / "certificate.json").read_text())
+        assert certificate["has_certificate"] == (run.parent.name == "shield")
         videos = sorted((run / "videos").glob("*.mp4"))
         assert len(videos) == config["render"]["episodes"]
         assert all(video.stat().st_size > 0 for video in videos)
@@ -67,6 +76,8 @@ def check_experiment(experiment: Path, config: dict = CONFIG) -> None:
         assert (tables / f"{name}.csv").stat().st_size > 0
     for ext in ("csv", "md", "tex"):
         assert (tables / f"summary.{ext}").stat().st_size > 0
+    marl_eval = json.loads((tables / "marl_eval.json").read_text())
+    assert sorted(marl_eval["safe_marl"]) == sorted(config["envs"])
     figures = sorted((experiment / "figures").glob("*.png"))
     assert figures and all(figure.stat().st_size > 0 for figure in figures)
 

@@ -78,6 +78,8 @@ TABLES = {
     for ext in ("parquet", "csv")
 }
 SUMMARY = {ext: f"{TABLES_DIR}/summary.{ext}" for ext in ("csv", "md", "tex")}
+# Every run's training and evaluation episodes in marl-eval's JSON format (rule marl_eval).
+MARL_EVAL = f"{TABLES_DIR}/marl_eval.json"
 # The risk floor of each env (src.analysis.floor), shown next to max_risk in the summary.
 FLOOR = f"{RESULTS}/floors/{{env}}.json"
 FIGURES_DIR = f"{RESULTS}/figures"
@@ -213,6 +215,8 @@ def final_targets():
     """Everything `rule all` builds."""
     return [
         *SUMMARY.values(),
+        MARL_EVAL,
+        *all_runs(RUN["certificate"]),
         FIGURES_DIR,
         VIDEO_PAGE_DIR,
         WANDB_DONE,

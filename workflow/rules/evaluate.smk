@@ -1,11 +1,14 @@
 rule evaluate:
-    """Violation probabilities of the final policy at every horizon, with intervals."""
+    """Violation probabilities of the final policy at every horizon, with intervals; the
+    episodes themselves, and the shield's certificate as a record of its own."""
     input:
         config=RUN["config"],
         policy=RUN["policy"],
         code=script_code("evaluate"),
     output:
-        RUN["eval"],
+        eval=RUN["eval"],
+        episodes=RUN["eval_episodes"],
+        certificate=RUN["certificate"],
     log:
         run_log("evaluate"),
     benchmark:
