@@ -134,7 +134,14 @@ def dry_run(tmp_path_factory: pytest.TempPathFactory) -> DryRun:
         key = (config_file, *args)
         if key not in outputs:
             done = snakemake(
-                "-n", *args, "--configfile", config_file, "--config", f"results_dir={results_dir}"
+                "-n",
+                "--quiet",
+                "host",  # every job listed (a plain dry run prints the counts per rule)
+                *args,
+                "--configfile",
+                config_file,
+                "--config",
+                f"results_dir={results_dir}",
             )
             assert done.returncode == 0, done.stderr + done.stdout
             assert not results_dir.exists()

@@ -87,7 +87,9 @@ def slurm_cpus(job: Job) -> int:
 def test_a_training_job_asks_slurm_for_the_configs_threads(cores: str, tmp_path: Path) -> None:
     # `--cores N` stands for a submitting machine of N cores (`cores: all` there).
     results_dir = tmp_path / "results"
-    done = snakemake("-n", *train_args(results_dir, "--cores", cores))
+    # --quiet host lists every job (a plain dry run prints the counts per rule); last, since
+    # --quiet takes every value that follows it.
+    done = snakemake("-n", *train_args(results_dir, "--cores", cores), "--quiet", "host")
     assert done.returncode == 0, done.stderr + done.stdout
     assert not results_dir.exists()
     jobs = [job for s in listed_submissions(done.stdout) for job in s.jobs]

@@ -25,6 +25,9 @@ from src.containment import ContainmentError
 from tests.workflow.conftest import BIN, REPO, job_counts, snakemake
 
 CODE_INPUT = re.compile(r"/\.code/([\w-]+)\.sha256")
+LONG = ("--quiet", "host")
+"""A dry run that lists every job (a plain one prints the counts per rule only); after the
+targets, since --quiet takes every value that follows it."""
 
 
 def _jobs(dry_run: str) -> list[tuple[str, str, str]]:
@@ -48,7 +51,7 @@ def _jobs(dry_run: str) -> list[tuple[str, str, str]]:
 
 def test_a_dry_run_lists_one_code_input_per_job_and_no_source_file(results_dir: Path):
     done = snakemake(
-        "-n", "--configfile", "config/paper.yaml", "--config", f"results_dir={results_dir}"
+        "-n", *LONG, "--configfile", "config/paper.yaml", "--config", f"results_dir={results_dir}"
     )
     assert done.returncode == 0, done.stderr + done.stdout
     jobs = _jobs(done.stdout)
@@ -115,7 +118,7 @@ def workflow_copy(tmp_path: Path, results_dir: Path) -> tuple[Path, Path, Path, 
 
 def _code_inputs(root: Path, config_file: Path, env: dict[str, str]) -> dict[tuple[str, str], str]:
     """(rule, wildcards) -> the fingerprint its job takes, from a dry run."""
-    done = _in(root, "-n", "--configfile", str(config_file), env=env)
+    done = _in(root, "-n", *LONG, "--configfile", str(config_file), env=env)
     assert done.returncode == 0, done.stderr + done.stdout
     inputs = {}
     for rule, line, wildcards in _jobs(done.stdout):
@@ -131,7 +134,7 @@ def _listing(path: str) -> str:
 
 def _to_write(root: Path, paths: list[str], config_file: Path, env: dict[str, str]) -> set[str]:
     """The fingerprints of `paths` a dry run would write again."""
-    done = _in(root, "-n", *paths, "--configfile", str(config_file), env=env)
+    done = _in(root, "-n", *paths, *LONG, "--configfile", str(config_file), env=env)
     assert done.returncode == 0, done.stderr + done.stdout
     return set(
         re.findall(

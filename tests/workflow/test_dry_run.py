@@ -1,4 +1,6 @@
-"""Dry runs of the shipped configs: the DAG has the expected jobs."""
+"""Dry runs of the shipped configs: the DAG has the expected jobs (the long form, every job
+listed: `--quiet host`; a plain dry run prints the counts only, tests/workflow/
+test_console_output.py)."""
 
 from __future__ import annotations
 
@@ -10,6 +12,8 @@ import yaml
 
 from tests.workflow.conftest import REPO, job_counts, snakemake
 
+LONG = ("--quiet", "host")
+"""A dry run that lists every job (its files, wildcards, resources)."""
 PER_RUN_RULES = ("train", "evaluate", "render", "export")
 PER_ENV_RULES = ("floor",)
 PER_EXPERIMENT_RULES = (
@@ -43,10 +47,14 @@ def _expected(config_path: Path) -> dict[str, int]:
         # The README's example (a task and an algorithm of examples/) and mpe2 from a config.
         ("examples/corridor.yaml", 8),
         ("examples/mpe2.yaml", 12),
+        # An algorithm written against src.algos.api (docs/algorithms.md) next to ippo.
+        ("examples/reinforce.yaml", 4),
     ],
 )
 def test_dry_run_job_counts(config_file: str, runs: int, results_dir: Path):
-    done = snakemake("-n", "--configfile", config_file, "--config", f"results_dir={results_dir}")
+    done = snakemake(
+        "-n", *LONG, "--configfile", config_file, "--config", f"results_dir={results_dir}"
+    )
     assert done.returncode == 0, done.stderr + done.stdout
     counts = job_counts(done.stdout)
     # One fingerprint job per code name (src/code_inputs.py), before any job that runs it.
@@ -60,7 +68,7 @@ def test_dry_run_job_counts(config_file: str, runs: int, results_dir: Path):
 
 
 def test_default_config_is_used_without_configfile(results_dir: Path):
-    done = snakemake("-n", "--config", f"results_dir={results_dir}")
+    done = snakemake("-n", *LONG, "--config", f"results_dir={results_dir}")
     assert done.returncode == 0, done.stderr + done.stdout
     assert job_counts(done.stdout)["train"] == 24
     assert f"{results_dir}/default/runs/hazard_grid/ippo/run0/policy.pt" in done.stdout
@@ -69,7 +77,7 @@ def test_default_config_is_used_without_configfile(results_dir: Path):
 def test_configfile_replaces_the_default_instead_of_merging(results_dir: Path):
     # The test config names one env; the default's other envs must not leak in.
     done = snakemake(
-        "-n", "--configfile", ".test/config.yaml", "--config", f"results_dir={results_dir}"
+        "-n", *LONG, "--configfile", ".test/config.yaml", "--config", f"results_dir={results_dir}"
     )
     assert done.returncode == 0, done.stderr + done.stdout
     assert job_counts(done.stdout)["train"] == 3

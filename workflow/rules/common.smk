@@ -102,6 +102,35 @@ if workflow.is_main_process:
         sys.exit(1)
 
 
+# ---------------------------------------------------------------- a dry run that reads
+# Snakemake prints a block of about 12 lines per job, 2,400 lines for a dry run of
+# config/paper.yaml. A dry run without a --quiet choice of the user's prints its header, the job
+# counts per rule and why they run. The job blocks are hidden as `--quiet rules` hides them, in
+# the dry run's log filters only; a real run keeps every block, and the error block that names
+# a failed job's rule and its log. Any --quiet choice is taken as given, and
+# `snakemake -n --quiet host` lists every job.
+def short_dry_run():
+    """Hide the job blocks of a dry run in the main process unless --quiet was given."""
+    settings = workflow.output_settings
+    if not (workflow.is_main_process and settings.dryrun and settings.quiet is None):
+        return
+    from snakemake.logging import logger as snakemake_logger
+    from snakemake.settings.enums import Quietness
+
+    settings.quiet = {Quietness.RULES}
+    for handler in snakemake_logger.handlers:
+        for log_filter in handler.filters:
+            if isinstance(getattr(log_filter, "quiet", None), set):
+                log_filter.quiet.add(Quietness.RULES)
+    snakemake_logger.info(
+        "Dry run: the jobs per rule and why they run; every job's files, wildcards and "
+        "resources: snakemake -n --quiet host"
+    )
+
+
+short_dry_run()
+
+
 # ---------------------------------------------------------------- one workflow per results folder
 # Snakemake locks its working directory only; two workflows started from different folders
 # with the same results_dir would race on the same files. The results folder gets a lock of
