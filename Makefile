@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 CORES ?= 8
 
-.PHONY: setup run results test lint bench clean
+.PHONY: setup run results paper test lint bench clean
 
 $(STAMP): pyproject.toml requirements.lock requirements-nodeps.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -23,6 +23,12 @@ run: $(STAMP)
 # docs/results.md and docs/results/*.png from the default experiment (run first if needed).
 results: run
 	$(BIN)/python -m src.analysis.results_doc config/config.yaml docs
+
+# The paper: config/paper.yaml end to end (resumes where it stopped), then docs/paper.md with
+# its figures and tables in docs/paper/.
+paper: $(STAMP)
+	$(BIN)/snakemake --cores $(CORES) --configfile config/paper.yaml
+	$(BIN)/python -m src.analysis.results_doc config/paper.yaml docs --name paper
 
 test: $(STAMP)
 	$(BIN)/python -m pytest
