@@ -21,7 +21,7 @@ from tests.workflow.conftest import REPO, snakemake
 GROUPED_RULES = ("evaluate", "export", "render")
 # Experiment-level rules submitted on their own (floor once per env).
 PER_ENV_RULES = ("floor",)
-PER_EXPERIMENT_RULES = ("aggregate", "figures", "summary", "video_page")
+PER_EXPERIMENT_RULES = ("aggregate", "figures", "marl_eval", "summary", "video_page")
 RUN_WILDCARDS = ("env", "algo", "idx")
 
 _GROUP = re.compile(r"^(?:\[[^\]]*\] )?Group job (\S+) \(jobs in lexicogr\. order\):$")
@@ -181,7 +181,7 @@ def test_the_slurm_profile_asks_for_two_jobs_per_run(config_file: str, dry_run: 
     )
     assert len(submissions) == expected_submissions(config)
     if config_file == "config/paper.yaml":
-        assert len(submissions) == 97  # 45 runs: 45 training jobs, 45 group jobs, and 7 more
+        assert len(submissions) == 98  # 45 runs: 45 training jobs, 45 group jobs, and 8 more
 
 
 def test_grouped_jobs_take_the_groups_one_serial_slot(dry_run: DryRun) -> None:
