@@ -80,6 +80,8 @@ CONFIG = ROOT / "config" / "config.yaml"
 ENVS = ("hazard_grid", "intersection")
 TRAIN_TARGET = 2.0  # shield training CPU time at most this multiple of ippo's
 EVAL_TARGET = 5.0  # shield-on evaluation CPU time at most this multiple of shield-off
+DEC_TRAIN_TARGET = 5.0  # the same for shield_dec (its agents judge the others' predicted actions)
+DEC_EVAL_TARGET = 10.0
 MATMULS = ("mm", "addmm", "bmm", "baddbmm", "matmul", "linear")
 
 
@@ -855,12 +857,12 @@ def targets(r: Mapping[str, Any]) -> list[str]:
             f"{e['ratio']:.2f}x, {met}; floor {e['floor']:.2f}x."
         )
     for d in r.get("decentralised", []):
-        train_met = "met" if d["ratio_armed"] <= TRAIN_TARGET else "NOT met"
+        train_met = "met" if d["ratio_armed"] <= DEC_TRAIN_TARGET else "NOT met"
         e = d["evaluation"]
-        eval_met = "met" if e["ratio"] <= EVAL_TARGET else "NOT met"
+        eval_met = "met" if e["ratio"] <= DEC_EVAL_TARGET else "NOT met"
         lines.append(
-            f"- {d['env']}: shield_dec training <= {TRAIN_TARGET:g}x ippo (armed updates): "
-            f"{d['ratio_armed']:.2f}x, {train_met}; shield-on evaluation <= {EVAL_TARGET:g}x "
+            f"- {d['env']}: shield_dec training <= {DEC_TRAIN_TARGET:g}x ippo (armed updates): "
+            f"{d['ratio_armed']:.2f}x, {train_met}; shield-on evaluation <= {DEC_EVAL_TARGET:g}x "
             f"shield-off: {e['ratio']:.2f}x, {eval_met}."
         )
     return lines

@@ -110,7 +110,7 @@ def test_section_states_machine_config_and_targets(results, tmp_path):
         assert needle in text
     for env in bench.ENVS:
         assert text.count(f"| {env} |") >= 4  # filter, training, evaluation, shield_dec
-        assert f"- {env}: shield_dec training <= 2x ippo" in text
+        assert f"- {env}: shield_dec training <= 5x ippo" in text
     path = tmp_path / "BENCHMARKS.md"
     write_section("shield", text, path=path)
     start, end = markers("shield")

@@ -78,7 +78,12 @@ from src.algos.filters import RiskFilter
 from src.algos.seeding import derived_seeds
 from src.algos.shield.calibration import CalibrationMap
 from src.algos.shield.critic import RiskCritic
-from src.algos.shield.decentral import mixed_probs, opponent_completions, own_action_risk
+from src.algos.shield.decentral import (
+    mixed_probs,
+    opponent_completions,
+    own_action_risk,
+    tile_span,
+)
 from src.algos.shield.ensemble import every_member
 from src.algos.shield.opponent_model import OpponentModel
 from src.algos.shield.search import best_change_descent, joint_actions
@@ -394,7 +399,13 @@ class BudgetShield(RiskFilter):
             )
 
             def risk(c: torch.Tensor, options: torch.Tensor) -> torch.Tensor:
-                q = self.raw_risk_options(joint, options.unsqueeze(1), remaining[c], state_index=c)
+                # A block's copies are consecutive (`own_action_risk`): the models' parts of
+                # the states are computed for those copies' states only (`tile_span`: with
+                # the bits they have computed for all the states).
+                low, high = tile_span(int(c.min()), int(c.max()) + 1, e)
+                q = self.raw_risk_options(
+                    joint[low:high], options.unsqueeze(1), remaining[c], state_index=c - low
+                )
                 return q[:, 0]
 
             def rho(copies: np.ndarray, agents: np.ndarray, own: np.ndarray) -> np.ndarray:

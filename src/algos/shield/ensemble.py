@@ -100,11 +100,30 @@ def selected_rows_and_state(
 ) -> torch.Tensor:
     """`selected_rows(table, index)` [M, ..., H] plus, per member, the row of `states`
     [M, S, H] that `state_row` [M, ...] names: both in one pass over the rows (the state's
-    row is added last, so the sums are those of adding it to `selected_rows`' result)."""
-    r = table.shape[1]
-    combined = torch.cat([table, states], dim=1)
-    rows = (state_row + r).expand(index.shape[:-1]).unsqueeze(-1)
-    return selected_rows(combined, torch.cat([index, rows], dim=-1))
+    row is added last, so the sums are those of adding it to `selected_rows`' result).
+
+    `index` and `state_row` may have 1 for M (the same for every member) and broadcast
+    against each other; the rows' indices are written once, into one buffer."""
+    m, r, h = table.shape
+    width = r + states.shape[1]
+    combined = torch.cat([table, states], dim=1).view(m * width, h)
+    p = index.shape[-1]
+    shape = (m, *_broadcast(index.shape[1:-1], state_row.shape[1:]))
+    member = (torch.arange(m) * width).view(m, *([1] * (len(shape) - 1)))
+    flat = torch.empty(*shape, p + 1, dtype=torch.int64)
+    index = index.expand(index.shape[0], *shape[1:], p)
+    state_row = (state_row + r).expand(state_row.shape[0], *shape[1:])
+    torch.add(index, member.unsqueeze(-1), out=flat[..., :p])
+    torch.add(state_row, member, out=flat[..., p])
+    picked = F.embedding_bag(flat.view(-1, p + 1), combined, mode="sum")
+    return picked.view(*shape, h)
+
+
+def _broadcast(first: Sequence[int], second: Sequence[int]) -> tuple[int, ...]:
+    """The shape two shapes broadcast to (without `torch.broadcast_shapes`' cost per call)."""
+    n = max(len(first), len(second))
+    padded = [(1,) * (n - len(shape)) + tuple(shape) for shape in (first, second)]
+    return tuple(max(a, b) for a, b in zip(*padded, strict=True))
 
 
 def rows_of_states(values: torch.Tensor, state_index: torch.Tensor) -> torch.Tensor:

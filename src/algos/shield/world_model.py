@@ -221,12 +221,13 @@ class EnsembleWorldModel(Versioned, OptimizerState, nn.Module):
         layers = self._folded_layers()
         w0, b0 = layers[0]
         first = numerics.baddbmm(b0, joint_obs, w0[:, :d])  # [M, S, H]
-        actions = options + self.action_offset
         if state_index is None:
-            x = first.unsqueeze(2) + selected_rows(w0[:, d:], actions)
+            x = first.unsqueeze(2) + selected_rows(w0[:, d:], options + self.action_offset)
         else:  # each row's state added in the same pass (no gathered copy of the states)
-            state = state_index.expand(m, s).unsqueeze(2)  # [M, P, 1]
-            x = selected_rows_and_state(w0[:, d:], actions, first, state)
+            # The same options for every member (a broadcast view): their rows once.
+            lead = options[:1] if options.stride(0) == 0 else options
+            state = state_index.view(-1, s, 1)  # [1 or M, P, 1]
+            x = selected_rows_and_state(w0[:, d:], lead + self.action_offset, first, state)
         x = x.relu_().view(m, s * k, -1)
         for w, b in layers[1:-1]:
             x = numerics.baddbmm(b, x, w).relu_()
@@ -400,11 +401,13 @@ class AgentCostModel(Versioned, OptimizerState, nn.Module):
         first = numerics.bmm(joint_obs.view(m, states * a, self.obs_dim), obs_w)
         first = first.view(m, states, a, -1)
         first += agent_bias
-        actions = options[..., self.order] + self.offset  # [M, S, K, A, A]: own action first
+        # The same options for every member (a broadcast view): their rows once.
+        lead = options[:1] if options.stride(0) == 0 else options
+        actions = lead[..., self.order] + self.offset  # [M, S, K, A, A]: own action first
         if state_index is None:
-            x = first.unsqueeze(2) + selected_rows(action_w, actions)
+            x = first.unsqueeze(2) + selected_rows(action_w, actions.expand(m, *actions.shape[1:]))
         else:  # row (state, agent) of the state part, state * A + agent, in the same pass
-            state = state_index.expand(m, s).view(m, s, 1, 1) * a + torch.arange(a)
+            state = state_index.view(-1, s, 1, 1) * a + torch.arange(a)  # [1 or M, P, 1, A]
             x = selected_rows_and_state(action_w, actions, first.view(m, states * a, -1), state)
         x = x.relu_().view(m, s * k * a, -1)
         last = len(rest) - 1

@@ -15,12 +15,15 @@ import numpy as np
 import pytest
 import torch
 
+from src.algos.shield import decentral
 from src.algos.shield.budget import BudgetShield
 from src.algos.shield.decentral import (
+    ROW_TILE,
     _row_keys,
     mixed_probs,
     opponent_completions,
     own_action_risk,
+    tile_span,
 )
 from src.checks import ConfigError
 from src.config.run import RunConfig, make_run_config
@@ -226,6 +229,52 @@ def test_own_action_risk_judges_each_distinct_joint_action_of_a_copy_once() -> N
         options = [((1, j) if i == 0 else (j, 2)) for j in completions[c, i, :, 1 - i].tolist()]
         q = [(10 * x + y + 100 * c) / 1000 for x, y in options]
         assert rho[row, 0].item() == pytest.approx(float(np.dot(q, weights[c, i].numpy())))
+
+
+def test_own_action_risk_judges_blocks_of_consecutive_copies_with_the_numbers_of_one_call(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    gen = torch.Generator().manual_seed(0)
+    probs = torch.rand(7, 3, 4, generator=gen)
+    completions, weights = opponent_completions(probs, samples=5, generator=gen)  # sampled
+    copies = torch.arange(7).repeat_interleave(3)
+    agents = torch.arange(3).repeat(7)
+    own = torch.randint(0, 4, (21, 4), generator=gen)
+    calls: list[torch.Tensor] = []
+
+    def risk(c: torch.Tensor, options: torch.Tensor) -> torch.Tensor:
+        calls.append(c)
+        return torch.sin(c * 7.0 + (options * torch.tensor([16, 4, 1])).sum(dim=1)).double()
+
+    rho = {}
+    for block in (10**6, 12):
+        monkeypatch.setattr(decentral, "JUDGED_BLOCK", block)
+        calls.clear()
+        rho[block] = own_action_risk(risk, completions, weights, copies, agents, own)
+    assert torch.equal(rho[12], rho[10**6])
+    sizes = [len(c) for c in calls]
+    assert len(sizes) > 2 and set(sizes[:-1]) == {12} and 12 <= sizes[-1] < 24
+    # Each block's copies are consecutive: in order, so that their states form a span.
+    assert all(bool((c[1:] >= c[:-1]).all()) for c in calls)
+    assert torch.equal(torch.cat(calls), torch.sort(torch.cat(calls)).values)
+
+
+def test_tile_span_widens_rows_to_the_kernels_tiles_and_to_two_rows() -> None:
+    assert ROW_TILE == 12
+    assert tile_span(0, 5, 100) == (0, 12)
+    assert tile_span(13, 30, 100) == (12, 36)
+    assert tile_span(95, 99, 100) == (84, 100)
+    assert tile_span(96, 97, 97) == (84, 97)  # one row: the tile before it too
+    assert tile_span(0, 1, 1) == (0, 1)
+    rng = np.random.default_rng(0)
+    for _ in range(200):
+        total = int(rng.integers(1, 60))
+        low = int(rng.integers(0, total))
+        high = int(rng.integers(low + 1, total + 1))
+        start, stop = tile_span(low, high, total)
+        assert start <= low < high <= stop <= total and start % ROW_TILE == 0
+        assert stop % ROW_TILE == 0 or stop == total
+        assert stop - start >= min(2, total)
 
 
 def test_row_keys_are_equal_exactly_for_equal_rows_also_beyond_an_int64() -> None:

@@ -456,6 +456,13 @@ def test_selected_rows_and_state_adds_the_states_row_in_the_same_pass():
     picked = states[torch.arange(3).view(3, 1, 1), state_row.expand(3, 5, 2)]
     # The same sums as adding the state's row afterwards, to the last bit.
     assert torch.equal(fused, selected_rows(table, index) + picked)
+    # The same rows for every member: given once (a member dimension of 1), as for all.
+    shared, row = index[:1], state_row[:1]
+    once = selected_rows_and_state(table, shared, states, row)
+    every = selected_rows_and_state(
+        table, shared.expand(3, -1, -1, -1), states, row.expand(3, -1, -1)
+    )
+    assert torch.equal(once, every)
 
 
 def _perturbed_models(seed: int) -> tuple[Any, Any, torch.Generator]:

@@ -297,6 +297,33 @@ def test_shield_dec_fits_its_opponent_model_and_trusts_it_as_the_mode_says(tmp_p
     assert (decisions[0] != proposed).any()
 
 
+def test_the_decentralised_filter_has_the_same_bits_in_blocks_of_any_size(monkeypatch):
+    """The distinct joint actions judged in blocks (`decentral.JUDGED_BLOCK`), each with its
+    copies' states only, give the bits of judging them at once, through the models' matmuls."""
+    from src.algos.shield import decentral
+
+    config = {**_config(), "algo": "shield_dec"}
+    config["algo_params"]["wm_hidden"] = [32, 32]
+    trainer = _trainer(config)
+    trainer.train(progress=False)
+    shield = trainer.shield
+    copies = 30
+    obs = GridVectorEnv(num_envs=copies).reset(seed=list(range(copies)))
+    rng = np.random.default_rng(0)
+    proposed = rng.integers(0, 5, (copies, 2))
+    logits = torch.from_numpy(rng.standard_normal((copies, 2, 5)).astype(np.float32))
+    decided = []
+    for block in (10**6, 36, 12):
+        monkeypatch.setattr(decentral, "JUDGED_BLOCK", block)
+        shield.reset(copies, 7)
+        shield.allowance = 0.0  # every proposal refused: every other action judged too
+        executed, bound = shield.filter(obs, proposed, logits, np.ones(copies, dtype=np.int64))
+        decided.append((executed, bound, shield.last.raw.copy()))
+    for other in decided[1:]:
+        for a, b in zip(decided[0], other, strict=True):
+            np.testing.assert_array_equal(a, b)
+
+
 def _label(ledger, risk: np.ndarray, outcome: np.ndarray) -> None:
     """Labelled decisions straight away: a violation now, or an episode that ends now."""
     ledger.open(risk)
