@@ -168,7 +168,7 @@ def test_quick_run_writes_consistent_json(tmp_path, capsys):
     assert r["startup_seconds"] > 0
     assert {"platform", "cpus", "torch", "torch_threads"} <= set(r["machine"])
     assert [(p["env"], p["algo"]) for p in r["pairs"]] == [
-        ("hazard_grid", algo) for algo in ("ippo", "ippo_lag", "shield")
+        ("hazard_grid", algo) for algo in ("ippo", "ippo_lag", "shield", "shield_dec")
     ]
     for pair in r["pairs"]:
         m = pair["measured"]
@@ -191,7 +191,7 @@ def test_quick_run_writes_consistent_json(tmp_path, capsys):
     assert t["cpu_hours"] == pytest.approx(
         sum(p["projected"]["seeds_cpu_hours"] for p in r["pairs"])
     )
-    assert t["within_target"] == (t["cpu_hours"] <= 8.0)
-    assert t["jobs"] == 3 * 5 * 3
+    assert t["within_target"] == (t["cpu_hours"] <= 10.0)
+    assert t["jobs"] == 4 * 5 * 3
     assert 0 < t["wall_hours_one_core_per_train_job"] <= t["cpu_hours"]
     assert 0 < t["wall_hours"] <= t["cpu_hours"]

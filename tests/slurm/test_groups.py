@@ -181,7 +181,7 @@ def test_the_slurm_profile_asks_for_two_jobs_per_run(config_file: str, dry_run: 
     )
     assert len(submissions) == expected_submissions(config)
     if config_file == "config/paper.yaml":
-        assert len(submissions) == 98  # 45 runs: 45 training jobs, 45 group jobs, and 8 more
+        assert len(submissions) == 128  # 60 runs: 60 training jobs, 60 group jobs, and 8 more
 
 
 def test_grouped_jobs_take_the_groups_one_serial_slot(dry_run: DryRun) -> None:
