@@ -87,12 +87,12 @@ def train_memory_mb(config: RunConfig, *, obs_dim: int, n_actions: int) -> dict[
         parts["shield imagination"] = (
             rows * _imagined_row_bytes(shield, joint_dim=joint, n_agents=a) / _MB
         )
-        # The dynamics, the agents' cost model, the critics with their targets (the rival's
-        # too) and the opponent model.
+        # The dynamics, the agents' cost model, the critic with its target and the opponent
+        # model.
         model_params = shield.ensemble_size * (
             _mlp_params(joint + a * n_actions, shield.wm_hidden, joint + a + 1)
             + _mlp_params(d + a * n_actions + a, shield.wm_hidden, 1)
-            + 4 * _mlp_params(joint + 1 + a, shield.critic_hidden, 1)
+            + 2 * _mlp_params(joint + 1 + a, shield.critic_hidden, 1)
         ) + _mlp_params(d + a, shield.om_hidden, n_actions)
         parts["shield models"] = 4 * model_params * _FLOAT / _MB
     parts["total"] = sum(parts.values())
