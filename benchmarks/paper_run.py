@@ -58,7 +58,19 @@ TARGET_RATIO = 3.0  # shield training CPU at most this multiple of ippo's at the
 LAST_SHARE = 0.1  # the share of training episodes (the last ones) the summary is taken over
 # --quick: the config's values it replaces.
 QUICK_OVERRIDES: dict[str, Any] = {
-    "base": {"timesteps": 2 * 16 * 16, "rollouts": 16, "shield_patience": 1},
+    # Episodes of 16 steps, so that the two updates finish some (a run that finishes none is
+    # refused); the constraint horizon, their cap, among the evaluated horizons.
+    "base": {
+        "timesteps": 2 * 16 * 16,
+        "rollouts": 16,
+        "shield_patience": 1,
+        "final_policy_eval_horizons": [1, 10, 16],
+    },
+    "env_params": {
+        "hazard_grid": {"n_agents": 3, "max_steps": 16},
+        "spread": {"n_agents": 3, "max_steps": 16, "spawn": "separated"},
+        "intersection": {"n_agents": 4, "max_steps": 16},
+    },
     "algo_params": {"shield": {"calibration_episodes": 4, "critic_steps": 1}},
 }
 

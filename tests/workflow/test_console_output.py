@@ -29,7 +29,7 @@ def test_a_dry_run_of_the_paper_config_prints_the_jobs_per_rule_not_each_job(res
     lines = output.splitlines()
     assert len(lines) < MAX_LINES, f"{len(lines)} lines:\n{output}"
     counts = job_counts(output)
-    assert counts["train"] == 45 and counts["total"] > 180
+    assert counts["train"] == 60 and counts["total"] > 240
     assert not re.search(r"^(local)?rule \w+:$", output, re.M)  # no job block
     assert "Reasons:" in output and HINT in output
     assert not results_dir.exists()
@@ -39,7 +39,7 @@ def test_the_long_form_lists_every_job(results_dir: Path):
     output = _paper_dry_run(results_dir, "--quiet", "host")
     blocks = re.findall(r"^(?:local)?rule (\w+):$", output, re.M)
     assert len(blocks) == job_counts(output)["total"]
-    assert blocks.count("train") == 45 and HINT not in output
+    assert blocks.count("train") == 60 and HINT not in output
 
 
 def test_a_failed_job_of_a_real_run_names_its_rule_and_log(tmp_path: Path):
