@@ -42,6 +42,7 @@ __all__ = [
     "check_archive",
     "check_paths",
     "check_results_folder",
+    "check_results_links",
     "check_tree",
     "copy_file",
     "inside",
@@ -176,12 +177,13 @@ def regular_file(root: str | Path, path: str | Path) -> Path:
     return target
 
 
-def open_regular(root: str | Path, path: str | Path) -> IO[bytes]:
+def open_regular(root: str | Path, path: str | Path, *, limit: int | None = None) -> IO[bytes]:
     """Open `inside(root, path)` for reading, refusing anything but a regular file.
 
     The file is opened without following a symlink (`O_NOFOLLOW`) and without blocking on a
     FIFO (`O_NONBLOCK`), and checked on the open descriptor, so a file swapped after a check
-    is still refused.
+    is still refused. With `limit` (bytes), a larger file is refused too, before any of it
+    is read.
     """
     target = inside(root, path)
     flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
@@ -196,6 +198,13 @@ def open_regular(root: str | Path, path: str | Path) -> IO[bytes]:
         if not stat.S_ISREG(mode):
             raise ContainmentError(
                 f"{target} is {_kind(mode)}, not a regular file: it is neither read nor copied",
+                path=target,
+            )
+        size = os.fstat(fd).st_size
+        if limit is not None and size > limit:
+            raise ContainmentError(
+                f"{target} holds {size / _MB:.1f} MB, above the limit of {limit / _MB:.1f} MB "
+                "for this file: it is not read",
                 path=target,
             )
         return os.fdopen(fd, "rb")
@@ -273,6 +282,42 @@ def check_results_folder(folder: str | Path) -> None:
     The folder itself may be a symlink (results on scratch storage) or missing.
     """
     check_tree(folder, skip=TOOL_TREES)
+
+
+def check_results_links(
+    results_dir: str | Path, experiment_tag: str, *, allowed: bool = False
+) -> None:
+    """Refuse a results folder reached through a symbolic link that the config hands over:
+    `results_dir` itself, any component of a relative `results_dir` below the working
+    directory, or the experiment folder `{results_dir}/{experiment_tag}`; one line naming
+    the link and its target. The workflow deletes and rewrites folders there (`figures/`,
+    `tables/`, `video_page/`), so a link to someone's own folder would lose their files.
+    `allowed` (the config's `results_symlink_ok`) lets links through (results on scratch
+    storage).
+    """
+    if allowed:
+        return
+    given = Path(results_dir)
+    probes = [given]
+    if not given.is_absolute():
+        probes = [Path(*given.parts[: index + 1]) for index in range(len(given.parts))]
+    probes += [given / part for part in Path(experiment_tag).parts]
+    for probe in probes:
+        if probe.name in ("", ".", ".."):
+            continue
+        try:
+            mode = os.lstat(probe).st_mode
+        except (FileNotFoundError, NotADirectoryError):
+            return  # nothing below exists yet, so nothing there to follow
+        if stat.S_ISLNK(mode):
+            raise ContainmentError(
+                f"results folder {os.path.abspath(probe)} is a symbolic link to "
+                f"{os.path.realpath(probe)}: the workflow deletes and rewrites figures/, "
+                "tables/ and video_page/ in it, so it does not follow the link; point "
+                "results_dir at the folder itself, or set results_symlink_ok: true if the "
+                "link is yours",
+                path=probe,
+            )
 
 
 def check_paths(root: str | Path, paths: Iterable[str | Path]) -> None:

@@ -27,9 +27,15 @@ config's entries at its start (`workflow/scripts/job.py`) without pulling in the
 from __future__ import annotations
 
 import importlib
+import importlib.machinery
+import os
 import re
-from collections.abc import Mapping
+import site
+import sys
+import sysconfig
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 __all__ = [
@@ -39,8 +45,12 @@ __all__ = [
     "NAME_PATTERN",
     "ComponentError",
     "EnvEntry",
+    "config_entries",
     "entry_module",
+    "import_folders",
+    "installed_folders",
     "load_entry",
+    "module_files",
     "recorded_entries",
     "register_algorithm",
     "register_config",
@@ -179,3 +189,79 @@ def load_entry(entry: str) -> Any:
             raise ComponentError(f"module {module_name!r} has no attribute {attribute!r}")
         value = getattr(value, part)
     return value
+
+
+def config_entries(config: Mapping[str, Any]) -> Iterator[tuple[str, str]]:
+    """(config key, import path) of every module a workflow config names: each `custom_envs`
+    factory, vector form and cost function given by import path, and each `custom_algos`
+    class. Values that are not import paths are left to the registration to refuse."""
+    for name, value in (config.get("custom_envs") or {}).items():
+        try:
+            entry = EnvEntry.from_config(value)
+        except ComponentError:
+            continue
+        for part in ("factory", "vector", "cost"):
+            path = getattr(entry, part)
+            if isinstance(path, str) and ENTRY_PATTERN.fullmatch(path):
+                where = (
+                    f"custom_envs.{name}"
+                    if isinstance(value, str)
+                    else f"custom_envs.{name}.{part}"
+                )
+                yield where, path
+    for name, value in (config.get("custom_algos") or {}).items():
+        if isinstance(value, str) and ENTRY_PATTERN.fullmatch(value):
+            yield f"custom_algos.{name}", value
+
+
+def module_files(module: str) -> list[Path]:
+    """The files and package folders importing `module` would execute or search: every
+    package's `__init__.py` and search folders on the way and the module's own file, found
+    the way the import system finds them (`importlib.machinery.PathFinder`, component by
+    component) without importing or executing anything. A component that is already
+    imported contributes its recorded location; the walk stops at the first component that
+    cannot be found (the import itself will say so)."""
+    files: list[Path] = []
+    search: list[str] | None = None
+    parts = module.split(".")
+    for index in range(len(parts)):
+        name = ".".join(parts[: index + 1])
+        loaded = sys.modules.get(name)
+        spec = getattr(loaded, "__spec__", None) if loaded is not None else None
+        if spec is None:
+            # By its last component within the parent's folders: a namespace package's spec
+            # looks its parent up in sys.modules, where an unimported parent is not.
+            spec = importlib.machinery.PathFinder.find_spec(parts[index], search)
+        if spec is None:
+            break
+        if spec.has_location and spec.origin:
+            files.append(Path(spec.origin))
+        locations = list(spec.submodule_search_locations or [])
+        files.extend(Path(location) for location in locations)
+        if not locations:
+            break
+        search = locations
+    return files
+
+
+def _directory(entry: str) -> Path | None:
+    path = Path(os.path.abspath(entry or os.curdir))
+    return path.resolve() if path.is_dir() else None
+
+
+def import_folders(repository: Path | None = None) -> list[Path]:
+    """The folders modules are imported from: every directory on `sys.path` (resolved) and
+    the repository root, if given."""
+    folders = [_directory(entry) for entry in sys.path if isinstance(entry, str)]
+    if repository is not None:
+        folders.append(Path(repository).resolve())
+    return list(dict.fromkeys(folder for folder in folders if folder is not None))
+
+
+def installed_folders() -> list[Path]:
+    """The folders of the Python installation: its standard library and site-packages."""
+    paths = sysconfig.get_paths()
+    names = [paths.get(key) for key in ("stdlib", "platstdlib", "purelib", "platlib")]
+    names += [*site.getsitepackages(), site.getusersitepackages()]
+    folders = [_directory(name) for name in names if name]
+    return list(dict.fromkeys(folder for folder in folders if folder is not None))

@@ -21,6 +21,7 @@ from src.analysis.export import (
     load_run_config,
 )
 from src.analysis.files import read_parquet, write_parquet
+from src.containment import open_regular
 from src.core.io import atomic_output
 from src.runfiles import RunFiles
 
@@ -40,13 +41,22 @@ RUN_TABLES: dict[str, pa.Schema] = {
 ADDED_COLUMNS: dict[str, tuple[str, ...]] = {"eval": (*CERTIFICATE_COLUMNS, VIOLATING_EPISODES)}
 
 
-def load_table(tables_dir: str | Path, name: str) -> pa.Table:
+def load_table(
+    tables_dir: str | Path, name: str, *, root: str | Path | None = None, limit: int | None = None
+) -> pa.Table:
     """Read an aggregated table `tables_dir/{name}.parquet`, checking its schema (columns
-    added since, `ADDED_COLUMNS`, are null when the file lacks them)."""
+    added since, `ADDED_COLUMNS`, are null when the file lacks them).
+
+    With `root` (a results folder holding `tables_dir`), only a regular file inside it is
+    read, of at most `limit` bytes (`src.containment.open_regular`)."""
     if name not in RUN_TABLES:
         raise ValueError(f"unknown table {name!r}; known: {sorted(RUN_TABLES)}")
     path = Path(tables_dir) / f"{name}.parquet"
-    return read_parquet(path, RUN_TABLES[name], missing_as_null=ADDED_COLUMNS.get(name, ()))
+    missing = ADDED_COLUMNS.get(name, ())
+    if root is None:
+        return read_parquet(path, RUN_TABLES[name], missing_as_null=missing)
+    with open_regular(root, path.absolute(), limit=limit) as handle:
+        return read_parquet(path, RUN_TABLES[name], missing_as_null=missing, handle=handle)
 
 
 def _check_identity(table: pa.Table, path: Path, config: dict) -> None:

@@ -242,10 +242,16 @@ def figure_plan(
     }
 
 
-def plan_of_tables(tables_dir: str | Path) -> dict[str, str | None]:
-    """`figure_plan` of the aggregated tables in `tables_dir`."""
+def plan_of_tables(
+    tables_dir: str | Path, *, root: str | Path | None = None, limit: int | None = None
+) -> dict[str, str | None]:
+    """`figure_plan` of the aggregated tables in `tables_dir` (`root`, `limit`: see
+    `src.analysis.aggregate.load_table`)."""
     return figure_plan(
-        *(load_table(tables_dir, name).to_pandas() for name in ("history", "eval", "updates"))
+        *(
+            load_table(tables_dir, name, root=root, limit=limit).to_pandas()
+            for name in ("history", "eval", "updates")
+        )
     )
 
 

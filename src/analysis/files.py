@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Collection
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import pyarrow as pa
 
@@ -36,7 +36,11 @@ def write_parquet(table: pa.Table, path: str | Path) -> None:
 
 
 def read_parquet(
-    path: str | Path, schema: pa.Schema, *, missing_as_null: Collection[str] = ()
+    path: str | Path,
+    schema: pa.Schema,
+    *,
+    missing_as_null: Collection[str] = (),
+    handle: IO[bytes] | None = None,
 ) -> pa.Table:
     """Read a Parquet file and check that its columns and dtypes equal `schema`.
 
@@ -45,10 +49,23 @@ def read_parquet(
 
     Raises `FileNotFoundError` naming the path when it is missing and `ValueError` naming the
     path (and the differing columns) when the file is corrupt or was written with another
-    schema.
+    schema. `handle`: the file already opened (e.g. by `src.containment.open_regular`), read
+    instead of opening `path`, which then only names it.
     """
     file = Path(path)
-    table = load_parquet_table(file.parent, file.name)
+    if handle is None:
+        table = load_parquet_table(file.parent, file.name)
+    else:
+        import pyarrow.parquet as pq
+
+        try:
+            table = pq.read_table(handle, page_checksum_verification=True)
+            _ = [(field.name, str(field.type)) for field in table.schema]
+        except Exception as error:
+            why = " ".join(str(error).split())
+            raise ValueError(
+                f"{file} is not a valid .parquet file: {type(error).__name__}: {why}"
+            ) from None
     absent = [
         field
         for field in schema

@@ -27,6 +27,7 @@ from __future__ import annotations
 import argparse
 import json
 import re
+import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -58,7 +59,7 @@ from src.analysis.files import write_text
 from src.analysis.style import policy_label
 from src.analysis.tables import BEYOND, NO_FLOOR
 from src.config.lagrange import LagrangeConfig
-from src.containment import copy_file, open_regular
+from src.containment import ContainmentError, archive_limit, copy_file, open_regular
 from src.core.io import atomic_output
 
 __all__ = [
@@ -68,6 +69,8 @@ __all__ = [
     "comparison_sentence",
     "experiment_dir",
     "main",
+    "md_code",
+    "md_escape",
     "shield_comparison",
     "write_results_doc",
 ]
@@ -138,6 +141,68 @@ FIGURE_GUIDE: dict[str, tuple[str, str]] = {
 }
 
 
+_MD_SPECIAL = re.compile(r"([\\`|<>\[\]*_&])")
+
+
+def md_escape(value: Any) -> str:
+    r"""`value` as plain Markdown text: backslash, backtick, `|`, `<`, `>`, `[`, `]`, `*`,
+    `_` and `&` escaped, line breaks made spaces. For every value the page did not compute
+    (names and settings read from a run folder, which may come from anyone), so that none
+    becomes HTML, a link, an image, a table cell or emphasis.
+
+    >>> md_escape("<img src=x onerror=alert(1)> [a](b) | *c*")
+    '\\<img src=x onerror=alert(1)\\> \\[a\\](b) \\| \\*c\\*'
+    """
+    return _MD_SPECIAL.sub(r"\\\1", " ".join(str(value).splitlines()))
+
+
+def md_code(value: Any) -> str:
+    """`value` as a Markdown code span: nothing inside one is markup, so only backticks
+    (which would end it; written as `'`) and line breaks (spaces) are replaced.
+
+    >>> md_code("hazard_grid<b>")
+    '`hazard_grid<b>`'
+    """
+    text = " ".join(str(value).splitlines()).replace("`", "'")
+    return f"`{text}`"
+
+
+def _page_markdown(text: str) -> str:
+    r"""Markdown the pipeline wrote into a results folder (`tables/summary.md`), included in
+    the page as it is except for what could make HTML, an autolink, a link or an image:
+    `<` before a letter, `/`, `!` or `?` (written `&lt;`) and `]` before `(`, `[` or `:`
+    (escaped). The table's own markup and text such as `<=` or `[0.1, 0.2]` stay.
+
+    >>> _page_markdown("| <script> | [x](http://e) | <= 0.1 [0.0, 0.2] |")
+    '| &lt;script> | [x\\](http://e) | <= 0.1 [0.0, 0.2] |'
+    """
+    text = re.sub(r"<(?=[A-Za-z/!?])", "&lt;", text)
+    return re.sub(r"\](?=[(\[:])", r"\\]", text)
+
+
+def _read_limit() -> int:
+    """The most bytes the page reads from one file of the results folder."""
+    return archive_limit()[0]
+
+
+def _read_text(source: Path, relative: str | Path) -> str:
+    """A text file of the results folder: a regular file inside it, within `_read_limit`."""
+    with open_regular(source, relative, limit=_read_limit()) as handle:
+        return handle.read().decode("utf-8")
+
+
+def _read_csv(source: Path, relative: str | Path) -> pd.DataFrame:
+    """A CSV file of the results folder: a regular file inside it, within `_read_limit`."""
+    with open_regular(source, relative, limit=_read_limit()) as handle:
+        return pd.read_csv(handle)
+
+
+def _table(source: Path, name: str) -> Any:
+    """An aggregated table (`tables/{name}.parquet`) of the results folder, read from a
+    regular file inside it, within `_read_limit` (`src.analysis.aggregate.load_table`)."""
+    return load_table(source / "tables", name, root=source, limit=_read_limit())
+
+
 def experiment_dir(config_file: str | Path) -> Path:
     """`{results_dir}/{experiment_tag}` of a workflow config file."""
     config = yaml.safe_load(Path(config_file).read_text(encoding="utf-8"))
@@ -149,7 +214,7 @@ def experiment_dir(config_file: str | Path) -> Path:
 def _values(configs: Sequence[dict], key: str) -> str:
     """The distinct values of a config key over the runs, as text."""
     values = sorted({str(config.get(key)) for config in configs})
-    return ", ".join(values)
+    return ", ".join(md_escape(value) for value in values)
 
 
 def _setup(configs: Sequence[dict], tag: str) -> list[str]:
@@ -164,19 +229,23 @@ def _setup(configs: Sequence[dict], tag: str) -> list[str]:
         runs[(env, algo)] += 1
     counts = sorted(set(runs.values()))
     commits = sorted(
-        {f"{c.get('git_commit', '?')}{' (dirty)' if c.get('git_dirty') else ''}" for c in configs}
+        {
+            f"{md_escape(c.get('git_commit', '?'))}{' (dirty)' if c.get('git_dirty') else ''}"
+            for c in configs
+        }
     )
     return [
-        f"- experiment `{tag}`: envs {', '.join(f'`{e}`' for e in envs)}; algorithms "
-        f"{', '.join(f'`{a}`' for a in algos)}; {' or '.join(map(str, counts))} run(s) per "
+        f"- experiment {md_code(tag)}: envs {', '.join(md_code(e) for e in envs)}; algorithms "
+        f"{', '.join(md_code(a) for a in algos)}; {' or '.join(map(str, counts))} run(s) per "
         "env and algorithm (seed = `seed_offset` + run index)",
         f"- env steps per run: {_values(configs, 'timesteps')}; agents per env: "
         + ", ".join(
-            f"`{e}` {_values([c for c in configs if c['env_name'] == e], 'n_agents')}" for e in envs
+            f"{md_code(e)} {_values([c for c in configs if c['env_name'] == e], 'n_agents')}"
+            for e in envs
         ),
         f"- constraint: P(violation within H steps of an episode) <= `max_risk` = "
         f"{_values(configs, 'max_risk')}, H the constraint horizon: "
-        + ", ".join(f"`{e}` {h}" for e, h in constraint_horizons(configs).items())
+        + ", ".join(f"{md_code(e)} {md_escape(h)}" for e, h in constraint_horizons(configs).items())
         + " (each run's `constraint_horizon`: the task's episode cap `max_steps` unless the "
         "config sets it)",
         f"- evaluation: {_values(configs, 'final_policy_eval_episodes')} episodes per final "
@@ -261,7 +330,7 @@ def _returns_across_runs(rows: pd.DataFrame) -> str:
     for _, row in rows.iterrows():
         low, high = row["eval_return_low"], row["eval_return_high"]
         spread = "" if pd.isna(low) else f" [{low:.3g}, {high:.3g}]"
-        parts.append(f"{row.policy} {row['eval_return_mean']:.3g}{spread}")
+        parts.append(f"{md_escape(row.policy)} {row['eval_return_mean']:.3g}{spread}")
     return (
         "Evaluation returns across runs (mean [95% t-interval over the runs]; where two "
         "intervals overlap, the ratio above is within what runs vary by): " + ", ".join(parts) + "."
@@ -289,7 +358,7 @@ def _shield_line(env: str, history: pd.DataFrame, updates: pd.DataFrame, configs
     if episodes.empty:
         return (
             f"no training episode starts after env step {armed_at:,}, where the shield would "
-            f"arm (`shield_patience` = {config['shield_patience']} updates): the shield never "
+            f"arm (`shield_patience` = {int(config['shield_patience'])} updates): the shield never "
             "armed, so its runs trained and were evaluated as ippo with a watching shield"
         )
     rates = episodes.groupby("algo")["violated"].agg(["mean", "size"])
@@ -297,7 +366,8 @@ def _shield_line(env: str, history: pd.DataFrame, updates: pd.DataFrame, configs
         f"training episodes that start after env step {armed_at:,} (where the shield arms) "
         "violating: "
         + ", ".join(
-            f"{algo} {row['mean']:.3f} of {int(row['size']):,}" for algo, row in rates.iterrows()
+            f"{md_escape(algo)} {row['mean']:.3f} of {int(row['size']):,}"
+            for algo, row in rates.iterrows()
         )
     )
     for algo in sorted({c["algo"] for c in shielded}):
@@ -306,7 +376,7 @@ def _shield_line(env: str, history: pd.DataFrame, updates: pd.DataFrame, configs
         per_update = armed.groupby("update")[SHIELD_INTERVENTIONS].mean()
         if len(per_update):
             change = _change(per_update.iloc[:3].mean(), per_update.iloc[-3:].mean())
-            text += f"; `{algo}` interventions per update {change}"
+            text += f"; {md_code(algo)} interventions per update {change}"
     return text
 
 
@@ -372,7 +442,10 @@ def _risk_listing(rows: pd.DataFrame, horizon: int) -> str:
     column = f"p_violation_h{horizon}"
     parts = []
     for _, r in rows.iterrows():
-        text = f"{r.policy} {r[column]:.3f} [{r[column + '_low']:.3f}, {r[column + '_high']:.3f}]"
+        text = (
+            f"{md_escape(r.policy)} {r[column]:.3f} "
+            f"[{r[column + '_low']:.3f}, {r[column + '_high']:.3f}]"
+        )
         rates = json.loads(r["run_p_violation"]) if isinstance(r["run_p_violation"], str) else []
         if len(rates) > 1:
             runs = column + "_runs"
@@ -388,8 +461,8 @@ def _risk_listing(rows: pd.DataFrame, horizon: int) -> str:
 
 def _verdict_sentence(rows: pd.DataFrame, max_risk: float) -> str:
     """Which policies meet `max_risk`, on the interval across runs or its mean only."""
-    met = [r.policy for _, r in rows.iterrows() if r["constraint"] == MET]
-    point = [r.policy for _, r in rows.iterrows() if r["constraint"] == POINT]
+    met = [md_escape(r.policy) for _, r in rows.iterrows() if r["constraint"] == MET]
+    point = [md_escape(r.policy) for _, r in rows.iterrows() if r["constraint"] == POINT]
     only = f"by the mean of the runs' rates only (point): {', '.join(point)}"
     if met:
         return (
@@ -410,17 +483,17 @@ def _observations(
 ) -> list[str]:
     """What the run shows, per env: the policies' risks (listed, not ranked), the paired
     comparisons, returns, lambda, shield."""
-    summary = pd.read_csv(source / "tables" / "summary.csv")
-    history = load_table(source / "tables", "history").to_pandas()
-    updates = load_table(source / "tables", "updates").to_pandas()
+    summary = _read_csv(source, "tables/summary.csv")
+    history = _table(source, "history").to_pandas()
+    updates = _table(source, "updates").to_pandas()
     lines = [_comparison_intro(comparisons, alpha), ""] if comparisons else []
     for env, rows in summary.groupby("env", sort=True):
         horizon = int(rows["constraint_horizon"].iloc[0])
         max_risk = float(rows["max_risk"].iloc[0])
         reference = rows.loc[rows["policy"] == "ippo", "eval_return_mean"]
         lines.append(
-            f"- `{env}`: P(violation within {horizon} steps) per policy, pooled over its runs "
-            "[Clopper-Pearson interval] and across runs (mean of the runs' rates [between-run "
+            f"- {md_code(env)}: P(violation within {horizon} steps) per policy, pooled over its "
+            "runs [Clopper-Pearson interval] and across runs (mean of the runs' rates [between-run "
             f"interval]): {_risk_listing(rows, horizon)}. {_verdict_sentence(rows, max_risk)}"
         )
         beyond = sorted(
@@ -439,7 +512,11 @@ def _observations(
             )
         mine = [c for c in comparisons if c.env == env]
         if mine:
-            names = {policy: policy_label(*policy) for c in mine for policy in (c.first, c.second)}
+            names = {
+                policy: md_escape(policy_label(*policy))
+                for c in mine
+                for policy in (c.first, c.second)
+            }
             lines.append(
                 f"  Paired comparisons at H = {horizon} (exact McNemar test, Holm-adjusted over "
                 "the pairs on this page):"
@@ -463,7 +540,7 @@ def _observations(
             )
         if "collision_share" in rows:
             shares = ", ".join(
-                f"{r.policy} {r['collision_share']:.0%}"
+                f"{md_escape(r.policy)} {r['collision_share']:.0%}"
                 for _, r in rows.iterrows()
                 if not pd.isna(r["collision_share"])
             )
@@ -473,7 +550,7 @@ def _observations(
                 )
         if len(reference):
             others = [(r.policy, r["eval_return_mean"]) for _, r in rows.iterrows()]
-            others = [(policy, value) for policy, value in others if policy != "ippo"]
+            others = [(md_escape(policy), value) for policy, value in others if policy != "ippo"]
             lines.append("  " + _returns_against_ippo(others, float(reference.iloc[0])))
             lines.append("  " + _returns_across_runs(rows))
         env_configs = [c for c in configs if c["env_name"] == env]
@@ -511,7 +588,7 @@ def _cpu_seconds(source: Path, env: str, algo: str, runs: Sequence[int], stage: 
     for run in runs:
         relative = Path("runs") / env / algo / f"run{run}" / "logs" / f"{stage}.benchmark.tsv"
         try:
-            with open_regular(source, relative) as handle:
+            with open_regular(source, relative, limit=_read_limit()) as handle:
                 table = pd.read_csv(handle, sep="\t")
         except FileNotFoundError:
             continue
@@ -526,8 +603,8 @@ def shield_comparison(source: Path, configs: Sequence[dict]) -> list[str]:
     shielded = sorted({c["algo"] for c in configs if get_algorithm(c["algo"]).shielded})
     if len(shielded) < 2:
         return []
-    summary = pd.read_csv(source / "tables" / "summary.csv")
-    updates = load_table(source / "tables", "updates").to_pandas()
+    summary = _read_csv(source, "tables/summary.csv")
+    updates = _table(source, "updates").to_pandas()
     rows = [
         "| env | algorithm | coordination | critic AUC | P(viol. ≤ H) | return (eval) "
         "| vs ippo | certified | train CPU s | filter s | evaluate CPU s |",
@@ -556,10 +633,11 @@ def shield_comparison(source: Path, configs: Sequence[dict]) -> list[str]:
             cpu = [_cpu_seconds(source, env, algo, runs, stage) for stage in ("train", "evaluate")]
             cells = [f"{v:.0f}" if np.isfinite(v) else "–" for v in (*cpu, filter_seconds)]
             rows.append(
-                f"| {env} | {algo} | {_coordination(config)} | {_auc(mine)} "
+                f"| {md_escape(env)} | {md_escape(algo)} | {md_escape(_coordination(config))} "
+                f"| {_auc(mine)} "
                 f"| {r[column]:.3f} "
                 f"[{r[column + '_low']:.3f}, {r[column + '_high']:.3f}] "
-                f"| {r['eval_return_mean']:.1f} | {ratio} | {r['certificate']} "
+                f"| {r['eval_return_mean']:.1f} | {ratio} | {md_escape(r['certificate'])} "
                 f"| {cells[0]} | {cells[2]} | {cells[1]} |"
             )
     return rows
@@ -624,7 +702,7 @@ def certificate_lines(evaluation: pd.DataFrame, configs: Sequence[dict]) -> list
     for (env, algo, run), group in rows.groupby(["env", "algo", "run"], sort=True):
         risk = risks.get((env, algo, int(run)))
         text = _certificate_line(group.iloc[0], risk, horizons.get(str(env)))
-        lines.append(f"- `{env}`, `{algo}` run {run}: {text}.")
+        lines.append(f"- {md_code(env)}, {md_code(algo)} run {md_escape(run)}: {text}.")
     return lines
 
 
@@ -656,7 +734,7 @@ def write_results_doc(
     summary = source / "tables" / "summary.md"
     if not summary.is_file():
         raise FileNotFoundError(f"{summary} is missing: run the workflow first (make run)")
-    plan = plan_of_tables(source / "tables")
+    plan = plan_of_tables(source / "tables", root=source, limit=_read_limit())
     drawn = [name for name in FIGURE_NAMES if plan[name] is None]
     missing = [n for n in drawn if not (source / "figures" / f"{n}.png").is_file()]
     if missing:
@@ -666,13 +744,13 @@ def write_results_doc(
     unexplained = sorted(set(FIGURE_NAMES) - set(FIGURE_GUIDE))
     if unexplained:
         raise ValueError(f"no description in FIGURE_GUIDE for the figures {unexplained}")
-    configs = run_configs(load_table(source / "tables", "history"))
-    evaluation = load_table(source / "tables", "eval").to_pandas()
+    configs = run_configs(_table(source, "history"))
+    evaluation = _table(source, "eval").to_pandas()
     comparisons: list[Comparison] = []
     alpha = 0.05
     if len(evaluation):
         names = {
-            (str(a), bool(sh)): policy_label(str(a), bool(sh))
+            (str(a), bool(sh)): md_escape(policy_label(str(a), bool(sh)))
             for a, sh in evaluation[["algo", "shielded"]].drop_duplicates().itertuples(index=False)
         }
         comparisons = compare_policies(
@@ -699,7 +777,7 @@ def write_results_doc(
             stale.unlink()
 
     lines = [
-        f"# Results of the experiment `{source.name}`",
+        f"# Results of the experiment {md_code(source.name)}",
         "",
         f"What the workflow produces on `{config_file}`, as a newcomer sees it. The page and "
         f"the figures and tables in `{name}/` are generated: `make {name}` runs the workflow "
@@ -716,7 +794,7 @@ def write_results_doc(
         "One row per env and policy (`shield (shield off)` is the shield's base policy "
         "evaluated without its shield). Cells are `estimate [interval]`.",
         "",
-        summary.read_text(encoding="utf-8").strip(),
+        _page_markdown(_read_text(source, "tables/summary.md")).strip(),
         "",
         "## What this run shows",
         "",
@@ -809,9 +887,14 @@ def main(argv: Sequence[str] | None = None) -> None:
         "--name", default=RESULTS_FOLDER, help="the page's name (results, paper): NAME.md"
     )
     args = parser.parse_args(argv)
-    path = write_results_doc(
-        experiment_dir(args.config), args.docs, config_file=args.config, name=args.name
-    )
+    try:
+        path = write_results_doc(
+            experiment_dir(args.config), args.docs, config_file=args.config, name=args.name
+        )
+    except ContainmentError as error:
+        # One line naming the file: a results folder that leads outside is refused, not read.
+        print(f"refused: {error}", file=sys.stderr)
+        raise SystemExit(1) from None
     print(f"wrote {path}")
 
 

@@ -27,6 +27,7 @@ import copy
 import difflib
 import functools
 import json
+import os
 import re
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
@@ -43,12 +44,23 @@ from src.config.base import (
     check_optional_value,
 )
 from src.config.run import SECTIONS, RunConfig
-from src.custom import ComponentError, EnvEntry, recorded_entries, register_algorithm, register_env
+from src.custom import (
+    ComponentError,
+    EnvEntry,
+    config_entries,
+    import_folders,
+    installed_folders,
+    module_files,
+    recorded_entries,
+    register_algorithm,
+    register_env,
+)
 from src.seeds import check_seed_uses
 
 __all__ = [
     "MAX_CONFIG_DEPTH",
     "MAX_CONFIG_VALUES",
+    "REPOSITORY",
     "SCHEMA_PATH",
     "WorkflowConfigError",
     "check_config_size",
@@ -56,10 +68,13 @@ __all__ = [
     "iter_runs",
     "read_config_file",
     "resolve_run_config",
+    "results_folder",
     "validate_workflow_config",
 ]
 
-SCHEMA_PATH = Path(__file__).resolve().parents[2] / "workflow" / "schemas" / "config.schema.yaml"
+REPOSITORY = Path(__file__).resolve().parents[2]
+"""The checkout the pipeline runs from (importable: `src` lives here)."""
+SCHEMA_PATH = REPOSITORY / "workflow" / "schemas" / "config.schema.yaml"
 
 
 class WorkflowConfigError(ConfigError):
@@ -324,6 +339,62 @@ def _validator_with_defaults(schema: dict) -> Any:
     return extended(schema)
 
 
+def results_folder(config: Mapping[str, Any]) -> Path:
+    """`{results_dir}/{experiment_tag}` of a validated config, absolute and resolved."""
+    return Path(os.path.abspath(config["results_dir"])).joinpath(config["experiment_tag"]).resolve()
+
+
+def _check_results_location(config: Mapping[str, Any]) -> None:
+    """A results folder is never a place code is imported from: it may not be or contain the
+    checkout or a folder on the Python path, its parent may not be such a folder (the
+    experiment folder would be importable as a top-level package, shadowing an installed one
+    of its name), and it may not lie inside the Python installation."""
+    where = f"config key 'results_dir' = {_one_line(config['results_dir'])}"
+    results = results_folder(config)
+    parent = results.parent
+    for folder in import_folders(REPOSITORY):
+        if folder == results or folder.is_relative_to(results):
+            raise WorkflowConfigError(
+                f"{where}: the results folder {results} is or contains {folder}, a folder "
+                "code is imported from; give results a folder of their own (e.g. results/)"
+            )
+        if folder == parent:
+            raise WorkflowConfigError(
+                f"{where}: {parent} is a folder code is imported from, so the results folder "
+                f"{results} would be importable as the package "
+                f"{config['experiment_tag']!r}; use a sub-folder of it (e.g. results/)"
+            )
+    for folder in installed_folders():
+        if results.is_relative_to(folder):
+            raise WorkflowConfigError(
+                f"{where}: the results folder {results} lies inside {folder}, where Python's "
+                "installed packages live"
+            )
+
+
+def _check_entries_outside_results(config: Mapping[str, Any]) -> None:
+    """No module a config names (nor a package on its way) is found inside the results
+    folder: resolved to its files without importing anything (`src.custom.module_files`)."""
+    results = results_folder(config)
+    for key, entry in config_entries(config):
+        module = entry.split(":", 1)[0]
+        found = [
+            path
+            for path in module_files(module)
+            if Path(os.path.abspath(path)).resolve().is_relative_to(results)
+        ]
+        if found:
+            # The deepest file (the module itself, else a package's __init__.py on the way),
+            # else the deepest package folder.
+            files = [path for path in found if not path.is_dir()]
+            file = (files or found)[-1]
+            raise WorkflowConfigError(
+                f"config key '{key}' = {_one_line(entry)}: module {module!r} is found at "
+                f"{file}, inside the results folder {results}; a config names code to "
+                "import, never code from a results folder"
+            )
+
+
 def _register_components(config: Mapping[str, Any], *, load: bool) -> None:
     """Register the config's `custom_envs` and `custom_algos` in this process; with `load`,
     import each factory, cost function and algorithm class and check what it provides."""
@@ -393,7 +464,11 @@ def _check_names(config: Mapping[str, Any]) -> None:
 
 
 def validate_workflow_config(
-    config: dict, schema_path: str | Path = SCHEMA_PATH, *, load_components: bool = True
+    config: dict,
+    schema_path: str | Path = SCHEMA_PATH,
+    *,
+    load_components: bool = True,
+    results_check: Callable[[Mapping[str, Any]], None] | None = None,
 ) -> dict:
     """Validate `config` against the workflow schema and fill its defaults in place.
 
@@ -403,6 +478,12 @@ def validate_workflow_config(
     naming the key and the value) for the first problem found, e.g. ``config key
     'base.num_envs' = 0: ...``, for unknown env or algorithm names and for an env in `envs`
     without an `env_params` entry.
+
+    Before anything the config names is registered or imported, the results folder is
+    checked: its place (`results_dir`: not a folder code is imported from, nor inside the
+    Python installation), then `results_check(config)` if given (the workflow's check of the
+    folder's contents), then every import path of `custom_envs` and `custom_algos`, resolved
+    to its files without importing it, must lie outside the results folder.
     """
     from jsonschema.exceptions import best_match
 
@@ -416,6 +497,10 @@ def validate_workflow_config(
     error = best_match(validator.iter_errors(config))
     if error is not None:
         raise WorkflowConfigError(_schema_message(error))
+    _check_results_location(config)
+    if results_check is not None:
+        results_check(config)
+    _check_entries_outside_results(config)
     # Base-config keys are checked by their one rule (src.config.base), here key by key so
     # that the message names them as written in the YAML.
     values = [("num_runs", "num_runs", config["num_runs"])]
@@ -809,7 +894,11 @@ def _check_knobs(
 
 
 def check_workflow_config(
-    config: dict, schema_path: str | Path = SCHEMA_PATH, *, check_components: bool = True
+    config: dict,
+    schema_path: str | Path = SCHEMA_PATH,
+    *,
+    check_components: bool = True,
+    results_check: Callable[[Mapping[str, Any]], None] | None = None,
 ) -> dict:
     """Validate the workflow config completely before any job runs; fill defaults in place.
 
@@ -818,9 +907,11 @@ def check_workflow_config(
     runs of one (env, algo) differ only in their index and seed), then, with
     `check_components`, each env's parameters through its constructor and each job's
     estimated peak memory against its `resources` (`src.resources`). Returns `config`;
-    raises `WorkflowConfigError` with one line.
+    raises `WorkflowConfigError` with one line. `results_check`: see `validate_workflow_config`.
     """
-    validate_workflow_config(config, schema_path, load_components=check_components)
+    validate_workflow_config(
+        config, schema_path, load_components=check_components, results_check=results_check
+    )
     runs = {
         (env, algo): resolve_run_config(config, env, algo, 0)
         for env in config["envs"]

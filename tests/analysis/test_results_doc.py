@@ -27,6 +27,7 @@ from src.analysis.results_doc import (
     comparison_sentence,
     experiment_dir,
     main,
+    md_escape,
     return_ratio,
     shield_comparison,
     write_results_doc,
@@ -111,7 +112,10 @@ def test_page_says_what_the_run_shows(experiment: Path, tmp_path: Path) -> None:
     # horizon, in the summary's order: a listing, not a ranking.
     line = next(x for x in section.splitlines() if x.startswith("- `hazard_grid`"))
     assert line.startswith("- `hazard_grid`: P(violation within 100 steps) per policy, pooled")
-    positions = [line.index(f"{r.policy} {r.p_violation_h100:.3f} [") for r in summary.itertuples()]
+    positions = [
+        line.index(f"{md_escape(r.policy)} {r.p_violation_h100:.3f} [")
+        for r in summary.itertuples()
+    ]
     assert positions == sorted(positions)
     for r in summary.itertuples():
         assert f", across runs {r.p_violation_h100_runs:.3f} [" in line
@@ -250,7 +254,10 @@ def test_shields_compared_side_by_side_with_their_cost(tmp_path: Path) -> None:
     table = shield_comparison(root, configs)
     summary = pd.read_csv(root / "tables" / "summary.csv").set_index("policy")
     rows = [line.split(" | ") for line in table[2:]]
-    assert [(r[1], r[2]) for r in rows] == [("shield", "central"), ("shield_dec", "decentralised")]
+    assert [(r[1], r[2]) for r in rows] == [
+        ("shield", "central"),
+        ("shield\\_dec", "decentralised"),
+    ]
     # The synthetic runs log no AUC.
     assert [r[3] for r in rows] == ["–"] * 2
     for row, algo in zip(rows, ("shield", "shield_dec"), strict=True):
@@ -341,7 +348,7 @@ def test_returns_are_shown_with_their_interval_across_runs() -> None:
     )
     rows.loc[2] = ["ippo_lag", 50.0, float("nan"), float("nan")]  # one run: no interval
     assert _returns_across_runs(rows).endswith(
-        ": ippo 125 [124, 125], shield 110 [91.2, 129], ippo_lag 50."
+        ": ippo 125 [124, 125], shield 110 [91.2, 129], ippo\\_lag 50."
     )
 
 

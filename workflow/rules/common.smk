@@ -20,7 +20,11 @@ from src.code_inputs import (
     parse_code_name,
     write_fingerprint,
 )
-from src.containment import ContainmentError, check_results_folder
+from src.containment import (
+    ContainmentError,
+    check_results_folder,
+    check_results_links,
+)
 from src.config.workflow import (
     WorkflowConfigError,
     check_workflow_config,
@@ -50,18 +54,43 @@ if not workflow.overwrite_configfiles:
     config.update(_default)
 
 
+# ---------------------------------------------------------------- nothing planted in the results
+# The results folder may come from elsewhere (a shared scratch, a colleague's archive). Before
+# Snakemake deletes, reruns or reports anything in it, and before anything the config names is
+# imported: the folder is not reached through a symlink (unless results_symlink_ok), and holds
+# no symlink and no FIFO, socket or device anywhere (wandb's own tree aside, see
+# src/containment.py), or the workflow stops with one line naming the file. Jobs check their
+# own paths again when they start (job.py).
+def check_results(checked):
+    """The main process's check of the results folder, run by the config's validation after
+    the schema and before any module the config names is imported."""
+    if workflow.is_main_process:
+        check_results_links(
+            checked["results_dir"],
+            checked["experiment_tag"],
+            allowed=checked["results_symlink_ok"],
+        )
+        check_results_folder(f"{checked['results_dir']}/{checked['experiment_tag']}")
+
+
 # ---------------------------------------------------------------- validation, before any job
-# The schema fills defaults into `config`; every run config is then resolved once. Building the
-# envs to check their parameters happens only in the main process, not again in every job.
+# The schema fills defaults into `config`; the results folder is checked (its place, what it
+# holds, and that no module the config names lies inside it); every run config is then resolved
+# once. Building the envs to check their parameters happens only in the main process, not again
+# in every job.
 try:
     check_workflow_config(
         config,
         REPO / "workflow" / "schemas" / "config.schema.yaml",
         check_components=workflow.is_main_process,
+        results_check=check_results,
     )
 except WorkflowConfigError as error:
     # One line naming the key and value, no traceback: the whole message is the diagnosis.
     print(f"invalid config: {error}", file=sys.stderr)
+    sys.exit(1)
+except ContainmentError as error:
+    print(f"refused: {error}", file=sys.stderr)
     sys.exit(1)
 
 
@@ -87,19 +116,6 @@ VIDEO_PAGE_DIR = f"{RESULTS}/video_page"
 WANDB_DIR = f"{RESULTS}/wandb"
 WANDB_DONE = f"{WANDB_DIR}/upload.done"
 ENVIRONMENT = "../../environment.yml"
-
-
-# ---------------------------------------------------------------- nothing planted in the results
-# The results folder may come from elsewhere (a shared scratch, a colleague's archive). Before
-# Snakemake deletes, reruns or reports anything in it: no symlink and no FIFO, socket or device
-# anywhere in it (wandb's own tree aside, see src/containment.py), or the workflow stops with
-# one line naming the file. Jobs check their own paths again when they start (job.py).
-if workflow.is_main_process:
-    try:
-        check_results_folder(RESULTS)
-    except ContainmentError as error:
-        print(f"refused: {error}", file=sys.stderr)
-        sys.exit(1)
 
 
 # ---------------------------------------------------------------- a dry run that reads
