@@ -56,6 +56,13 @@ def _workflow(folder: Path) -> list[str]:
     return [str(SNAKEMAKE), "--cores", "1"]
 
 
+def _terminal_signals() -> None:
+    """In the child, before it starts: Ctrl-C handled as in a terminal's foreground job. A
+    shell starts background commands with SIGINT ignored, and Python keeps an ignored SIGINT,
+    so a test run in the background would otherwise wait for an interrupt that never lands."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _lines(text: str, part: str) -> list[str]:
     return [line for line in text.splitlines() if part in line]
 
@@ -72,6 +79,7 @@ def test_ctrl_c_ends_training_in_one_line_and_the_same_command_resumes(tmp_path:
         stderr=subprocess.PIPE,
         text=True,
         start_new_session=True,
+        preexec_fn=_terminal_signals,
     )
     try:
         deadline = time.monotonic() + TIMEOUT
@@ -147,6 +155,7 @@ def test_ctrl_c_ends_any_job_in_one_line(tmp_path: Path):
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        preexec_fn=_terminal_signals,
     )
     try:
         assert child.stdout is not None and child.stdout.readline() == "ready\n"
