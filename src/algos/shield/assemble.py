@@ -14,7 +14,7 @@ from typing import Any
 from src.algos.networks import ActorCritic
 from src.algos.seeding import derived_seeds
 from src.algos.shield.budget import BudgetShield
-from src.algos.shield.calibration import CalibrationMap
+from src.algos.shield.calibration import POLICY_STATE_KEY, CalibrationMap
 from src.algos.shield.critic import RiskCritic
 from src.algos.shield.opponent_model import OpponentMLP, make_opponent_model
 from src.algos.shield.world_model import TeamWorldModel, make_world_model
@@ -23,15 +23,11 @@ from src.config.run import RunConfig
 from src.config.shield import ShieldConfig
 
 __all__ = [
-    "POLICY_STATE_KEY",
     "SHIELD_VERSIONS",
     "ShieldParts",
     "build_shield",
     "load_shield",
 ]
-
-# Key of the shield's entry in policy.pt.
-POLICY_STATE_KEY = "shield"
 
 
 @dataclass

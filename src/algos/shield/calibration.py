@@ -51,6 +51,7 @@ from src.runfiles import RunFiles
 __all__ = [
     "CERTIFICATE_KEY",
     "EARLY_LOOK_WEIGHT",
+    "POLICY_STATE_KEY",
     "AdaptiveAllowance",
     "CalibrationMap",
     "Certificate",
@@ -403,6 +404,10 @@ def fixed_sequence_test(
     )
 
 
+POLICY_STATE_KEY = "shield"
+"""Key of the shield's entry (its models, calibration and certificate) in policy.pt's policy
+state."""
+
 CERTIFICATE_KEY = "certificate"
 """Key of the certificate in the shield's entry of policy.pt (`POLICY_STATE_KEY`)."""
 
@@ -414,8 +419,6 @@ def certificate_of(policy_state: Any, *, where: str = "policy.pt") -> Certificat
 
     Raises `ValueError` naming `where` when the entry is there but is not a certificate.
     """
-    from src.algos.shield.assemble import POLICY_STATE_KEY
-
     saved = policy_state.get(POLICY_STATE_KEY) if isinstance(policy_state, Mapping) else None
     entry = saved.get(CERTIFICATE_KEY) if isinstance(saved, Mapping) else None
     if entry is None:

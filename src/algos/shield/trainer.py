@@ -51,9 +51,10 @@ from src.algos import metrics as M
 from src.algos.filters import Unfiltered
 from src.algos.ippo import IPPO, TrainingCallback
 from src.algos.seeding import derived_seeds
-from src.algos.shield.assemble import POLICY_STATE_KEY, build_shield
+from src.algos.shield.assemble import build_shield
 from src.algos.shield.bounds import calibration_factor, credible_delta
 from src.algos.shield.calibration import (
+    POLICY_STATE_KEY,
     AdaptiveAllowance,
     CalibrationMap,
     Certificate,
