@@ -49,12 +49,21 @@ CALIBRATION_SHIFT = 500_000
 """A tuned shield's calibration seeds start this far into `TUNING`."""
 
 VARIANTS: dict[str, list[tuple[str, dict[str, Any]]]] = {
+    "hazard_grid": [
+        ("ippo", {}),
+        ("ippo_lag", {"cost_gamma": 0.8, "cost_gae_lambda": 0.5}),
+        ("ippo_lag", {"cost_gamma": 0.8, "cost_gae_lambda": 0.5, "risk_target_ratio": 0.6}),
+        ("ippo_lag", {"cost_gamma": 0.9, "cost_gae_lambda": 0.9, "risk_target_ratio": 0.6}),
+    ],
     "intersection": [
         ("ippo", {}),
         ("ippo_lag", {"cost_gamma": 0.8, "cost_gae_lambda": 0.5}),
         ("ippo_lag", {"cost_gamma": 0.9, "cost_gae_lambda": 0.9}),
         ("ippo_lag", {"cost_gamma": 0.95, "cost_gae_lambda": 0.95}),
         ("ippo_lag", {"cost_gamma": 0.8, "cost_gae_lambda": 0.5, "pid_ki": 0.5}),
+        ("ippo_lag", {"cost_gamma": 0.8, "cost_gae_lambda": 0.5, "risk_target_ratio": 0.6}),
+        ("ippo_lag", {"cost_gamma": 0.9, "cost_gae_lambda": 0.9, "risk_target_ratio": 0.6}),
+        ("ippo_lag", {"cost_gamma": 0.9, "cost_gae_lambda": 0.9, "risk_target_ratio": 0.4}),
         ("shield_dec", {}),
     ],
 }

@@ -140,8 +140,10 @@ class PIDLagrange:
 
 
 def _bounds(config: LagrangeConfig) -> dict[str, float]:
-    """What every multiplier takes from the config: its limit, start and cap."""
-    return {"limit": config.max_risk, "init": config.lambda_init, "max_value": config.lambda_max}
+    """What every multiplier takes from the config: its limit (`max_risk` x
+    `risk_target_ratio`), start and cap."""
+    limit = config.max_risk * config.risk_target_ratio
+    return {"limit": limit, "init": config.lambda_init, "max_value": config.lambda_max}
 
 
 def _gradient_multiplier(config: LagrangeConfig) -> GradientLagrange:

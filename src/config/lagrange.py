@@ -47,6 +47,7 @@ class LagrangeConfig(Section):
         "team_cost": check_bool,
         "normalise_cost_advantages": check_bool,
         "risk_window": partial(check_int, low=1),
+        "risk_target_ratio": partial(check_float, low=0.0, high=1.0, open_low=True),
         "lambda_init": _non_negative,
         "lambda_max": _non_negative,
         "lagrangian_lr": partial(check_float, low=0.0),
@@ -81,6 +82,10 @@ class LagrangeConfig(Section):
     risk_window: int = 100
     """The multiplier sees the violation rate of the episodes of the last rollout, or of the
     last `risk_window` finished episodes when the rollout finished fewer."""
+    risk_target_ratio: float = 1.0
+    """The violation rate the multiplier steers the training episodes to, as a fraction of
+    `max_risk` (in (0, 1]). At 1 the rate settles around `max_risk` itself, so a final policy
+    lands above it about as often as below; a lower target leaves room for that spread."""
     lambda_init: float = 0.0
     """Initial multiplier (`v0`) or initial integral term (`pid`); at most `lambda_max`."""
     lambda_max: float = 5.0

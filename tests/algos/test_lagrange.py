@@ -140,3 +140,25 @@ def test_factories_pass_the_cap_and_the_initial_value(version: str) -> None:
     for _ in range(200):
         lag.update(1.0)
     assert lag.value == 0.75
+
+
+@pytest.mark.parametrize("version", sorted(LAG_VERSIONS))
+def test_the_multiplier_steers_to_the_risk_target_below_max_risk(version: str) -> None:
+    """A rate between the target and max_risk still raises the multiplier; the default target
+    is max_risk itself, where the same rate lowers it."""
+    for ratio, rises in ((0.5, True), (1.0, False)):
+        config = LagrangeConfig(
+            max_risk=0.1, lag_version=version, lambda_init=1.0, risk_target_ratio=ratio
+        )
+        lag = LAG_VERSIONS[version](config)
+        assert lag.limit == pytest.approx(0.1 * ratio)
+        start = lag.value
+        for _ in range(20):
+            lag.update(0.07)
+        assert (lag.value > start) is rises
+
+
+@pytest.mark.parametrize("ratio", [0.0, -0.5, 1.5, "0.5"])
+def test_a_risk_target_outside_the_unit_interval_is_refused(ratio: object) -> None:
+    with pytest.raises(ValueError, match="risk_target_ratio"):
+        LagrangeConfig(max_risk=0.1, lag_version="pid", risk_target_ratio=ratio)
