@@ -13,8 +13,12 @@ goes through this module:
   link, FIFO, socket or device), without following anything.
 - `regular_file`, `open_regular`, `copy_file`: read and copy regular files only, opened
   without following a symlink and without blocking on a FIFO.
-- `remove_tree(root, path)`: delete a file or folder inside `root`; a symlink is refused, and
-  links further down are removed, never followed.
+- `remove_tree(root, path)`, `replace(root, source, destination)`: delete, or rename into
+  place, a file or folder inside `root` through folder descriptors: every component from the
+  job's results folder (`set_results_root`), or from `root`, down to the entry is opened
+  without following a link (`O_NOFOLLOW`), and the entry is deleted or renamed relative to its
+  folder's descriptor, so a folder swapped for a link in the middle of a run is refused, never
+  followed; links further down a deleted folder are removed, never followed.
 - Archives (`.npz`, zip-based `.pt`): `check_archive` refuses members that would inflate past
   `archive_limit()`, half the job's memory (`set_memory_budget`, from the job's `mem_mb`), from
   the zip's central directory, before anything is inflated.
@@ -51,7 +55,10 @@ __all__ = [
     "open_regular",
     "regular_file",
     "remove_tree",
+    "replace",
+    "results_root",
     "set_memory_budget",
+    "set_results_root",
 ]
 
 _MB = 1024.0**2
@@ -334,26 +341,150 @@ def check_paths(root: str | Path, paths: Iterable[str | Path]) -> None:
             check_tree(base, inside(base, candidate))
 
 
+# ---------------------------------------------------------------- folders by descriptor
+
+_results_root: Path | None = None
+
+_FOLDER_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
+
+
+def set_results_root(folder: str | Path | None) -> None:
+    """Set the results folder of the current job (`{results_dir}/{experiment_tag}`), or None.
+
+    `remove_tree` and `replace` on a path below it walk down from it, so a run folder or a
+    checkpoint folder swapped for a link while the job runs is refused even where it is the
+    `root` they are given. The folder itself is opened as named (it may be a link the config
+    allows, `results_symlink_ok`; the workflow's start check decides that).
+    """
+    global _results_root
+    _results_root = None if folder is None else Path(os.path.abspath(folder))
+
+
+@contextlib.contextmanager
+def results_root(folder: str | Path | None) -> Iterator[None]:
+    """`set_results_root(folder)` for the duration of a block, then the previous folder."""
+    previous = _results_root
+    set_results_root(folder)
+    try:
+        yield
+    finally:
+        set_results_root(previous)
+
+
+def _walk_start(base: Path) -> tuple[Path, tuple[str, ...]]:
+    """(folder opened as named, names walked below it without following links) for the root
+    folder `base`: from the results folder when `base` lies at or below it, else from the
+    parent of `base` (so `base` itself is no link either)."""
+    anchor = _results_root
+    if anchor is not None and (base == anchor or base.is_relative_to(anchor)):
+        return anchor, base.relative_to(anchor).parts
+    if base.parent == base:
+        return base, ()
+    return base.parent, (base.name,)
+
+
+def _open_folder(start: Path, names: Sequence[str]) -> int | None:
+    """A descriptor of `start/names...`: `start` opened as named, every name below it with
+    `O_NOFOLLOW | O_DIRECTORY` relative to the folder above; None when one of them does not
+    exist or is no folder. A link among them is refused (`ContainmentError` naming it)."""
+    fd = os.open(start, os.O_RDONLY | os.O_DIRECTORY | getattr(os, "O_CLOEXEC", 0))
+    where = start
+    try:
+        for name in names:
+            where = where / name
+            try:
+                child = os.open(name, _FOLDER_FLAGS, dir_fd=fd)
+            except OSError as error:
+                if error.errno not in (errno.ENOENT, errno.ENOTDIR, errno.ELOOP):
+                    raise
+                _refuse_link(fd, name, where)
+                os.close(fd)
+                return None
+            os.close(fd)
+            fd = child
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def _refuse_link(fd: int, name: str, where: Path) -> None:
+    """Raise the link error of `where` if the entry `name` of the folder `fd` is a link."""
+    try:
+        mode = os.stat(name, dir_fd=fd, follow_symlinks=False).st_mode
+    except OSError:
+        return
+    if stat.S_ISLNK(mode):
+        raise _link_error(where)
+
+
+@contextlib.contextmanager
+def _parent_folder(root: str | Path, path: str | Path) -> Iterator[tuple[Path, int | None, str]]:
+    """(checked path, descriptor of its folder or None if that folder is missing, its name),
+    for a path inside `root` that is not `root` itself; the descriptor is closed after."""
+    target = inside(root, path)
+    base = Path(os.path.abspath(root))
+    if target == base:
+        raise ContainmentError(f"{path!s} names {target} itself, not a path inside it", path=target)
+    start, names = _walk_start(base)
+    fd = _open_folder(start, (*names, *target.relative_to(base).parts[:-1]))
+    try:
+        yield target, fd, target.name
+    finally:
+        if fd is not None:
+            os.close(fd)
+
+
 def remove_tree(root: str | Path, path: str | Path) -> bool:
     """Delete the file or folder `inside(root, path)`; False if there was nothing to delete.
 
-    `root` itself is never deleted, and a symlink is refused rather than deleted or followed;
-    below a deleted folder, links are removed without following them (`shutil.rmtree` works
-    on file descriptors). Raises `ContainmentError` naming the path.
+    Works through descriptors: the folders from the results folder (`set_results_root`), or
+    from `root`, down to the entry are opened one at a time without following a link, the
+    entry is examined and deleted relative to its folder's descriptor, and a folder's contents
+    are deleted by `shutil.rmtree` on that descriptor (which never follows a link either). So
+    `root` itself, a symlink at any step, or a folder swapped for one while this runs is
+    refused, never followed nor deleted. Raises `ContainmentError` naming the path.
     """
-    target = inside(root, path)
-    if target == Path(os.path.abspath(root)):
-        raise ContainmentError(f"{path!s} names {target} itself, not a path inside it", path=target)
-    try:
-        mode = os.lstat(target).st_mode
-    except FileNotFoundError:
-        return False
-    if stat.S_ISDIR(mode):
-        # rmtree refuses symlinks at the top and never follows them below (fd-based walk).
-        shutil.rmtree(target)
-    else:
-        os.unlink(target)
-    return True
+    with _parent_folder(root, path) as (target, fd, name):
+        if fd is None:
+            return False
+        try:
+            mode = os.stat(name, dir_fd=fd, follow_symlinks=False).st_mode
+        except FileNotFoundError:
+            return False
+        if stat.S_ISLNK(mode):
+            raise _link_error(target)
+        if not stat.S_ISDIR(mode):
+            try:
+                os.unlink(name, dir_fd=fd)  # a link swapped in meanwhile goes, not its target
+            except FileNotFoundError:
+                return False
+            return True
+        try:
+            # On a descriptor, rmtree opens each folder without following links and checks
+            # that it is the folder it examined (shutil.rmtree.avoids_symlink_attacks).
+            shutil.rmtree(name, dir_fd=fd)
+        except FileNotFoundError:
+            return False
+        except OSError:
+            _refuse_link(fd, name, target)  # swapped for a link after the check above
+            raise
+        return True
+
+
+def replace(root: str | Path, source: str | Path, destination: str | Path) -> None:
+    """Rename `inside(root, source)` onto `inside(root, destination)` (`os.replace`), both
+    named relative to descriptors of their folders walked as in `remove_tree`, so neither is
+    reached through a link. A link at either name is refused (`ContainmentError`)."""
+    with (
+        _parent_folder(root, source) as (old, old_fd, old_name),
+        _parent_folder(root, destination) as (new, new_fd, new_name),
+    ):
+        for fd, name, where in ((old_fd, old_name, old), (new_fd, new_name, new)):
+            if fd is None:
+                raise FileNotFoundError(errno.ENOENT, "no such folder", str(where.parent))
+            _refuse_link(fd, name, where)
+        os.replace(old_name, new_name, src_dir_fd=old_fd, dst_dir_fd=new_fd)
 
 
 # ---------------------------------------------------------------------------- archives

@@ -12,14 +12,14 @@ refused with a `ContainmentError` naming it before anything is copied (`src.cont
 
 from __future__ import annotations
 
+import contextlib
 import html
 import os
-import shutil
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
-from src.containment import copy_file, inside, regular_file, remove_tree
+from src.containment import copy_file, inside, regular_file, remove_tree, replace
 from src.evaluation.overlay import MARKS_LEGEND
 
 __all__ = ["write_video_page"]
@@ -102,9 +102,12 @@ def write_video_page(
             + "\n</body>\n</html>\n"
         )
         (staging / "index.html").write_text(page, encoding="utf-8")
-        remove_tree(out.parent, out.name)  # a symlinked page folder is refused, not followed
-        os.replace(staging, out)
+        # Through descriptors of the folders: a page folder that is (or is swapped for) a link
+        # is refused, not followed.
+        remove_tree(out.parent, out.name)
+        replace(out.parent, staging.name, out.name)
     except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
+        with contextlib.suppress(OSError):
+            remove_tree(out.parent, staging.name)
         raise
     return out / "index.html"

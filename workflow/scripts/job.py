@@ -2,7 +2,8 @@
 
 It also holds the job to its results folder (`src.containment`): every input, output and log
 path of the job under `{results_dir}/{experiment_tag}` must stay inside it (no symlink on the
-way, only folders and regular files there), the job's `mem_mb` bounds what archives it may
+way, only folders and regular files there), deletes and renames under it walk down from it
+without following a link (`set_results_root`), the job's `mem_mb` bounds what archives it may
 inflate, and a refusal ends the job with one line naming the file instead of a traceback (and
 so does a training that finished no episode, naming the run folder).
 
@@ -28,7 +29,12 @@ REPO = Path(__file__).resolve().parents[2]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from src.containment import ContainmentError, check_paths, set_memory_budget  # noqa: E402
+from src.containment import (  # noqa: E402
+    ContainmentError,
+    check_paths,
+    set_memory_budget,
+    set_results_root,
+)
 from src.core.io import PersistenceError  # noqa: E402
 from src.core.logging import configure_logging, log, log_to_file  # noqa: E402 (needs the path)
 from src.custom import register_config  # noqa: E402 (needs the path above)
@@ -124,6 +130,9 @@ def start_job(snakemake: Any, *, console: bool = False) -> None:
         except ContainmentError as error:
             log(f"refused: {error}", type="refused", console=True)
             raise SystemExit(1) from None
+        # Deletes and renames below it walk down from it: a run or checkpoint folder swapped
+        # for a link while the job runs is refused.
+        set_results_root(results)
     # The config's tasks and algorithms given by import path, known to this job's registries
     # as to the workflow's (imported only when the job's code uses them).
     register_config(snakemake.config)

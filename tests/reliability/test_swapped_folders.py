@@ -1,0 +1,163 @@
+"""A folder swapped for a link while the pipeline works in it is refused, never followed.
+
+A results folder handed over may be shared with someone who renames a `checkpoint` folder (or
+a whole run folder) away and puts a symbolic link to a folder of the user's in its place while
+training runs. Deleting by name would then walk through the link: `remove_tree` checked the
+path and deleted it a moment later, and about one call in five hundred deleted the outside
+folder instead. Here a swapper process flips the folder between the real one and a link to an
+outside folder thousands of times while the deletes run over and over; nothing outside may go.
+The outside folders share the results root's prefix (`results-evil` next to `results`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from src.containment import ContainmentError, remove_tree, results_root
+from tests.reliability.helpers import folder_state
+
+SWAPS = 10000  # flips of the folder; each leaves the link in place for a moment
+TIME_LIMIT = 8.0  # seconds for one race at most
+
+# Flips `folder` between the real folder and a link to `target` until it has done `swaps`
+# flips or `stop` exists; prints the number of flips.
+SWAPPER = r"""
+import os, sys
+folder, away, target, stop, swaps = sys.argv[1:6]
+done = 0
+while done < int(swaps) and not os.path.exists(stop):
+    os.rename(folder, away)
+    os.symlink(target, folder)
+    os.unlink(folder)
+    os.rename(away, folder)
+    done += 1
+print(done)
+"""
+
+_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+def _plant(base: Path, parts: tuple[str, ...], files: tuple[str, ...]) -> None:
+    """Create `base/parts.../files` one component at a time without following a link; give
+    up quietly where a component is a link or missing (the swapper is between two steps)."""
+    fd = os.open(base, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        for depth, part in enumerate(parts):
+            if depth == len(parts) - 1:
+                with contextlib.suppress(FileExistsError):
+                    os.mkdir(part, dir_fd=fd)
+            try:
+                child = os.open(part, _DIR, dir_fd=fd)
+            except OSError as error:
+                if error.errno in (errno.ENOENT, errno.ENOTDIR, errno.ELOOP):
+                    return
+                raise
+            os.close(fd)
+            fd = child
+        for name in files:
+            os.close(os.open(name, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW, 0o600, dir_fd=fd))
+    finally:
+        os.close(fd)
+
+
+def _race(
+    swapped: Path, target: Path, calls: list[tuple[Path, str]], plant: tuple[Path, tuple[str, ...]]
+) -> tuple[int, int]:
+    """Delete every (root, path) of `calls` over and over while a swapper process flips
+    `swapped` to a link to `target`; re-plant what was deleted (`plant`: base folder,
+    components below it) between rounds. Returns (flips, delete calls)."""
+    stop = swapped.parent / "stop"
+    deletes = 0
+    deadline = time.monotonic() + TIME_LIMIT
+    base, parts = plant
+    command = [sys.executable, "-c", SWAPPER, str(swapped), f"{swapped}.away", str(target)]
+    swapper = subprocess.Popen([*command, str(stop), str(SWAPS)], stdout=subprocess.PIPE, text=True)
+    try:
+        while swapper.poll() is None and time.monotonic() < deadline:
+            _plant(base, parts, ("precious.txt",))
+            for root, path in calls:
+                with contextlib.suppress(ContainmentError, OSError):
+                    remove_tree(root, path)
+                deletes += 1
+    finally:
+        stop.touch()
+        output, _ = swapper.communicate(timeout=30)
+    # The swapper stops between two flips: the folder is the real one again.
+    assert swapped.is_dir() and not swapped.is_symlink()
+    return int(output), deletes
+
+
+@pytest.fixture
+def outside(tmp_path: Path) -> Path:
+    """A user's folder next to the results folder, sharing its prefix, shaped like a run
+    folder's checkpoint folder (and a checkpoint folder itself), with files to lose."""
+    folder = tmp_path / "results-evil"
+    for name in ("update-000001", "checkpoint/update-000001"):
+        (folder / name).mkdir(parents=True)
+        (folder / name / "precious.txt").write_text("must survive")
+    return folder
+
+
+def test_a_checkpoint_folder_flipped_to_a_link_never_leads_a_delete_outside(
+    tmp_path: Path, outside: Path
+):
+    run = tmp_path / "results" / "test" / "runs" / "hazard_grid" / "ippo" / "run0"
+    checkpoint = run / "checkpoint"
+    checkpoint.mkdir(parents=True)
+    before = folder_state(outside)
+    calls = [
+        (run, "checkpoint/update-000001"),
+        (run, "checkpoint/update-000001/precious.txt"),
+        (checkpoint, "update-000001"),  # the clean-up of save_checkpoint, rooted at the folder
+        (checkpoint, "update-000001/precious.txt"),
+    ]
+    flips, deletes = _race(checkpoint, outside, calls, (run, ("checkpoint", "update-000001")))
+    assert folder_state(outside) == before, "a delete went through the link"
+    assert flips >= 1000 and deletes >= 1000, (flips, deletes)
+
+
+def test_a_run_folder_flipped_to_a_link_never_leads_a_delete_outside(tmp_path: Path, outside: Path):
+    results = tmp_path / "results" / "test"
+    run = results / "runs" / "hazard_grid" / "ippo" / "run0"
+    (run / "checkpoint").mkdir(parents=True)
+    before = folder_state(outside)
+    calls = [
+        (run, "checkpoint/update-000001"),
+        (run / "checkpoint", "update-000001/precious.txt"),
+    ]
+    plant = (results, ("runs", "hazard_grid", "ippo", "run0", "checkpoint", "update-000001"))
+    with results_root(results):
+        flips, deletes = _race(run, outside, calls, plant)
+    assert folder_state(outside) == before, "a delete went through the link"
+    assert flips >= 1000 and deletes >= 1000, (flips, deletes)
+
+
+def test_a_linked_folder_is_refused_in_one_line_naming_it(tmp_path: Path, outside: Path):
+    results = tmp_path / "results" / "test"
+    run = results / "runs" / "hazard_grid" / "ippo" / "run0"
+    run.parent.mkdir(parents=True)
+    before = folder_state(outside)
+    # The checkpoint folder itself is the link, and it is the root the clean-up is given.
+    run.mkdir()
+    (run / "checkpoint").symlink_to(outside)
+    with pytest.raises(ContainmentError) as refused:
+        remove_tree(run / "checkpoint", "update-000001")
+    message = str(refused.value)
+    assert "\n" not in message and str(run / "checkpoint") in message and str(outside) in message
+    # The run folder is the link: refused below the job's results folder.
+    (run / "checkpoint").unlink()
+    run.rmdir()
+    run.symlink_to(outside)
+    with results_root(results), pytest.raises(ContainmentError) as refused:
+        remove_tree(run, "checkpoint")
+    message = str(refused.value)
+    assert "\n" not in message and str(run) in message and "symbolic link" in message
+    assert folder_state(outside) == before
