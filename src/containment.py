@@ -10,7 +10,9 @@ goes through this module:
   resolved `root`. `root` itself may be a symlink (e.g. results on scratch storage); nothing
   below it may be.
 - `check_tree(root)`: every entry below `root` is a folder or a regular file (no symbolic
-  link, FIFO, socket or device), without following anything.
+  link, FIFO, socket or device), without following anything; `check_results_folder` also
+  refuses a file with hard links outside the folder (a file written in place, such as
+  Snakemake's benchmark and log files, would change elsewhere too).
 - `regular_file`, `open_regular`, `copy_file`: read and copy regular files only, opened
   without following a symlink and without blocking on a FIFO.
 - `remove_tree(root, path)`, `replace(root, source, destination)`: delete, or rename into
@@ -233,12 +235,21 @@ def copy_file(root: str | Path, source: str | Path, destination: str | Path) -> 
     return out
 
 
-def check_tree(root: str | Path, path: str | Path = ".", *, skip: Iterable[str] = ()) -> None:
+def check_tree(
+    root: str | Path,
+    path: str | Path = ".",
+    *,
+    skip: Iterable[str] = (),
+    links_inside: bool = False,
+) -> None:
     """Refuse the first symlink or non-regular file below `inside(root, path)`.
 
     Walks the folder without following anything; folders and regular files pass. `skip`
     names sub-folders (relative to `root`, POSIX form) whose contents are not examined. A
-    missing folder passes; a regular file passes.
+    missing folder passes; a regular file passes. With `links_inside`, a regular file with
+    more than one hard link is refused too unless every link lies in the walked folder (the
+    skipped sub-folders included): a tool that writes the file in place (Snakemake's log and
+    benchmark files) would change it under its names elsewhere.
     """
     top = inside(root, path)
     base = Path(os.path.abspath(root))
@@ -253,18 +264,28 @@ def check_tree(root: str | Path, path: str | Path = ".", *, skip: Iterable[str] 
         return
     if not stat.S_ISDIR(mode):
         raise ContainmentError(f"{top} is {_kind(mode)}, not a regular file", path=top)
-    pending = [top]
+    # (device, inode) of a file with several links -> [a checked name or None, links, seen]
+    linked: dict[tuple[int, int], list] = {}
+    pending = [(top, False)]
     while pending:
-        folder = pending.pop()
-        if PurePosixPath(folder.relative_to(base).as_posix()) in skipped:
-            continue
+        folder, quiet = pending.pop()
+        if not quiet and PurePosixPath(folder.relative_to(base).as_posix()) in skipped:
+            if not links_inside:
+                continue
+            quiet = True  # walked only to count the links of files outside it
         with os.scandir(folder) as entries:
             for entry in entries:
                 entry_path = Path(entry.path)
+                if quiet:
+                    if entry.is_dir(follow_symlinks=False):
+                        pending.append((entry_path, True))
+                    elif entry.is_file(follow_symlinks=False):
+                        _count_link(linked, entry, None)
+                    continue
                 if entry.is_symlink():
                     raise _link_error(entry_path)
                 if entry.is_dir(follow_symlinks=False):
-                    pending.append(entry_path)
+                    pending.append((entry_path, False))
                 elif not entry.is_file(follow_symlinks=False):
                     kind = _kind(entry.stat(follow_symlinks=False).st_mode)
                     raise ContainmentError(
@@ -272,6 +293,29 @@ def check_tree(root: str | Path, path: str | Path = ".", *, skip: Iterable[str] 
                         "folders and regular files only",
                         path=entry_path,
                     )
+                elif links_inside:
+                    _count_link(linked, entry, entry_path)
+    for name, links, seen in linked.values():
+        if name is not None and seen < links:
+            raise ContainmentError(
+                f"{name} has {links} hard links, {links - seen} of them outside {base}: "
+                "Snakemake writes its log and benchmark files in place, so a rerun would "
+                "change the file under its other names too (a `cp -al` copy, say); give it a "
+                "copy of its own (cp --no-preserve=links) or delete it",
+                path=name,
+            )
+
+
+def _count_link(linked: dict[tuple[int, int], list], entry: os.DirEntry, name: Path | None) -> None:
+    """Count one name of a regular file with several hard links (`check_tree`); `name`: the
+    path to refuse it by (None: a name in a skipped folder, counted only)."""
+    info = entry.stat(follow_symlinks=False)
+    if info.st_nlink < 2:
+        return
+    record = linked.setdefault((info.st_dev, info.st_ino), [None, info.st_nlink, 0])
+    record[2] += 1
+    if record[0] is None:
+        record[0] = name
 
 
 TOOL_TREES = ("wandb/wandb",)
@@ -283,12 +327,14 @@ from them only the offline runs its manifest lists, checked when they are used
 
 
 def check_results_folder(folder: str | Path) -> None:
-    """Refuse a results folder (`{results_dir}/{experiment_tag}`) holding a symlink or a
-    non-regular file anywhere outside `TOOL_TREES`; one line naming the first one found.
+    """Refuse a results folder (`{results_dir}/{experiment_tag}`) holding a symlink, a
+    non-regular file, or a file with hard links outside the folder, anywhere outside
+    `TOOL_TREES`; one line naming the first one found.
 
-    The folder itself may be a symlink (results on scratch storage) or missing.
+    The folder itself may be a symlink (results on scratch storage) or missing. Hard links
+    inside the folder pass (training keeps a second name of its running log).
     """
-    check_tree(folder, skip=TOOL_TREES)
+    check_tree(folder, skip=TOOL_TREES, links_inside=True)
 
 
 def check_results_links(
