@@ -15,7 +15,7 @@ for _variable in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
 import importlib  # noqa: E402 - must follow the thread pinning above
 import sys  # noqa: E402
 
-BENCHMARKS: tuple[str, ...] = ("envs", "evaluation", "algos", "shield", "paper_grid")
+BENCHMARKS: tuple[str, ...] = ("envs", "mamujoco", "evaluation", "algos", "shield", "paper_grid")
 """Benchmark modules under ``benchmarks/``, run in this order."""
 
 

@@ -27,6 +27,7 @@ from src.envs.grid_core import GridConfig, GridVectorEnv
 from src.envs.grid_parallel import GridParallelEnv
 from src.envs.hazard_grid import HazardGridConfig, HazardGridVectorEnv
 from src.envs.intersection import IntersectionConfig, IntersectionVectorEnv
+from src.envs.mamujoco import MaMuJoCoConfig, MaMuJoCoParallelEnv, MaMuJoCoVectorEnv
 from src.envs.spread_core import NativeSpreadVectorEnv, SpreadConfig
 from src.envs.spread_parallel import NativeSpreadParallelEnv
 from src.envs.task import TaskConfig, make_task_env, make_task_vector_env
@@ -99,6 +100,18 @@ ENVS: dict[str, EnvSpec] = {
         IntersectionConfig,
         IntersectionVectorEnv,
         "agents cross a four-way junction; collisions and leaving the road cost",
+    ),
+    "mamujoco": EnvSpec(
+        name="mamujoco",
+        config_class=MaMuJoCoConfig,
+        make_parallel=lambda config, render_mode: MaMuJoCoParallelEnv(
+            config, render_mode=render_mode
+        ),
+        make_vector=lambda config, num_envs, seed: MaMuJoCoVectorEnv(
+            config, num_envs=num_envs, seed=seed
+        ),
+        description="Gymnasium-Robotics' mamujoco_v1 (Box actions); Safety-Gymnasium's "
+        "velocity cost",
     ),
 }
 

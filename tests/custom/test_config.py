@@ -146,8 +146,8 @@ CASES = [
     ),
     (
         lambda: tiny_config(["walk", "maze"], ["ippo"]),
-        "config key 'envs[1]' = 'maze': must be one of hazard_grid, intersection, spread, "
-        "spread_mpe2, walk (or a name given under custom_envs)",
+        "config key 'envs[1]' = 'maze': must be one of hazard_grid, intersection, mamujoco, "
+        "spread, spread_mpe2, walk (or a name given under custom_envs)",
     ),
 ]
 

@@ -21,15 +21,15 @@ def splitmix64_reference(state: int) -> int:
     return z ^ (z >> 31)
 
 
-def test_registry_lists_the_three_tasks_and_the_mpe2_reference():
-    assert set(ENVS) == {"hazard_grid", "spread", "intersection", "spread_mpe2"}
+def test_registry_lists_the_tasks_and_the_mpe2_reference():
+    assert set(ENVS) == {"hazard_grid", "spread", "intersection", "mamujoco", "spread_mpe2"}
     for name, spec in ENVS.items():
         assert spec.name == name and spec.description
 
 
 def test_unknown_env_lists_known_ones():
     for make in (make_env, lambda name: make_vector_env(name, num_envs=1)):
-        with pytest.raises(ValueError, match="hazard_grid, intersection, spread"):
+        with pytest.raises(ValueError, match="hazard_grid, intersection, mamujoco, spread"):
             make("nope")
 
 

@@ -42,10 +42,20 @@ def _differences(found: dict[str, str], committed: dict[str, str]) -> list[str]:
 
 def test_every_run_covers_every_built_in_task_and_algorithm() -> None:
     from src.algos.registry import ALGORITHMS
-    from src.envs.registry import ENVS
+    from src.envs.registry import ENVS, make_vector_env
 
+    def discrete(task: str) -> bool:
+        env = make_vector_env(task, num_envs=1)
+        try:
+            return not getattr(env, "continuous_actions", False)
+        finally:
+            env.close()
+
+    # The fingerprinted runs are those of the built-in tasks with discrete actions (by their
+    # default parameters); mamujoco's Box actions are not among them.
     runs = set(_committed()["runs"])
-    assert runs == {f"{task}/{algo}" for task in ENVS for algo in ALGORITHMS}
+    tasks = [task for task in ENVS if discrete(task)]
+    assert runs == {f"{task}/{algo}" for task in tasks for algo in ALGORITHMS}
 
 
 def test_the_code_path_has_its_committed_fingerprint() -> None:
