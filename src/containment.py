@@ -23,7 +23,9 @@ goes through this module:
   followed; links further down a deleted folder are removed, never followed.
 - Archives (`.npz`, zip-based `.pt`): `check_archive` refuses members that would inflate past
   `archive_limit()`, half the job's memory (`set_memory_budget`, from the job's `mem_mb`), from
-  the zip's central directory, before anything is inflated.
+  the zip's central directory, before anything is inflated. Outside a workflow job the limit
+  is `DEFAULT_READ_LIMIT_MB` (512 MB), raised by the environment variable
+  `SAFE_MARL_READ_LIMIT_MB`.
 
 Every refusal is a `ContainmentError` (a `ValueError`) whose message is one line naming the
 file and what is wrong with it. The module is a leaf (standard library only), so the
@@ -42,6 +44,8 @@ from pathlib import Path, PurePosixPath
 from typing import IO
 
 __all__ = [
+    "DEFAULT_READ_LIMIT_MB",
+    "READ_LIMIT_ENV_VAR",
     "TOOL_TREES",
     "ContainmentError",
     "archive_limit",
@@ -222,16 +226,32 @@ def open_regular(root: str | Path, path: str | Path, *, limit: int | None = None
         raise
 
 
-def copy_file(root: str | Path, source: str | Path, destination: str | Path) -> Path:
+def copy_file(
+    root: str | Path, source: str | Path, destination: str | Path, *, limit: int | None = None
+) -> Path:
     """Copy the regular file `inside(root, source)` to `destination`, a new file.
 
     The source is opened with `open_regular` (a symlink to `/dev/zero` is refused, never
     read); `destination` must not exist yet (it is created exclusively, so a planted link
-    there is not followed either). Returns `destination`.
+    there is not followed either). With `limit` (bytes), a larger source is refused before
+    anything is copied, and one that grows past it while being copied is refused too (the
+    partial copy is deleted). Returns `destination`.
     """
     out = Path(destination)
-    with open_regular(root, source) as src, open(out, "xb") as dst:
-        shutil.copyfileobj(src, dst, _COPY_CHUNK)
+    target = inside(root, source)
+    with open_regular(root, target, limit=limit) as src, open(out, "xb") as dst:
+        copied = 0
+        while chunk := src.read(_COPY_CHUNK):
+            copied += len(chunk)
+            if limit is not None and copied > limit:
+                dst.close()
+                out.unlink()
+                raise ContainmentError(
+                    f"{target} grew past the limit of {limit / _MB:.1f} MB while being "
+                    "copied: the copy is deleted",
+                    path=target,
+                )
+            dst.write(chunk)
     return out
 
 
@@ -540,7 +560,7 @@ _budget_mb: float | None = None
 
 def set_memory_budget(mem_mb: float | None) -> None:
     """Set the memory (MB) the current job was granted (a workflow job's `mem_mb`); None
-    falls back to the machine's memory. `archive_limit` is half of it."""
+    falls back to the read limit outside a job. `archive_limit` is half of it."""
     global _budget_mb
     if mem_mb is not None and (
         isinstance(mem_mb, bool) or not isinstance(mem_mb, int | float) or not mem_mb > 0
@@ -567,17 +587,44 @@ def _machine_mb() -> float:
         return 8192.0
 
 
+DEFAULT_READ_LIMIT_MB = 512.0
+"""The most (MB) an archive may inflate to, or a Parquet file's columns decode to, outside a
+workflow job (no `mem_mb`: `src.core.io.load_from_file` called from a notebook or a script),
+capped at half the machine's memory. Raise it by setting this attribute or, for a whole
+process and its children, the environment variable `SAFE_MARL_READ_LIMIT_MB`."""
+
+READ_LIMIT_ENV_VAR = "SAFE_MARL_READ_LIMIT_MB"
+"""The environment variable that sets the read limit (MB) outside a workflow job; a job's
+`mem_mb` takes precedence."""
+
+
 def archive_limit() -> tuple[int, str]:
-    """(bytes, where the number comes from): the most an archive's members may inflate to.
+    """(bytes, where the number comes from): the most an archive's members may inflate to,
+    or a Parquet file's columns decode to, before anything is inflated or decoded.
 
     Half the job's memory: a checkpoint is loaded next to the trainer it restores, which
-    holds about as much again. Without a budget (outside a workflow job), half the machine's
-    physical memory.
+    holds about as much again. Without a budget (outside a workflow job), the environment
+    variable `SAFE_MARL_READ_LIMIT_MB` when set, else `DEFAULT_READ_LIMIT_MB` (at most half
+    the machine's physical memory). A value of the variable that is not a positive number
+    raises `ValueError` naming it.
     """
     if _budget_mb is not None:
         return int(_budget_mb / 2 * _MB), f"half the job's mem_mb of {_budget_mb:g}"
+    raised = os.environ.get(READ_LIMIT_ENV_VAR, "").strip()
+    if raised:
+        try:
+            value = float(raised)
+        except ValueError:
+            value = float("nan")
+        if not value > 0 or value == float("inf"):
+            raise ValueError(f"{READ_LIMIT_ENV_VAR}={raised!r}: expected a positive number of MB")
+        return int(value * _MB), f"{READ_LIMIT_ENV_VAR}={raised}, no mem_mb set"
     machine = _machine_mb()
-    return int(machine / 2 * _MB), f"half the machine's {machine:.0f} MB (no mem_mb set)"
+    limit_mb = min(float(DEFAULT_READ_LIMIT_MB), machine / 2)
+    return int(limit_mb * _MB), (
+        f"the default of {limit_mb:g} MB outside a workflow job, at most half the machine's "
+        f"{machine:.0f} MB; raise it with {READ_LIMIT_ENV_VAR}"
+    )
 
 
 def check_archive(members: Sequence[tuple[str, int]], on_disk: int) -> None:

@@ -14,7 +14,15 @@ from typing import IO, Any
 
 import pyarrow as pa
 
-from src.core.io import atomic_output, load_from_file, load_parquet_table, save_to_file
+from src.containment import ContainmentError
+from src.core.io import (
+    CorruptFileError,
+    atomic_output,
+    check_parquet_size,
+    load_from_file,
+    load_parquet_table,
+    save_to_file,
+)
 
 __all__ = ["CONFIG_METADATA_KEY", "read_json", "read_parquet", "write_parquet", "write_text"]
 
@@ -35,6 +43,53 @@ def write_parquet(table: pa.Table, path: str | Path) -> None:
     save_to_file(table, target.parent, target.name)
 
 
+_LISTED_COLUMNS = 6  # differing columns a schema error names; the rest are counted
+
+
+def _with_absent(
+    found: pa.Schema, schema: pa.Schema, missing_as_null: Collection[str]
+) -> tuple[pa.Schema, list[pa.Field]]:
+    """(`found` with the columns of `missing_as_null` it lacks added, in `schema`'s order
+    when the names then match; those added fields)."""
+    absent = [
+        field
+        for field in schema
+        if field.name in missing_as_null and field.nullable and field.name not in found.names
+    ]
+    if not absent:
+        return found, []
+    widened = pa.schema([*found, *absent])
+    if sorted(widened.names) == sorted(schema.names):
+        widened = pa.schema([widened.field(name) for name in schema.names])
+    return widened, absent
+
+
+def _check_schema(file: Path, found: pa.Schema, schema: pa.Schema) -> None:
+    """Raise `CorruptFileError` (one line naming `file` and at most `_LISTED_COLUMNS`
+    differing columns) unless `found` equals `schema`."""
+    if found.equals(schema, check_metadata=False):
+        return
+    expected = {field.name: str(field.type) for field in schema}
+    present = {field.name: str(field.type) for field in found}
+    differing = sorted(
+        name for name in set(expected) | set(present) if expected.get(name) != present.get(name)
+    )
+    listed = ", ".join(
+        f"{name[:40]}: {str(expected.get(name))[:40]} vs {str(present.get(name))[:40]}"
+        for name in differing[:_LISTED_COLUMNS]
+    )
+    more = len(differing) - _LISTED_COLUMNS
+    if not differing:
+        listed = "the same column types, in another order or nullability"
+    raise CorruptFileError(
+        f"{file} does not have the expected schema; differing columns (expected vs found): "
+        + listed
+        + (f" and {more} more" if more > 0 else ""),
+        path=file,
+        format=".parquet",
+    )
+
+
 def read_parquet(
     path: str | Path,
     schema: pa.Schema,
@@ -45,47 +100,46 @@ def read_parquet(
     """Read a Parquet file and check that its columns and dtypes equal `schema`.
 
     `missing_as_null` names nullable columns of `schema` that files written before them lack:
-    such a file is read with those columns all null, in the schema's order.
+    such a file is read with those columns all null, in the schema's order. The columns and
+    their types, and the size the columns decode to (`src.core.io.check_parquet_size`), are
+    checked from the file's footer before any column is read.
 
     Raises `FileNotFoundError` naming the path when it is missing and `ValueError` naming the
-    path (and the differing columns) when the file is corrupt or was written with another
-    schema. `handle`: the file already opened (e.g. by `src.containment.open_regular`), read
-    instead of opening `path`, which then only names it.
+    path (and the differing columns, a few of them) when the file is corrupt, too large or
+    was written with another schema. `handle`: the file already opened (e.g. by
+    `src.containment.open_regular`), read instead of opening `path`, which then only names it.
     """
     file = Path(path)
+
+    def check(found: pa.Schema) -> None:
+        _check_schema(file, _with_absent(found, schema, missing_as_null)[0], schema)
+
     if handle is None:
-        table = load_parquet_table(file.parent, file.name)
+        table = load_parquet_table(file.parent, file.name, schema_check=check)
     else:
         import pyarrow.parquet as pq
 
         try:
+            check(check_parquet_size(handle).schema_arrow)
             table = pq.read_table(handle, page_checksum_verification=True)
             _ = [(field.name, str(field.type)) for field in table.schema]
+        except (CorruptFileError, ContainmentError) as error:
+            if str(file) in str(error):
+                raise
+            raise CorruptFileError(
+                f"{file} (.parquet): {error}", path=file, format=".parquet"
+            ) from None
         except Exception as error:
             why = " ".join(str(error).split())
             raise ValueError(
                 f"{file} is not a valid .parquet file: {type(error).__name__}: {why}"
             ) from None
-    absent = [
-        field
-        for field in schema
-        if field.name in missing_as_null and field.nullable and field.name not in table.column_names
-    ]
+    _, absent = _with_absent(table.schema, schema, missing_as_null)
     for field in absent:
         table = table.append_column(field, pa.nulls(table.num_rows, type=field.type))
     if absent and sorted(table.column_names) == sorted(schema.names):
         table = table.select(schema.names)
-    if not table.schema.equals(schema, check_metadata=False):
-        expected = {field.name: str(field.type) for field in schema}
-        found = {field.name: str(field.type) for field in table.schema}
-        differing = sorted(
-            name for name in set(expected) | set(found) if expected.get(name) != found.get(name)
-        )
-        raise ValueError(
-            f"{file} does not have the expected schema; differing columns "
-            f"(expected vs found): "
-            + ", ".join(f"{n}: {expected.get(n)} vs {found.get(n)}" for n in differing)
-        )
+    _check_schema(file, table.schema, schema)
     return table
 
 

@@ -44,7 +44,13 @@ own `wandb/wandb/` tree aside); every manifest entry must name an offline run fo
 `wandb/<name>` inside `results/{tag}/wandb/` (an absolute or climbing path, or a symlink, is
 refused in one line naming the manifest); the files that wandb copies (figures, videos) and
 the files of an offline run that `wandb sync` uploads (`files/`, `run-*.wandb`) must be
-regular files inside the folder.
+regular files inside the folder. A run's videos are bounded before any is read (at most
+`render.episodes` of them, each at most half the job's `mem_mb`), as on the video page.
+
+An upload killed after wandb created an offline run but before the manifest listed it leaves
+that run behind; the next call deletes every offline run under `wandb/wandb/` that the
+manifest does not list (one line saying so) before it logs their training runs again, so no
+unlisted duplicate stays on disk.
 """
 
 from __future__ import annotations
@@ -56,6 +62,7 @@ import math
 import multiprocessing
 import netrc
 import os
+import re
 import shlex
 import signal
 import socket
@@ -72,8 +79,10 @@ import pyarrow as pa
 
 from src.algos import metrics as M
 from src.analysis.export import CERTIFICATE_COLUMNS, VIOLATING_EPISODES, updates_table
+from src.analysis.video_page import MAX_VIDEOS, run_videos
 from src.containment import (
     ContainmentError,
+    archive_limit,
     check_results_folder,
     check_tree,
     inside,
@@ -158,14 +167,25 @@ def credentials_available() -> str | None:
     return f"no credentials (WANDB_API_KEY unset and no {host} entry in {netrc_path})"
 
 
-def _fingerprint(results: Path, run_dir: Path) -> str:
-    """SHA-256 of the run's inputs (`RUN_INPUTS` and videos), each a regular file inside
-    `results` (a symlink or device is refused, never read); `updates.json` counts without its
-    wall-clock metrics (`WALL_CLOCK_KEYS`), which a resumed run measures anew."""
+def _videos(results: Path, run_dir: Path, limits: tuple[int, int]) -> list[Path]:
+    """The run's videos, checked before any is read (`src.analysis.video_page.run_videos`:
+    at most `limits[0]` of them, each of at most `limits[1]` bytes); none without a video
+    folder."""
+    folder = RunFiles(run_dir).videos
+    if not os.path.lexists(folder):
+        return []
+    return run_videos(results, folder.absolute(), max_videos=limits[0], limit=limits[1])
+
+
+def _fingerprint(results: Path, run_dir: Path, limits: tuple[int, int]) -> str:
+    """SHA-256 of the run's inputs (`RUN_INPUTS` and videos, bounded by `limits` as in
+    `_videos`), each a regular file inside `results` (a symlink or device is refused, never
+    read); `updates.json` counts without its wall-clock metrics (`WALL_CLOCK_KEYS`), which a
+    resumed run measures anew."""
     digest = hashlib.sha256()
     files = RunFiles(run_dir)
     paths = [getattr(files, name) for name in RUN_INPUTS]
-    paths += sorted(files.videos.glob("*.mp4"))
+    paths += _videos(results, run_dir, limits)
     for path in paths:
         digest.update(path.name.encode())
         try:
@@ -287,8 +307,11 @@ def _define_axes(run: Any, episodes: list[dict[str, Any]], updates: list[dict[st
             run.define_metric(key, step_metric=step_metric)
 
 
-def _log_run(run_dir: Path, wandb_dir: Path, figures: list[Path], summary: Path) -> Path | None:
-    """Create the offline run of one training run; return its folder (None if disabled)."""
+def _log_run(
+    run_dir: Path, wandb_dir: Path, figures: list[Path], summary: Path, limits: tuple[int, int]
+) -> Path | None:
+    """Create the offline run of one training run; return its folder (None if disabled).
+    `limits`: the most videos of the run and bytes of one video (`_videos`)."""
     import wandb  # here, not at the top: importing wandb takes a second
 
     results = wandb_dir.parent
@@ -296,11 +319,13 @@ def _log_run(run_dir: Path, wandb_dir: Path, figures: list[Path], summary: Path)
     config = load_from_file(files.root, files.config.name)
     # Read and checked before the run exists: a bad input leaves no half-logged run behind.
     episodes = episode_rows(load_history(files.root, files.history_json.name))
+    videos = _videos(results, run_dir, limits)
     try:
         updates = _update_rows(load_from_file(files.root, files.updates_json.name), config)
     except ValueError as error:
         raise ValueError(f"{files.updates_json}: {error}") from None
-    evaluation = pd.read_parquet(files.eval)
+    # Bounded by its footer before a column is decoded (src.core.io.check_parquet_size).
+    evaluation = load_from_file(files.root, files.eval.name)
     certificate = _certificate_summary(evaluation)
     # Offline whatever the environment says (uploading is the separate `wandb sync` step),
     # unless the config disables wandb.
@@ -322,8 +347,8 @@ def _log_run(run_dir: Path, wandb_dir: Path, figures: list[Path], summary: Path)
         for figure in figures:
             image = wandb.Image(str(regular_file(results, figure.absolute())))
             run.summary[f"figures/{figure.stem}"] = image
-        for video in sorted(files.videos.glob("*.mp4")):
-            path = regular_file(results, video.absolute())
+        for video in videos:
+            path = regular_file(results, video)
             try:
                 run.summary[f"videos/{video.stem}"] = wandb.Video(str(path), format="mp4")
             except Exception as error:  # wandb raises several types for media it cannot read
@@ -431,6 +456,41 @@ def _load_manifest(wandb_dir: Path) -> dict[str, dict[str, Any]]:
     return dict(manifest)
 
 
+# The name wandb gives an offline run's folder: offline-run-<date>_<time>-<id>.
+_OFFLINE_RUN = re.compile(r"^offline-run-[0-9]{8}_[0-9]{6}-[A-Za-z0-9]+$")
+
+
+def _remove_unlisted(wandb_dir: Path, manifest: Mapping[str, Mapping[str, Any]]) -> list[str]:
+    """Delete the offline runs under `wandb_dir/wandb/` that the manifest does not list: runs
+    that an upload killed before it recorded them had created (never uploaded by this step,
+    which uploads listed runs only); their training runs are logged again. Says so in one
+    line; returns their folder names."""
+    listed = {Path(entry["folder"]).name for entry in manifest.values() if entry.get("folder")}
+    tree = wandb_dir / "wandb"
+    if not tree.is_dir() or tree.is_symlink():
+        return []
+    with os.scandir(tree) as entries:
+        unlisted = sorted(
+            entry.name
+            for entry in entries
+            if _OFFLINE_RUN.match(entry.name)
+            and entry.is_dir(follow_symlinks=False)
+            and entry.name not in listed
+        )
+    for name in unlisted:
+        remove_tree(wandb_dir, f"wandb/{name}")
+    if unlisted:
+        shown = ", ".join(unlisted[:3]) + (
+            f" and {len(unlisted) - 3} more" if len(unlisted) > 3 else ""
+        )
+        log(
+            f"wandb: removed {len(unlisted)} offline runs in {tree} that the manifest does not "
+            f"list ({shown}), left by an upload that was killed; their runs are logged again",
+            type="wandb",
+        )
+    return unlisted
+
+
 def _check_offline_run(folder: Path) -> None:
     """What `wandb sync` uploads from an offline run (its `files/` and `run-*.wandb`) must be
     regular files inside it; wandb's own log aliases under `logs/` are never read."""
@@ -445,16 +505,20 @@ def _create_runs(
     wandb_dir: Path,
     manifest: dict[str, dict[str, Any]],
     workers: int,
+    max_videos: int,
 ) -> tuple[int, int]:
     """Create an offline wandb run for every run folder whose inputs changed since the
-    manifest recorded it, in up to `workers` processes; returns (created, kept)."""
+    manifest recorded it, in up to `workers` processes; returns (created, kept). A run's
+    videos are bounded by `max_videos` and, each, by `archive_limit()` of this process (the
+    job's `mem_mb`), in the workers too."""
+    limits = (max_videos, archive_limit()[0])
     figures = sorted((results / "figures").glob("*.png"))
     summary = results / "tables" / "summary.csv"
     kept = 0
     pending: dict[str, tuple[Path, str]] = {}
     for run_dir in run_dirs:
         name = "-".join(run_dir.relative_to(results / "runs").parts)
-        fingerprint = _fingerprint(results, run_dir)
+        fingerprint = _fingerprint(results, run_dir, limits)
         entry = manifest.get(name)
         folder = None
         if entry and entry.get("folder"):
@@ -483,13 +547,13 @@ def _create_runs(
 
     if workers == 1 or len(pending) <= 1:
         for name, (run_dir, _) in pending.items():
-            record(name, _log_run(run_dir, wandb_dir, figures, summary))
+            record(name, _log_run(run_dir, wandb_dir, figures, summary, limits))
     else:
         # Separate processes (spawned: wandb keeps threads a fork would not carry over).
         context = multiprocessing.get_context("spawn")
         with ProcessPoolExecutor(min(workers, len(pending)), mp_context=context) as pool:
             futures = {
-                pool.submit(_log_run, run_dir, wandb_dir, figures, summary): name
+                pool.submit(_log_run, run_dir, wandb_dir, figures, summary, limits): name
                 for name, (run_dir, _) in pending.items()
             }
             for future in as_completed(futures):
@@ -541,6 +605,7 @@ def upload_experiment(
     timeout: float = 300.0,
     workers: int = 1,
     upload_later: str = UPLOAD_LATER,
+    max_videos: int = MAX_VIDEOS,
 ) -> None:
     """Log every run of the experiment in `results_dir` (`results/{tag}`) to wandb.
 
@@ -553,7 +618,9 @@ def upload_experiment(
     finished run or a run lacks one of its inputs, and `ValueError` when `SAFE_MARL_WANDB_CLI`
     cannot be split into a command line. `upload_later` is the command that the outcome
     names for uploading the rest (the workflow passes `upload_later_command` of its config
-    files, so that the line pasted back reruns this experiment).
+    files, so that the line pasted back reruns this experiment). `max_videos`: the most
+    videos of one run (the workflow passes `render.episodes`); a run with more, or with a
+    video above `archive_limit()`, is refused before any video is read or copied.
     """
     if not isinstance(sync, bool):
         raise TypeError(f"sync must be a bool, got {sync!r}")
@@ -572,8 +639,9 @@ def upload_experiment(
     wandb_dir = results / "wandb"
     wandb_dir.mkdir(parents=True, exist_ok=True)
     manifest = _load_manifest(wandb_dir)
+    _remove_unlisted(wandb_dir, manifest)
 
-    created, kept = _create_runs(results, run_dirs, wandb_dir, manifest, workers)
+    created, kept = _create_runs(results, run_dirs, wandb_dir, manifest, workers, max_videos)
     status, reason, synced_now = _sync_runs(wandb_dir, manifest, sync=sync, timeout=timeout)
     offline = {name: e for name, e in manifest.items() if e.get("folder")}
     markers = wandb_dir / SYNCED

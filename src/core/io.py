@@ -57,9 +57,14 @@ Archives are bounded before they are inflated: the members of a ``.npz`` or zip-
 file may together inflate to at most ``src.containment.archive_limit()`` (half the memory of
 the workflow job, set from its ``mem_mb``), read from the zip's central directory; a larger
 archive is refused with ``CorruptFileError`` naming the file and the sizes, before anything is
-inflated. A ``.pt`` file holding pickled objects other than torch state is refused in one line
-naming it (torch's own message advises turning the weights-only check off; it is not passed
-on). Every error message is one line.
+inflated. Called outside a workflow job (a notebook, a script), the limit is
+``src.containment.DEFAULT_READ_LIMIT_MB`` (512 MB, at most half the machine's memory); set
+that attribute, or the environment variable ``SAFE_MARL_READ_LIMIT_MB`` (MB), to raise it.
+A ``.parquet`` file is bounded the same way before any column is read, by an upper estimate of
+its decoded columns from its footer (``check_parquet_size``: rows, row groups, the
+uncompressed size of each column chunk and its type). A ``.pt`` file holding pickled objects
+other than torch state is refused in one line naming it (torch's own message advises turning
+the weights-only check off; it is not passed on). Every error message is one line.
 
 Errors all derive from ``PersistenceError`` and carry ``.path`` and ``.format``:
 
@@ -80,6 +85,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import errno
+import functools
 import json
 import os
 import pickle
@@ -95,7 +101,7 @@ from typing import IO, Any
 import numpy as np
 import yaml
 
-from src.containment import ContainmentError, check_archive
+from src.containment import ContainmentError, archive_limit, check_archive
 from src.processes import pid_alive
 
 __all__ = [
@@ -109,6 +115,7 @@ __all__ = [
     "UnsafePathError",
     "UnsupportedFormatError",
     "atomic_output",
+    "check_parquet_size",
     "create_dir",
     "fsync_dir",
     "load_from_file",
@@ -286,16 +293,79 @@ def _write_parquet(obj: Any, fh: IO[bytes]) -> None:
     pq.write_table(_as_arrow_table(obj), fh, write_page_checksum=True)
 
 
+# Bytes of one decoded value of each fixed-width Parquet type (BOOLEAN counted as a byte).
+_PARQUET_WIDTHS = {"BOOLEAN": 1, "INT32": 4, "INT64": 8, "INT96": 12, "FLOAT": 4, "DOUBLE": 8}
+_MAX_ROW_GROUPS = 10_000
+
+
+def _parquet_decoded_bytes(metadata: Any) -> int:
+    """An upper estimate of the bytes a Parquet file's columns take once decoded, from its
+    footer: fixed-width values by their count, byte arrays by their uncompressed pages, and a
+    dictionary-encoded byte-array column as every value as long as its whole column chunk
+    (a dictionary repeats one long value in every row at no cost on disk)."""
+    total = 0
+    for group in range(metadata.num_row_groups):
+        row_group = metadata.row_group(group)
+        for index in range(row_group.num_columns):
+            chunk = row_group.column(index)
+            values = max(int(chunk.num_values), 0)
+            kind = chunk.physical_type
+            if kind == "FIXED_LEN_BYTE_ARRAY":
+                width = max(int(metadata.schema.column(index).length or 0), 1)
+                total += values * (width + 1)
+            elif kind in _PARQUET_WIDTHS:
+                total += values * (_PARQUET_WIDTHS[kind] + 1)
+            elif chunk.has_dictionary_page:
+                total += values * (max(int(chunk.total_uncompressed_size), 0) + 4)
+            else:
+                total += max(int(chunk.total_uncompressed_size), 0) + values * 4
+    return total
+
+
+def check_parquet_size(fh: IO[bytes]) -> Any:
+    """Refuse a Parquet file whose footer promises more than it may decode to, before any
+    column is read; returns its ``pyarrow.parquet.ParquetFile`` (``.metadata``,
+    ``.schema_arrow``) and leaves ``fh`` at its start.
+
+    The bound is ``src.containment.archive_limit()`` (half the job's ``mem_mb``; outside a
+    job ``DEFAULT_READ_LIMIT_MB``) on an upper estimate of the decoded columns (rows, row
+    groups, the uncompressed size of every column chunk, their physical types), and at most
+    10,000 row groups. Raises ``ContainmentError`` (one line with the numbers, without the
+    file's name, which the caller adds).
+    """
+    import pyarrow.parquet as pq
+
+    parquet = pq.ParquetFile(fh, page_checksum_verification=True)
+    metadata = parquet.metadata
+    rows, groups = metadata.num_rows, metadata.num_row_groups
+    decoded = _parquet_decoded_bytes(metadata)
+    limit, why = archive_limit()
+    if groups > _MAX_ROW_GROUPS or decoded > limit:
+        raise ContainmentError(
+            f"its footer promises {rows} rows in {groups} row groups (at most "
+            f"{_MAX_ROW_GROUPS}) of {metadata.num_columns} columns, up to "
+            f"{decoded / 2**20:.1f} MB once decoded, above the limit of {limit / 2**20:.1f} MB "
+            f"({why}); nothing was read"
+        )
+    fh.seek(0)
+    return parquet
+
+
 def _read_parquet(fh: IO[bytes]) -> Any:
     import pandas as pd
 
+    check_parquet_size(fh)
     # Pages written without a checksum (by other tools) are read unchecked.
     return pd.read_parquet(fh, engine="pyarrow", page_checksum_verification=True)
 
 
-def _read_parquet_table(fh: IO[bytes]) -> Any:
+def _read_parquet_table(fh: IO[bytes], schema_check: Callable[[Any], None] | None = None) -> Any:
     import pyarrow.parquet as pq
 
+    parquet = check_parquet_size(fh)
+    if schema_check is not None:
+        schema_check(parquet.schema_arrow)  # its PersistenceError reaches the caller as is
+    fh.seek(0)
     table = pq.read_table(fh, page_checksum_verification=True)
     # The footer has no checksum: a damaged column name only fails when it is decoded, so
     # decode the names here, where the error is reported as a corrupt file.
@@ -428,12 +498,28 @@ def _read_pt(fh: IO[bytes]) -> Any:
         raise _Refusal(_weights_only_refusal(exc)) from None
 
 
+# Sentences of torch's weights-only refusal that advise turning the check off or point at
+# its documentation: left out, the reason it refused is kept.
+_TORCH_ADVICE = re.compile(
+    r"weights.only|trust|can still be loaded|safe_globals|allowlist|documentation|"
+    r"Please (use|file)|PyTorch 2\.6|Re-running",
+    re.IGNORECASE,
+)
+_REASON_LENGTH = 240
+
+
 def _weights_only_refusal(exc: BaseException) -> str:
     """Why the weights-only unpickler refused a file, in one line, without torch's advice to
     load it with ``weights_only=False`` or to allowlist what it refused."""
-    text = re.sub(r"\x1b\[[0-9;]*m", "", str(exc))
-    match = re.search(r"WeightsUnpickler error:\s*(.*?)(?:\s*Please use|\n\n|$)", text, re.S)
-    reason = " ".join(match.group(1).split()).rstrip(".") if match else "not torch state"
+    text = re.sub(r"\x1b\[[0-9;]*m", "", str(exc)).replace("WeightsUnpickler error:", "\n\n")
+    kept = [
+        sentence
+        for sentence in re.split(r"(?<=\.)\s+|\n\s*\n", text)
+        if sentence.strip() and not _TORCH_ADVICE.search(sentence)
+    ]
+    reason = " ".join(" ".join(kept).split()).rstrip(".") or "refused by the weights-only reader"
+    if len(reason) > _REASON_LENGTH:
+        reason = reason[: _REASON_LENGTH - 3] + "..."
     return (
         f"it holds pickled Python objects that are not torch state ({reason}); nothing was loaded"
     )
@@ -765,10 +851,11 @@ def _load(target: Path, fmt: str, reader: _Reader) -> Any:
             raise CorruptFileError(f"{target} ({fmt}) is empty", path=target, format=fmt)
         try:
             return reader(fh)
+        except PersistenceError as exc:
+            exc.path = exc.path or target
+            raise
         except (ContainmentError, _Refusal) as exc:
-            raise CorruptFileError(
-                f"refused {target} ({fmt}): {exc}", path=target, format=fmt
-            ) from None
+            raise CorruptFileError(f"{target} ({fmt}): {exc}", path=target, format=fmt) from None
         except Exception as exc:
             # One line: readers' messages (torch's, pyarrow's) may span several.
             why = " ".join(str(exc).split())
@@ -835,11 +922,15 @@ def load_from_file_if_exists(
         return default
 
 
-def load_parquet_table(dir: str | Path, filename: str) -> Any:
+def load_parquet_table(
+    dir: str | Path, filename: str, *, schema_check: Callable[[Any], None] | None = None
+) -> Any:
     """Load a ``.parquet`` file as a ``pyarrow.Table``, schema metadata included.
 
     ``load_from_file`` returns a DataFrame; use this to read the explicit schema or the
     file-level metadata (e.g. the run config) that a ``pyarrow.Table`` was written with.
+    ``schema_check`` is called with the file's Arrow schema, from its footer, before any
+    column is read; a ``PersistenceError`` it raises reaches the caller unchanged.
     """
     target, fmt = _resolve_target(dir, filename, "dir")
     if fmt != ".parquet":
@@ -849,4 +940,4 @@ def load_parquet_table(dir: str | Path, filename: str) -> Any:
             format=fmt,
         )
 
-    return _load(target, fmt, _read_parquet_table)
+    return _load(target, fmt, functools.partial(_read_parquet_table, schema_check=schema_check))

@@ -21,5 +21,7 @@ rule video_page:
     params:
         labels=all_runs("{env} {algo} run{idx}"),
         title=f"Final policies of {config['experiment_tag']}",
+        # One video per rendered episode: a folder holding more is refused.
+        max_videos=config["render"]["episodes"],
     script:
         "../scripts/video_page.py"

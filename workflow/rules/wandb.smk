@@ -27,6 +27,8 @@ rule wandb_upload:
     params:
         sync=config["wandb"]["upload"],
         timeout=config["wandb"]["sync_timeout"],
+        # One video per rendered episode: a folder holding more is refused.
+        max_videos=config["render"]["episodes"],
         # The upload-later line names this experiment's config files (the default's when
         # none was given), so that pasted back it does not schedule another experiment.
         configfiles=[str(path) for path in workflow.overwrite_configfiles]

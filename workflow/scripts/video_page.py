@@ -11,4 +11,5 @@ write_video_page(
     snakemake.params.labels,
     snakemake.output[0],
     title=snakemake.params.title,
+    max_videos=snakemake.params.max_videos,
 )

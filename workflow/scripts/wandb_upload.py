@@ -19,6 +19,7 @@ if __name__ == "__main__":
         Path(snakemake.output[0]).parents[1],  # results/{tag}/wandb/upload.done -> results/{tag}
         sync=snakemake.params.sync,
         timeout=snakemake.params.timeout,
+        max_videos=snakemake.params.max_videos,
         # One offline run per process at a time, never more processes than CPUs.
         workers=max(1, min(snakemake.threads, os.cpu_count() or 1)),
         upload_later=upload_later_command(
