@@ -40,7 +40,6 @@ and the section between the shield markers of BENCHMARKS.md.
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import os
 import sys
@@ -999,26 +998,7 @@ def render_markdown(r: Mapping[str, Any], *, command: str = "python -m benchmark
                 f"{e['on_seconds']:.2f} | **{e['ratio']:.2f}** | {e['overridden_share']:.0%} |"
             )
     lines += ["", "Targets:", "", *targets(r)]
-    lines += comparison_markdown()
     return "\n".join(lines)
-
-
-def comparison_markdown(path: Path = OUT / "shield_vs_baselines.json") -> list[str]:
-    """The latest `benchmarks.shield_vs_baselines` table, if that script has been run."""
-    if not path.exists():
-        return []
-    saved = json.loads(path.read_text())
-    date = saved.get("date") or time.strftime(
-        "%Y-%m-%d %H:%M UTC", time.gmtime(path.stat().st_mtime)
-    )
-    return [
-        "",
-        f"Whole training runs at the default configuration (`python -m "
-        f"benchmarks.shield_vs_baselines`, {date}; not rerun by `make bench`): episodes that "
-        "start after the shield armed (the same window for every algorithm), same seeds.",
-        "",
-        saved["markdown"],
-    ]
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -13,9 +13,11 @@ between-run interval (`src.stats.between_run_interval`), the mean evaluation ret
 summary's, at the evaluation's longest horizon) and its ratio to the env's `ippo` (same
 seeds), and the training CPU seconds per run (this process, one thread).
 
-Run: `python -m benchmarks.tuning [--env intersection] [--write]`; about 15 minutes on one core
-for the default variants. Results go to `benchmarks/out/tuning.json` and, with `--write`, the
-tuning section of BENCHMARKS.md.
+Two groups of variants (`--group`): `tuning`, the hyperparameters (about 15 minutes on one
+core), and `shield_options`, each of the shield's options against the configured choice (about
+30 minutes). Run: `python -m benchmarks.tuning [--group shield_options] [--env intersection]
+[--write]`. Results go to `benchmarks/out/<group>.json` and, with `--write`, the group's
+section of BENCHMARKS.md.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from __future__ import annotations
 import argparse
 import copy
 import os
+import sys
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -69,6 +72,31 @@ VARIANTS: dict[str, list[tuple[str, dict[str, Any]]]] = {
 }
 """Per env, the (algorithm, algo_params set on top of the config's) pairs measured."""
 
+SHIELD_OPTIONS: dict[str, list[tuple[str, dict[str, Any]]]] = {
+    "intersection": [
+        ("ippo", {}),
+        ("shield", {}),
+        ("shield", {"risk_scope": "episode"}),
+        ("shield", {"learn_from": "proposals"}),
+        ("shield", {"search": "exhaustive"}),
+        ("shield", {"backup": "exhaustive"}),
+        ("shield_dec", {}),
+        ("shield_dec", {"shield_opponent_mode": "model"}),
+        ("shield_dec", {"shield_opponent_mode": "uniform"}),
+    ],
+}
+"""The shield's options against the configured choice, one setting at a time (docs/design.md,
+section 6.3, "Every option and what keeps it")."""
+
+GROUPS: dict[str, dict[str, list[tuple[str, dict[str, Any]]]]] = {
+    "tuning": VARIANTS,
+    "shield_options": SHIELD_OPTIONS,
+}
+"""Groups of variants; each writes its own section of BENCHMARKS.md."""
+
+BASE_PARAMS = frozenset({"shield_opponent_mode"})
+"""Variant settings that belong to the base config, not to `algo_params`."""
+
 
 def variant_config(
     config: Mapping[str, Any], env: str, algo: str, params: Mapping[str, Any]
@@ -82,6 +110,8 @@ def variant_config(
         "seed_offset": TRAINING_OFFSET,
         "final_policy_eval_seed_offset": TUNING.first,
     }
+    variant["base"].update({k: v for k, v in params.items() if k in BASE_PARAMS})
+    params = {k: v for k, v in params.items() if k not in BASE_PARAMS}
     algo_params = dict(variant.get("algo_params") or {})
     extra = {}
     if algo in shielded_algos():
@@ -139,14 +169,16 @@ def measure_variant(
     }
 
 
-def benchmark(envs: Sequence[str], work: Path) -> dict[str, Any]:
-    """Every variant of `envs`, in the order of `VARIANTS`."""
+def benchmark(
+    envs: Sequence[str], work: Path, variants: Mapping[str, Sequence[Any]] = VARIANTS
+) -> dict[str, Any]:
+    """Every variant of `envs` in `variants` (a group of `GROUPS`), in its order."""
     load = os.getloadavg()
     started = time.monotonic()
     config = yaml.safe_load(CONFIG.read_text())
     rows = []
     for env in envs:
-        for number, (algo, params) in enumerate(VARIANTS[env]):
+        for number, (algo, params) in enumerate(variants[env]):
             print(f"{env} {algo} {params}", flush=True)
             rows.append(measure_variant(config, env, algo, params, work / env / str(number)))
     return {
@@ -163,7 +195,8 @@ def render_markdown(results: Mapping[str, Any]) -> str:
     """The tuning section of BENCHMARKS.md."""
     m = results["machine"]
     lines = [
-        f"`python -m benchmarks.tuning` on {m['date']}: {m['platform']}, {m['cpus']} CPUs, "
+        f"`{results.get('command', 'python -m benchmarks.tuning')}` on {m['date']}: "
+        f"{m['platform']}, {m['cpus']} CPUs, "
         f"torch {m['torch']} on 1 thread; {results['minutes']:.1f} min.",
         "",
         f"`config/config.yaml` with the variant's `algo_params`; training seeds "
@@ -194,12 +227,19 @@ def render_markdown(results: Mapping[str, Any]) -> str:
 def main(argv: Sequence[str] | None = None) -> int:
     """Measure the variants of the given envs; print, save and (with --write) record them."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--env", nargs="+", default=sorted(VARIANTS), choices=sorted(VARIANTS))
-    parser.add_argument("--work", type=Path, default=OUT / "tuning", help="run folders")
+    parser.add_argument("--group", default="tuning", choices=sorted(GROUPS), help="variants")
+    parser.add_argument("--env", nargs="+", help="envs of the group (default: all of them)")
+    parser.add_argument("--work", type=Path, help="run folders (default: benchmarks/out/GROUP)")
     parser.add_argument("--write", action="store_true", help="rewrite BENCHMARKS.md's section")
     args = parser.parse_args(argv)
-    results = benchmark(args.env, args.work)
-    save_results("tuning", results, render_markdown(results), quick=not args.write)
+    variants = GROUPS[args.group]
+    envs = args.env or sorted(variants)
+    unknown = sorted(set(envs) - set(variants))
+    if unknown:
+        parser.error(f"group {args.group} has no variants on {', '.join(unknown)}")
+    results = benchmark(envs, args.work or OUT / args.group, variants)
+    results["command"] = " ".join(["python -m benchmarks.tuning", *(argv or sys.argv[1:])])
+    save_results(args.group, results, render_markdown(results), quick=not args.write)
     return 0
 
 

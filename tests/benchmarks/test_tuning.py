@@ -30,7 +30,7 @@ def test_a_variant_plays_the_tuning_seeds(config: dict) -> None:
     # The config's own settings stay under the variant's.
     assert params["model_epochs"] == config["algo_params"]["shield_dec"]["model_epochs"]
     lag = tuning.variant_config(config, "intersection", "ippo_lag", {"pid_ki": 0.5})
-    assert lag["algo_params"]["ippo_lag"] == {"pid_ki": 0.5}
+    assert lag["algo_params"]["ippo_lag"] == {**config["algo_params"]["ippo_lag"], "pid_ki": 0.5}
 
 
 def test_the_workflow_refuses_a_claim_on_the_spent_tuning_seeds(config: dict) -> None:
@@ -65,3 +65,21 @@ def test_a_variant_is_trained_evaluated_and_reported(
     }
     table = tuning.render_markdown(results)
     assert "| hazard_grid | ippo_lag | `pid_ki` 0.5 |" in table and "1.00x" in table
+
+
+def test_an_option_of_the_base_config_is_set_there(config: dict) -> None:
+    """`shield_opponent_mode` is a base key: the variant sets it in `base`, not algo_params."""
+    variant = tuning.variant_config(
+        config, "intersection", "shield_dec", {"shield_opponent_mode": "uniform", "horizon": 5}
+    )
+    assert variant["base"]["shield_opponent_mode"] == "uniform"
+    assert "shield_opponent_mode" not in variant["algo_params"]["shield_dec"]
+    assert variant["algo_params"]["shield_dec"]["horizon"] == 5
+    assert config["base"]["shield_opponent_mode"] == "monotone_floor"  # the config unchanged
+
+
+def test_every_group_names_known_algorithms_and_envs(config: dict) -> None:
+    for group in tuning.GROUPS.values():
+        for env, variants in group.items():
+            assert env in config["envs"]
+            assert {algo for algo, _ in variants} <= set(config["algos"])
