@@ -17,19 +17,36 @@ __all__ = ["RolloutBuffer"]
 class RolloutBuffer:
     """Tensors of one rollout; the trainer fills row `t` after each vector step."""
 
-    def __init__(self, *, steps: int, num_envs: int, n_agents: int, obs_dim: int) -> None:
-        """Allocate every tensor once; they are overwritten in place each rollout."""
+    def __init__(
+        self,
+        *,
+        steps: int,
+        num_envs: int,
+        n_agents: int,
+        obs_dim: int,
+        action_dim: int | None = None,
+    ) -> None:
+        """Allocate every tensor once; they are overwritten in place each rollout.
+
+        `action_dim`: Box actions of that many entries (float `[T, E, A, action_dim]`, the
+        policy's raw samples); None: Discrete actions (int64 `[T, E, A]`).
+        """
         if min(steps, num_envs, n_agents, obs_dim) < 1:
             raise ValueError(
                 "steps, num_envs, n_agents and obs_dim must be >= 1, got "
                 f"{steps}, {num_envs}, {n_agents}, {obs_dim}"
             )
+        if action_dim is not None and action_dim < 1:
+            raise ValueError(f"action_dim must be >= 1 (or None: Discrete), got {action_dim}")
         t, e, a, d = steps, num_envs, n_agents, obs_dim
         self.steps, self.num_envs, self.n_agents, self.obs_dim = t, e, a, d
         # Observations carry the agent one-hot already: [T, E, A, D + A].
         self.inputs = torch.zeros(t, e, a, d + a)
         self.final_inputs = torch.zeros(t, e, a, d + a)  # obs reached by step t, before reset
-        self.actions = torch.zeros(t, e, a, dtype=torch.int64)  # executed actions
+        if action_dim is None:
+            self.actions = torch.zeros(t, e, a, dtype=torch.int64)  # executed actions
+        else:
+            self.actions = torch.zeros(t, e, a, action_dim)  # raw Gaussian samples
         self.log_probs = torch.zeros(t, e, a)  # of the executed action under the policy
         self.rewards = torch.zeros(t, e, a)
         self.costs = torch.zeros(t, e, a)  # the env's per-agent cost

@@ -12,6 +12,14 @@ bookkeeping (`tracker.EpisodeTracker`), the filter between proposal and env
 
 `train(callbacks=...)` calls each callback's `on_epoch_end(trainer, epoch)` after every
 learning epoch and `on_update_end(trainer)` after every update (checkpointing is one).
+
+Discrete actions get a categorical policy over the actor's logits. Box actions (a task whose
+VectorEnv has `continuous_actions`, e.g. `spread` with `continuous_actions: true`) get a
+Gaussian policy (`actions.BoxActions`, docs/design.md, section 6.1): the actor gives the mean,
+a state-independent log-std parameter the spread; the rollout stores the raw, unbounded
+sample and its log-probability, and the env receives it clipped to the Box. Action filters
+(the shields) take Discrete actions only, and an algorithm whose registry entry does not list
+`box` among its `action_kinds` is refused on a Box task when its trainer is built.
 """
 
 from __future__ import annotations
@@ -28,11 +36,19 @@ import torch
 from tqdm import tqdm
 
 from src.algos import metrics as M
+from src.algos.actions import POLICY_KEY, BoxActions, team_action_box
 from src.algos.api import TrainingCallback
 from src.algos.buffer import RolloutBuffer
 from src.algos.filters import ActionFilter, Unfiltered
 from src.algos.maths import compute_gae, explained_variance, normalise, ppo_clip_loss, value_loss
-from src.algos.networks import ActorCritic, sample_actions
+from src.algos.networks import (
+    ActorCritic,
+    gaussian_entropy,
+    gaussian_log_prob,
+    sample_actions,
+    sample_gaussian,
+)
+from src.algos.registry import ALGORITHMS, get_algorithm
 from src.algos.seeding import seed_everything
 from src.algos.tracker import EpisodeTracker
 from src.config.run import RunConfig
@@ -45,7 +61,8 @@ __all__ = ["IPPO", "IPPO_VERSIONS", "TrainingCallback"]
 
 
 class IPPO:
-    """The IPPO trainer over one `VectorEnv` (observations `[E, A, D]`, discrete actions)."""
+    """The IPPO trainer over one `VectorEnv` (observations `[E, A, D]`; Discrete actions
+    `[E, A]`, or Box actions `[E, A, ...]` with a Gaussian policy)."""
 
     uses_cost_critic: ClassVar[bool] = False
 
@@ -68,21 +85,30 @@ class IPPO:
         self.steps_per_update = self.cfg.steps_per_update
         self.num_updates = self.cfg.num_updates
         e, a, d = env.num_envs, env.n_agents, env.obs_dim
+        # None: Discrete actions (a categorical policy); else the Box of a Gaussian policy.
+        self.box: BoxActions | None = self._action_box(env)
 
         seed_everything(self.seed)
         self.net = ActorCritic(
             obs_dim=d,
             n_agents=a,
-            n_actions=env.n_actions,
+            n_actions=env.n_actions if self.box is None else self.box.dim,
             hidden_sizes=self.cfg.hidden_sizes,
             cost_critic=self.uses_cost_critic,
+            continuous=self.box is not None,
         )
         self.optimizer = adam(
             self.net.parameters(), lr=self.cfg.learning_rate, eps=self.cfg.adam_eps
         )
         # Action sampling and minibatch order draw from this generator only.
         self.generator = torch.Generator().manual_seed(self.seed)
-        self.buffer = RolloutBuffer(steps=self.rollouts, num_envs=e, n_agents=a, obs_dim=d)
+        self.buffer = RolloutBuffer(
+            steps=self.rollouts,
+            num_envs=e,
+            n_agents=a,
+            obs_dim=d,
+            action_dim=None if self.box is None else self.box.dim,
+        )
         ids = torch.eye(a).expand(self.rollouts, e, a, a)
         self.buffer.inputs[..., d:] = ids
         self.buffer.final_inputs[..., d:] = ids
@@ -106,10 +132,30 @@ class IPPO:
         self._obs: np.ndarray | None = None
         self._episodes_since_update: list[EpisodeLog] = []
 
+    def _action_box(self, env: Any) -> BoxActions | None:
+        """The Box of the env's actions (None: Discrete), refused in one line for an algorithm
+        whose registry entry does not take Box actions (the shields)."""
+        box = team_action_box(
+            env, env_name=self.config.env_name, params=self.config.env.constructor_params()
+        )
+        if box is None:
+            return None
+        spec = get_algorithm(self.config.algo)
+        if "box" not in spec.action_kinds:
+            takers = [name for name, entry in ALGORITHMS.items() if "box" in entry.action_kinds]
+            raise ValueError(
+                f"algo {spec.name} takes {' or '.join(spec.action_kinds)} actions, and env "
+                f"{self.config.env_name} has box actions ({box.dim} entries in "
+                f"[{box.low.min():g}, {box.high.max():g}]); leave {spec.name} out for this env "
+                f"(the built-in algorithms that take box actions: {', '.join(takers)})"
+            )
+        return box
+
     # ------------------------------------------------------------------ extension hooks
 
     def observe(self, obs: np.ndarray, executed: np.ndarray, result: Any) -> None:
-        """See every real transition: `obs` `[E, A, D]` acted on, `executed` `[E, A]`, result."""
+        """See every real transition: `obs` `[E, A, D]` acted on, `executed` `[E, A]` (Box:
+        the clipped `[E, A, ...]` the env received), result."""
 
     def shaped_reward(self, reward: np.ndarray, intervened: np.ndarray) -> np.ndarray:
         """The reward `[E, A]` the policy learns from, given the filter's `[E, A]` flags."""
@@ -122,11 +168,11 @@ class IPPO:
     def extra_losses(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         """Losses added to the PPO loss of a minibatch (already weighted), keyed by metric key.
 
-        `batch` holds flat `[N, ...]` minibatch tensors: `inputs`, `actions`, `log_probs`,
-        `values`, `returns`, `advantages` plus whatever `prepare_batch` added, and
-        `new_log_probs`, log pi(actions | inputs) under the current weights (with its graph,
-        as the PPO loss uses it). The mean of each value over minibatches is logged under its
-        key.
+        `batch` holds flat `[N, ...]` minibatch tensors: `inputs`, `actions` (Box: the raw
+        `[N, k]` Gaussian samples), `log_probs`, `values`, `returns`, `advantages` plus
+        whatever `prepare_batch` added, and `new_log_probs`, log pi(actions | inputs) under the
+        current weights (with its graph, as the PPO loss uses it). The mean of each value over
+        minibatches is logged under its key.
         """
         return {}
 
@@ -186,20 +232,19 @@ class IPPO:
         """Step every copy `rollouts` times with the current policy, filling the buffer."""
         buf, d = self.buffer, self.env.obs_dim
         obs = self._obs
+        if self.box is not None and not isinstance(self.action_filter, Unfiltered):
+            raise TypeError(
+                f"{type(self.action_filter).__name__} filters Discrete actions only; the env "
+                f"{self.config.env_name} has Box actions"
+            )
         for t in range(self.rollouts):
             x = buf.inputs[t]  # [E, A, D + A]
             x[..., :d].copy_(torch.from_numpy(obs))
-            logits = self.net.logits(x)  # [E, A, n_actions]
-            proposed = sample_actions(logits, self.generator)  # [E, A]
-            executed, intervened = self.action_filter.filter(
-                obs, proposed.numpy(), logits, self.tracker.next_step
-            )
-            learned = proposed if self.learns_from_proposals else torch.as_tensor(executed)
-            buf.actions[t].copy_(learned)
-            buf.log_probs[t].copy_(
-                torch.log_softmax(logits, -1).gather(-1, buf.actions[t].unsqueeze(-1)).squeeze(-1)
-            )
-            result = self.env.step(np.asarray(executed, dtype=np.int64))
+            if self.box is None:
+                executed, intervened = self._act_discrete(t, obs)
+            else:
+                executed, intervened = self._act_box(t)
+            result = self.env.step(executed)
             self.observe(obs, executed, result)
             buf.final_inputs[t, ..., :d].copy_(torch.from_numpy(result.final_obs))
             buf.rewards[t].copy_(torch.from_numpy(self.shaped_reward(result.reward, intervened)))
@@ -214,6 +259,48 @@ class IPPO:
             buf.first_violation[t].copy_(torch.from_numpy(first))
             obs = result.obs
         self._obs = obs
+
+    def _act_discrete(self, t: int, obs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Sample step `t`'s Discrete actions from `buffer.inputs[t]`, filter them, and store
+        the learned actions and their log-probabilities in the buffer; (the executed actions
+        `[E, A]` int64, the filter's `[E, A]` intervention flags)."""
+        buf = self.buffer
+        logits = self.net.logits(buf.inputs[t])  # [E, A, n_actions]
+        proposed = sample_actions(logits, self.generator)  # [E, A]
+        executed, intervened = self.action_filter.filter(
+            obs, proposed.numpy(), logits, self.tracker.next_step
+        )
+        learned = proposed if self.learns_from_proposals else torch.as_tensor(executed)
+        buf.actions[t].copy_(learned)
+        buf.log_probs[t].copy_(
+            torch.log_softmax(logits, -1).gather(-1, buf.actions[t].unsqueeze(-1)).squeeze(-1)
+        )
+        return np.asarray(executed, dtype=np.int64), intervened
+
+    def _act_box(self, t: int) -> tuple[np.ndarray, np.ndarray]:
+        """Sample step `t`'s Box actions from `buffer.inputs[t]`: the raw Gaussian samples
+        and their log-probabilities go to the buffer, the env gets them clipped to the Box;
+        (the env's actions `[E, A, ...]`, no intervention `[E, A]`)."""
+        buf, box = self.buffer, self.box
+        assert box is not None
+        mean = self.net.action_mean(buf.inputs[t])  # [E, A, k]
+        raw = sample_gaussian(mean, self.net.log_std, self.generator)  # [E, A, k]
+        buf.actions[t].copy_(raw)
+        buf.log_probs[t].copy_(gaussian_log_prob(mean, self.net.log_std, raw))
+        return box.to_env(raw), np.zeros(raw.shape[:-1], dtype=bool)
+
+    def log_probs_and_entropy(
+        self, inputs: torch.Tensor, actions: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """log pi(actions | inputs) `[N]` under the current weights (with their graph) and the
+        policy's mean entropy over `inputs` (a Gaussian's is the same in every state)."""
+        if self.box is None:
+            log_p = torch.log_softmax(self.net.logits(inputs), -1)  # [N, n_actions]
+            new_log_probs = log_p.gather(-1, actions.unsqueeze(-1)).squeeze(-1)
+            return new_log_probs, -(log_p.exp() * log_p).sum(-1).mean()
+        mean = self.net.action_mean(inputs)  # [N, k]
+        log_std = self.net.log_std
+        return gaussian_log_prob(mean, log_std, actions), gaussian_entropy(log_std)
 
     def compute_advantages(self) -> dict[str, torch.Tensor]:
         """GAE over the rollout: V(final_obs) bootstraps truncations, terminations get 0."""
@@ -258,10 +345,7 @@ class IPPO:
             for mb in self.buffer.minibatches(
                 flat, mini_batches=cfg.mini_batches, generator=self.generator
             ):
-                logits = self.net.logits(mb["inputs"])  # [N, n_actions]
-                log_p = torch.log_softmax(logits, -1)
-                new_log_probs = log_p.gather(-1, mb["actions"].unsqueeze(-1)).squeeze(-1)
-                entropy = -(log_p.exp() * log_p).sum(-1).mean()
+                new_log_probs, entropy = self.log_probs_and_entropy(mb["inputs"], mb["actions"])
                 pg_loss, approx_kl, clip_fraction = ppo_clip_loss(
                     new_log_probs=new_log_probs,
                     old_log_probs=mb["log_probs"],
@@ -342,14 +426,18 @@ class IPPO:
     # ------------------------------------------------------------------ state
 
     def policy_state(self) -> dict[str, Any]:
-        """The content of policy.pt: weights, network shape, run config and hook extras."""
-        return {
+        """The content of policy.pt: weights, network shape, run config and hook extras, and
+        for Box actions their space (`actions.POLICY_KEY`), which the evaluation clips to."""
+        state = {
             "actor_critic": self.net.state_dict(),
             "network": self.net.describe(),
             "config": self.config.to_dict(),
             "algo_config": self.algo_config(),
             **self.extra_policy_state(),
         }
+        if self.box is not None:
+            state[POLICY_KEY] = self.box.describe()
+        return state
 
     @classmethod
     def load_actor(

@@ -5,10 +5,16 @@ observation lets the shared network still specialise per agent (Terry et al. 202
 parameter sharing in multi-agent deep RL"). Actor, critic and the optional cost critic are
 separate MLPs, so rollout collection only runs the actor and the critics are evaluated in one
 batched pass at update time.
+
+The actor gives the logits of a categorical policy over Discrete actions, or, for Box actions,
+the mean of a Gaussian policy whose log standard deviation is a parameter of its own, one per
+action entry and the same in every state (`sample_gaussian`, `gaussian_log_prob`,
+`gaussian_entropy`; docs/design.md, section 6.1).
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -18,7 +24,18 @@ from torch import nn
 
 from src import numerics
 
-__all__ = ["ActorCritic", "Linear", "add_agent_ids", "mlp", "sample_actions"]
+__all__ = [
+    "ActorCritic",
+    "Linear",
+    "add_agent_ids",
+    "gaussian_entropy",
+    "gaussian_log_prob",
+    "mlp",
+    "sample_actions",
+    "sample_gaussian",
+]
+
+_HALF_LOG_2PI = 0.5 * math.log(2.0 * math.pi)
 
 
 class Linear(nn.Linear):
@@ -82,8 +99,38 @@ def sample_actions(logits: torch.Tensor, generator: torch.Generator) -> torch.Te
     return (cdf < u).sum(dim=-1).clamp_(max=probs.shape[-1] - 1)
 
 
+def sample_gaussian(
+    mean: torch.Tensor, log_std: torch.Tensor, generator: torch.Generator
+) -> torch.Tensor:
+    """One draw of N(mean, exp(log_std)^2) per entry of `[..., k]` means (`log_std` `[k]`).
+
+    The draw is the raw, unbounded action the policy learns from (its log-probability is
+    `gaussian_log_prob`); clipping it to the Box is the env side's (`actions.BoxActions.to_env`).
+    The noise comes from the generator alone, so sampling is reproducible from the run's seed.
+    """
+    noise = torch.randn(mean.shape, generator=generator, dtype=mean.dtype)
+    return mean + log_std.exp() * noise
+
+
+def gaussian_log_prob(
+    mean: torch.Tensor, log_std: torch.Tensor, actions: torch.Tensor
+) -> torch.Tensor:
+    """log N(actions | mean, diag(exp(log_std)^2)): `[..., k]` -> `[...]`, summed over the k
+    independent entries (what `torch.distributions.Normal(mean, log_std.exp()).log_prob(
+    actions).sum(-1)` computes)."""
+    z = (actions - mean) * torch.exp(-log_std)
+    return (-0.5 * z.square() - log_std - _HALF_LOG_2PI).sum(-1)
+
+
+def gaussian_entropy(log_std: torch.Tensor) -> torch.Tensor:
+    """Entropy of the diagonal Gaussian with log standard deviations `log_std` `[k]` (a scalar:
+    the same in every state), sum over k of 1/2 + log(2 pi)/2 + log_std."""
+    return (0.5 + _HALF_LOG_2PI + log_std).sum(-1)
+
+
 class ActorCritic(nn.Module):
-    """Shared actor (logits), critic (V) and optional cost critic (V_c) for A agents.
+    """Shared actor (logits, or a Gaussian's mean and log-std), critic (V) and optional cost
+    critic (V_c) for A agents.
 
     All methods take inputs that already carry the agent one-hot (`[..., D + A]`, see
     `add_agent_ids`), so the trainer can build them once into a preallocated tensor.
@@ -97,8 +144,14 @@ class ActorCritic(nn.Module):
         n_actions: int,
         hidden_sizes: Sequence[int],
         cost_critic: bool = False,
+        continuous: bool = False,
     ) -> None:
-        """Build the MLPs; `cost_critic` adds a separate value network for the cost signal."""
+        """Build the MLPs; `cost_critic` adds a separate value network for the cost signal.
+
+        `continuous`: the actor is the mean of a Gaussian over Box actions of `n_actions`
+        entries, with a log standard deviation per entry (`log_std`, zeros at first);
+        otherwise it gives the logits of `n_actions` Discrete actions.
+        """
         super().__init__()
         if n_agents < 1 or n_actions < 1 or obs_dim < 1:
             raise ValueError(
@@ -106,6 +159,7 @@ class ActorCritic(nn.Module):
                 f"{n_actions}"
             )
         self.obs_dim, self.n_agents, self.n_actions = obs_dim, n_agents, n_actions
+        self.continuous = bool(continuous)
         self.hidden_sizes = tuple(int(h) for h in hidden_sizes)
         in_dim = obs_dim + n_agents
         self.actor = mlp(in_dim=in_dim, hidden_sizes=hidden_sizes, out_dim=n_actions, out_gain=0.01)
@@ -115,6 +169,8 @@ class ActorCritic(nn.Module):
             if cost_critic
             else None
         )
+        # The Gaussian's state-independent log standard deviation (CleanRL's `actor_logstd`).
+        self.log_std = nn.Parameter(torch.zeros(n_actions)) if self.continuous else None
 
     @property
     def in_dim(self) -> int:
@@ -123,6 +179,12 @@ class ActorCritic(nn.Module):
 
     def logits(self, x: torch.Tensor) -> torch.Tensor:
         """`[..., D + A]` -> `[..., n_actions]` unnormalised action log-probabilities."""
+        return self.actor(x)
+
+    def action_mean(self, x: torch.Tensor) -> torch.Tensor:
+        """`[..., D + A]` -> `[..., n_actions]` mean of the Gaussian over Box actions."""
+        if not self.continuous:
+            raise RuntimeError("this ActorCritic has Discrete actions: its actor gives logits")
         return self.actor(x)
 
     def value(self, x: torch.Tensor) -> torch.Tensor:
@@ -154,6 +216,7 @@ class ActorCritic(nn.Module):
                 n_actions=int(shape["n_actions"]),
                 hidden_sizes=tuple(int(h) for h in shape["hidden_sizes"]),
                 cost_critic=bool(shape.get("cost_critic", False)),
+                continuous=bool(shape.get("continuous", False)),
             )
             net.load_state_dict(state["actor_critic"])
         except (KeyError, TypeError, RuntimeError) as error:
@@ -161,11 +224,15 @@ class ActorCritic(nn.Module):
         return net.eval()
 
     def describe(self) -> dict[str, int | bool | list[int]]:
-        """Constructor arguments, stored in `policy.pt` so the actor can be rebuilt."""
-        return {
+        """Constructor arguments, stored in `policy.pt` so the actor can be rebuilt
+        (`continuous` only for a Gaussian actor: a Discrete one's entry is as it always was)."""
+        described: dict[str, int | bool | list[int]] = {
             "obs_dim": self.obs_dim,
             "n_agents": self.n_agents,
             "n_actions": self.n_actions,
             "hidden_sizes": list(self.hidden_sizes),
             "cost_critic": self.cost_critic is not None,
         }
+        if self.continuous:
+            described["continuous"] = True
+        return described

@@ -3,6 +3,11 @@
 >>> actor = load_actor("results/quick/runs/hazard_grid/ippo/run0")  # doctest: +SKIP
 >>> actor.reset(num_envs=8, seed=1_000_000)                         # doctest: +SKIP
 >>> actions = actor.act(obs, episode_step)                          # doctest: +SKIP
+
+The deployed policy acts as it was trained: it samples its actions from a generator seeded by
+`reset` (the evaluation seeds it per batch of episodes), categorical over Discrete actions,
+Gaussian over a Box, whose samples are clipped to the Box on their way to the env, as in
+training (docs/design.md, section 6.1).
 """
 
 from __future__ import annotations
@@ -13,8 +18,9 @@ from typing import Any
 import numpy as np
 import torch
 
+from src.algos.actions import POLICY_KEY, BoxActions
 from src.algos.filters import ActionFilter
-from src.algos.networks import ActorCritic, add_agent_ids, sample_actions
+from src.algos.networks import ActorCritic, add_agent_ids, sample_actions, sample_gaussian
 from src.algos.registry import algorithm_class, get_algorithm
 from src.checks import check_int
 from src.config.run import RunConfig
@@ -28,10 +34,25 @@ class Actor:
     """A trained stochastic policy over `[E, A, D]` observations, optionally filtered."""
 
     def __init__(
-        self, *, net: ActorCritic, config: RunConfig, action_filter: ActionFilter | None = None
+        self,
+        *,
+        net: ActorCritic,
+        config: RunConfig,
+        action_filter: ActionFilter | None = None,
+        box: BoxActions | None = None,
     ) -> None:
-        """`action_filter` (e.g. the trained shield) filters every proposal when given."""
+        """`action_filter` (e.g. the trained shield) filters every proposal when given; `box`:
+        the Box of a Gaussian policy's actions (`net` continuous), None for Discrete ones."""
+        if (box is not None) != net.continuous:
+            raise ValueError(
+                "a Gaussian actor needs the Box of its actions, a categorical one none; got "
+                f"{'a' if net.continuous else 'no'} Gaussian actor and "
+                f"{'a' if box is not None else 'no'} Box"
+            )
+        if box is not None and action_filter is not None:
+            raise ValueError("action filters (the shields) take Discrete actions, not a Box")
         self.net = net.eval()
+        self.box = box
         self.config = config
         self.algo = config.algo
         self.env_name = config.env_name
@@ -56,7 +77,8 @@ class Actor:
 
     @torch.inference_mode()
     def act(self, obs: np.ndarray, episode_step: np.ndarray) -> np.ndarray:
-        """Sample actions `[E, A]` int64 for observations `[E, A, D]`.
+        """Sample actions `[E, A]` int64 (Box: `[E, A, ...]` in the Box's dtype, clipped to it)
+        for observations `[E, A, D]`.
 
         `episode_step` `[E]`: 1-based index, within its episode, of the step these actions
         take. With a filter, the executed (filtered) actions are returned and the per-agent
@@ -73,7 +95,11 @@ class Actor:
             raise ValueError(
                 f"episode_step must have shape [E] = ({self.num_envs},), got {episode_step.shape}"
             )
-        logits = self.net.logits(add_agent_ids(torch.from_numpy(obs)))  # [E, A, n_actions]
+        x = add_agent_ids(torch.from_numpy(obs))  # [E, A, D + A]
+        if self.box is not None:
+            raw = sample_gaussian(self.net.action_mean(x), self.net.log_std, self.generator)
+            return self.box.to_env(raw)
+        logits = self.net.logits(x)  # [E, A, n_actions]
         proposed = sample_actions(logits, self.generator).numpy()  # [E, A]
         if self.action_filter is None:
             return proposed
@@ -88,9 +114,29 @@ def actor_from_state(
     """The final policy in a policy.pt content of an IPPO-based trainer (`IPPO.load_actor`).
 
     For algorithms with a shield and `shielded=True`, the actions are filtered by the shield
-    that `src.algos.shield.assemble.load_shield` rebuilds from the same content.
+    that `src.algos.shield.assemble.load_shield` rebuilds from the same content. A Gaussian
+    policy over Box actions is rebuilt with its Box (`actions.POLICY_KEY`).
     """
     net = ActorCritic.from_policy_state(state, where=where)
+    if net.continuous or POLICY_KEY in state:
+        if not net.continuous or POLICY_KEY not in state:
+            raise ValueError(
+                f"{where}: a Box policy needs both a continuous network and the entry "
+                f"{POLICY_KEY!r} (network continuous: {net.continuous}; entries: {sorted(state)})"
+            )
+        kinds = get_algorithm(config.algo).action_kinds
+        if "box" not in kinds:
+            raise ValueError(
+                f"{where}: algo {config.algo} takes {' or '.join(kinds)} actions, but the policy "
+                "has Box actions"
+            )
+        box = BoxActions.from_description(state[POLICY_KEY], where=where)
+        if box.dim != net.n_actions:
+            raise ValueError(
+                f"{where}: entry {POLICY_KEY!r} has {box.dim} action entries, the network "
+                f"{net.n_actions}"
+            )
+        return Actor(net=net, config=config, box=box)
     action_filter = None
     if shielded and get_algorithm(config.algo).shielded:
         # Imported here so that unshielded policies load without the shield package.

@@ -47,7 +47,8 @@ __all__ = [
 SECTION_NAMES: tuple[str, ...] = ("ppo", "lagrange", "shield")
 """Run-config sections an algorithm may use (`src.config.run.SECTIONS` holds their classes)."""
 ACTION_KINDS: tuple[str, ...] = ("discrete", "box")
-"""Action spaces an algorithm may take: Discrete(n), or a Box."""
+"""Action spaces an algorithm may take: Discrete(n), or a Box (`ippo` and `ippo_lag` take both,
+with a Gaussian policy over a Box; the shields enumerate joint actions and take Discrete ones)."""
 
 # Run-config key of an implementation version -> the versions it may name.
 VERSIONS: dict[str, tuple[str, ...]] = {
@@ -119,6 +120,7 @@ ALGORITHMS: dict[str, AlgorithmSpec] = {
         multiplier=False,
         sections=("ppo",),
         version_keys=("ippo_version",),
+        action_kinds=("discrete", "box"),
     ),
     "ippo_lag": AlgorithmSpec(
         name="ippo_lag",
@@ -128,6 +130,7 @@ ALGORITHMS: dict[str, AlgorithmSpec] = {
         multiplier=True,
         sections=("ppo", "lagrange"),
         version_keys=("lag_version",),
+        action_kinds=("discrete", "box"),
     ),
     "shield": AlgorithmSpec(
         name="shield",

@@ -16,7 +16,10 @@ when ippo was not trained).
 On `spread` the witness is the careful team of `src.envs.witness.SpreadTeam` (agents head for
 their landmarks and keep their coasting paths apart), its "goals" are the landmarks it covers
 per step summed over the episode, and the reference is the careless team's (spread reports no
-arrivals, so ippo has no goals to compare with). Tasks without a witness (the terminating grid
+arrivals, so ippo has no goals to compare with). With `continuous_actions` the teams act on the
+same task with Discrete actions: the Box action of one-hot entry k moves an agent exactly as
+Discrete action k does (`spread_core`: the control is 5 (a[2] - a[1], a[4] - a[3])), so the
+witness's actions are actions of the Box task too. Tasks without a witness (the terminating grid
 tasks, `spread_mpe2`, tasks given by import path) get a record that says so, with NaN numbers.
 """
 
@@ -132,6 +135,9 @@ def task_floor(
             greedy_goals=nan,
         )
     probe.close()
+    if spread:
+        # The teams choose Discrete actions, each of which is also a Box action (docstring).
+        params["continuous_actions"] = False
     seeds = range(first_seed, first_seed + episodes)
     careful_team = SpreadTeam() if spread else CarefulTeam()
     greedy_team = SpreadTeam(careful=False) if spread else greedy_actions

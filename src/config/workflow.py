@@ -662,16 +662,25 @@ def _unknown_params_hint(message: str, env: str) -> str:
 
 def _check_env_params(config: Mapping[str, Any], env: str) -> tuple[int, int, int, str]:
     """Build the env once so its constructor checks its parameters (a task given by import
-    path also runs through an episode); (obs_dim, n_actions, cap, action kind)."""
+    path also runs through an episode, and its agents must share one action space: a team of
+    Discrete and Box agents is refused naming two of them); (obs_dim, n_actions, cap, action
+    kind)."""
+    from src.algos.actions import shared_action_space
     from src.envs.registry import make_env, make_vector_env
     from src.envs.task import probe_task
 
     params = config["env_params"][env]
     with _env_params_errors(env, config["custom_envs"].get(env)):
-        make_env(env, **params).close()
+        parallel = make_env(env, **params)
+        try:
+            team = {agent: parallel.action_space(agent) for agent in parallel.possible_agents}
+        finally:
+            parallel.close()
         vector = make_vector_env(env, num_envs=1, **params)
         if env in config["custom_envs"]:
             probe_task(vector)
+            # A task's own VectorEnv is not checked against the agents' spaces otherwise.
+            shared_action_space(team, env=env)
     # Built-in spread with continuous_actions has Box actions too.
     kind = "box" if getattr(vector, "continuous_actions", False) else "discrete"
     shape = (int(vector.obs_dim), int(vector.n_actions), int(vector.max_steps), kind)
@@ -757,7 +766,7 @@ def _check_action_kinds(config: Mapping[str, Any], kinds: Mapping[str, str]) -> 
     needed = sorted({kinds[env] for env in refused}, key=ACTION_KINDS.index)
     built_in = [name for name, spec in ALGORITHMS.items() if set(needed) <= set(spec.action_kinds)]
     others = (
-        f"built-in algorithms that take them: {', '.join(built_in)}"
+        f"the built-in algorithms that take {' or '.join(needed)} actions are {_and(built_in)}"
         if built_in
         else f"no built-in algorithm takes {' or '.join(needed)} actions"
     )

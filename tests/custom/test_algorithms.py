@@ -62,7 +62,7 @@ def test_toy_algorithm_capabilities_come_from_its_class():
     [
         ("corridor", "toy", {}),
         ("corridor", "ippo_penalty", {}),
-        # Box actions, which the toy algorithm takes (the built-in ones are refused on them).
+        # Box actions, which the toy algorithm takes (the shields are refused on them).
         ("tag", "toy", {"continuous_actions": True}),
         # A task vectorised by hand: training and evaluation use its own VectorEnv.
         ("walk_vector", "toy", {}),

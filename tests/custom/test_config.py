@@ -135,7 +135,7 @@ CASES = [
         lambda: tiny_config(["walk"], ["ippo", "shield"], custom_algos={"shield": "x.y:Z"}),
         "config key 'custom_algos.shield' = 'x.y:Z': 'shield' is a built-in algorithm",
     ),
-    (  # Box actions, which the shield's joint-action search (like IPPO) cannot take
+    (  # Box actions, which the shield's joint-action search (unlike IPPO) cannot take
         lambda: tiny_config(
             ["tag"],
             ["toy", "shield"],
