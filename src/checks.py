@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import math
 import numbers
+import reprlib
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, TypeVar
 
@@ -28,11 +29,14 @@ __all__ = [
     "check_int",
     "check_int_tuple",
     "check_mapping",
+    "check_nested",
     "check_probability",
     "check_str",
     "fail",
     "is_int",
     "lookup",
+    "nested_excess",
+    "shown",
 ]
 
 
@@ -46,13 +50,89 @@ class ConfigError(ValueError):
     """
 
 
+_SHORT = reprlib.Repr()
+_SHORT.maxlevel, _SHORT.maxstring, _SHORT.maxother = 3, 60, 60
+_SHORT.maxlist = _SHORT.maxtuple = _SHORT.maxdict = _SHORT.maxset = 4
+
+
+def shown(value: Any) -> str:
+    """`repr(value)` for a small value; for a large or deeply nested one a shortened repr
+    (`reprlib`), which never walks the whole value: an error message names a value without
+    spelling out megabytes of it."""
+    if nested_excess(value, max_depth=4, max_items=64, max_text=120) is None:
+        return repr(value)
+    return _SHORT.repr(value)
+
+
+def nested_excess(value: Any, *, max_depth: int, max_items: int, max_text: int) -> str | None:
+    """Why the nested value (dicts, lists, tuples and sets of plain values) exceeds the bounds,
+    in words without the value itself; None when it does not.
+
+    Counts every value it holds, keys included, as often as it appears: a sub-list held in
+    ten places counts ten times, so a few kilobytes of shared references (a pickle's memo)
+    cannot stand for billions of values. Stops at the first excess, so the walk costs at most
+    `max_items` steps. `max_depth`: the most levels of containers below `value`; `max_text`:
+    the longest string or bytes.
+    """
+    pending: list[tuple[Any, int]] = [(value, 0)]
+    count = 0
+    while pending:
+        item, depth = pending.pop()
+        count += 1
+        if count > max_items:
+            return f"holds more than {max_items} values (shared ones counted each time)"
+        if isinstance(item, str | bytes):
+            if len(item) > max_text:
+                return f"holds a text of {len(item)} characters, more than {max_text}"
+        elif isinstance(item, Mapping | list | tuple | set | frozenset):
+            if depth >= max_depth:
+                return f"is nested deeper than {max_depth} levels"
+            if len(item) > max_items:
+                return f"holds a container of {len(item)} values, more than {max_items}"
+            children = (
+                [entry for pair in item.items() for entry in pair]
+                if isinstance(item, Mapping)
+                else list(item)
+            )
+            pending.extend((child, depth + 1) for child in children)
+    return None
+
+
+def check_nested(
+    name: str,
+    value: Any,
+    *,
+    max_depth: int = 32,
+    max_items: int = 100_000,
+    max_text: int = 65_536,
+) -> Any:
+    """`value`, after checking that it is no deeper, larger or longer than the bounds
+    (`nested_excess`); `ConfigError` naming `name` and the bound otherwise, without the value.
+
+    >>> check_nested("config", {"a": [1, 2]})
+    {'a': [1, 2]}
+    >>> shared = [0] * 10
+    >>> for _ in range(7):
+    ...     shared = [shared] * 10
+    >>> check_nested("config", {"a": shared})
+    Traceback (most recent call last):
+    ...
+    src.checks.ConfigError: config holds more than 100000 values (shared ones counted each time)
+    """
+    excess = nested_excess(value, max_depth=max_depth, max_items=max_items, max_text=max_text)
+    if excess is not None:
+        raise ConfigError(f"{name} {excess}")
+    return value
+
+
 def fail(name: str, value: Any, requirement: str) -> ConfigError:
-    """The error for `name` = `value` not meeting `requirement` (``must be ...``)."""
+    """The error for `name` = `value` not meeting `requirement` (``must be ...``); a large
+    value is shown shortened (`shown`)."""
     hint = ""
     if isinstance(value, str) and requirement.startswith(("an int", "a float")):
         # PyYAML reads `3e-4` (no dot) as a string, a common way to end up here.
         hint = " (got a string; write numbers without quotes, e.g. 3.0e-4 in YAML)"
-    return ConfigError(f"{name}={value!r}: must be {requirement}{hint}")
+    return ConfigError(f"{name}={shown(value)}: must be {requirement}{hint}")
 
 
 def is_int(value: Any) -> bool:

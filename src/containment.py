@@ -57,6 +57,7 @@ __all__ = [
     "copy_file",
     "inside",
     "is_regular",
+    "memory_bound",
     "memory_budget",
     "open_regular",
     "regular_file",
@@ -578,6 +579,15 @@ def memory_budget(mem_mb: float | None) -> Iterator[None]:
         yield
     finally:
         set_memory_budget(previous)
+
+
+def memory_bound() -> tuple[float, str]:
+    """(MB, where the number comes from): the memory the current job may use, its `mem_mb`
+    (`set_memory_budget`); outside a workflow job the machine's physical memory."""
+    if _budget_mb is not None:
+        return _budget_mb, f"the job's mem_mb of {_budget_mb:g}"
+    machine = _machine_mb()
+    return machine, f"the machine's {machine:.0f} MB (no mem_mb set)"
 
 
 def _machine_mb() -> float:

@@ -174,21 +174,28 @@ def load_history(dir: str | Path, filename: str) -> list[EpisodeLog]:
     """Load a run's history (a list of `EpisodeLog` saved with `save_to_file`).
 
     Reads with `src.core.io.load_from_file`, so the format follows the suffix: a JSON/YAML
-    list of dicts, or a Parquet table with one row per episode. Raises `ValueError` naming
-    the file and the entry when an entry is not a valid `EpisodeLog`.
+    list of dicts, or a Parquet table with one row per episode. Raises `CorruptFileError` (a
+    `ValueError`), one line naming the file (and the entry), when it holds no list or an
+    entry is not a valid `EpisodeLog`.
     """
-    from src.core.io import load_from_file
+    from src.core.io import CorruptFileError, load_from_file
 
     data = load_from_file(dir, filename)
     if hasattr(data, "to_dict") and hasattr(data, "columns"):
         data = data.to_dict(orient="records")  # a DataFrame read from .parquet
     path = Path(dir) / filename
+    fmt = path.suffix
     if isinstance(data, (str, bytes)) or not isinstance(data, Sequence):
-        raise ValueError(f"{path}: expected a list of episode records, got {type(data).__name__}")
+        raise CorruptFileError(
+            f"{path}: expected a list of episode records, got {type(data).__name__}",
+            path=path,
+            format=fmt,
+        )
     history = []
     for index, entry in enumerate(data):
         try:
             history.append(EpisodeLog.from_dict(entry))
         except (TypeError, ValueError) as error:
-            raise ValueError(f"{path}: entry {index}: {error}") from None
+            why = " ".join(str(error).split())[:500]
+            raise CorruptFileError(f"{path}: entry {index}: {why}", path=path, format=fmt) from None
     return history

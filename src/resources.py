@@ -16,7 +16,7 @@ import itertools
 from src.config.run import RunConfig
 from src.config.shield import MAX_IMAGINED_ROWS, ShieldConfig
 
-__all__ = ["INTERPRETER_MB", "eval_memory_mb", "train_memory_mb"]
+__all__ = ["INTERPRETER_MB", "eval_memory_mb", "mlp_params", "train_memory_mb"]
 
 INTERPRETER_MB = 500.0
 """Python, torch, NumPy, PettingZoo and the envs, before the first allocation of the job."""
@@ -26,7 +26,12 @@ _EPISODE_RECORD = 1536  # bytes of one EpisodeLog in memory plus its share of hi
 _SHORTEST_EPISODE = 4  # steps; bounds the number of episodes of a run
 
 
-def _mlp_params(in_dim: int, hidden: tuple[int, ...], out_dim: int) -> int:
+def mlp_params(in_dim: int, hidden: tuple[int, ...], out_dim: int) -> int:
+    """Weights and biases of an MLP `in_dim -> hidden... -> out_dim`.
+
+    >>> mlp_params(3, (4,), 2)
+    26
+    """
     sizes = (in_dim, *hidden, out_dim)
     return sum(a * b + b for a, b in itertools.pairwise(sizes))
 
@@ -63,7 +68,7 @@ def train_memory_mb(config: RunConfig, *, obs_dim: int, n_actions: int) -> dict[
     width = d + a
     hidden = ppo.hidden_sizes
     nets = 3 if config.lagrange is not None else 2
-    params = _mlp_params(width, hidden, n_actions) + (nets - 1) * _mlp_params(width, hidden, 1)
+    params = mlp_params(width, hidden, n_actions) + (nets - 1) * mlp_params(width, hidden, 1)
     parts = {
         "interpreter": INTERPRETER_MB,
         # inputs and final inputs, actions, log-probs, rewards, costs, flags
@@ -90,10 +95,10 @@ def train_memory_mb(config: RunConfig, *, obs_dim: int, n_actions: int) -> dict[
         # The dynamics, the agents' cost model, the critic with its target and the opponent
         # model.
         model_params = shield.ensemble_size * (
-            _mlp_params(joint + a * n_actions, shield.wm_hidden, joint + a + 1)
-            + _mlp_params(d + a * n_actions + a, shield.wm_hidden, 1)
-            + 2 * _mlp_params(joint + 1 + a, shield.critic_hidden, 1)
-        ) + _mlp_params(d + a, shield.om_hidden, n_actions)
+            mlp_params(joint + a * n_actions, shield.wm_hidden, joint + a + 1)
+            + mlp_params(d + a * n_actions + a, shield.wm_hidden, 1)
+            + 2 * mlp_params(joint + 1 + a, shield.critic_hidden, 1)
+        ) + mlp_params(d + a, shield.om_hidden, n_actions)
         parts["shield models"] = 4 * model_params * _FLOAT / _MB
     parts["total"] = sum(parts.values())
     return parts

@@ -19,7 +19,10 @@ import pyarrow as pa
 
 from src.algos import metrics
 from src.analysis.files import CONFIG_METADATA_KEY, read_json, write_parquet
+from src.checks import is_int, nested_excess, shown
 from src.config.base import VERSION_KEYS
+from src.containment import regular_file
+from src.core.io import CorruptFileError
 from src.runfiles import RunFiles
 
 __all__ = [
@@ -27,6 +30,8 @@ __all__ = [
     "EVAL_EPISODES_SCHEMA",
     "EVAL_SCHEMA",
     "HISTORY_SCHEMA",
+    "RUN_CONFIG_BOUNDS",
+    "RUN_CONFIG_BYTES",
     "UPDATES_SCHEMA",
     "UPDATE_METRIC_KEYS",
     "VIOLATING_EPISODES",
@@ -163,15 +168,49 @@ def certificate_columns(certificate: Mapping[str, Any] | None) -> dict[str, Any]
     return row
 
 
+RUN_CONFIG_BYTES = 4 * 1024**2
+"""The largest config.json read (a run's is a few kilobytes)."""
+RUN_CONFIG_BOUNDS = {"max_depth": 32, "max_items": 100_000, "max_text": 65_536}
+"""How deep, large and long the values of a run config may be (`src.checks.nested_excess`)."""
+
+
+def _bad_run_config(path: Path, why: str) -> CorruptFileError:
+    return CorruptFileError(f"{path}: {why}", path=path, format=".json")
+
+
 def load_run_config(run_dir: str | Path) -> dict[str, Any]:
-    """Read the run's config.json and check the identity keys every export needs."""
+    """Read the run's config.json and check the identity keys every export needs.
+
+    The file is bounded before it is read (`RUN_CONFIG_BYTES`) and its values after
+    (`RUN_CONFIG_BOUNDS`: depth, count, text length); `env_name` and `algo` must be strings
+    and `run_idx` an integer >= 0. Raises `CorruptFileError` (a `ValueError`), one line
+    naming the file and the value, otherwise.
+    """
     path = RunFiles(run_dir).config
+    try:
+        size = regular_file(path.parent, path.name).stat().st_size
+    except FileNotFoundError:
+        size = 0  # read_json names the missing file
+    if size > RUN_CONFIG_BYTES:
+        raise _bad_run_config(
+            path, f"holds {size} bytes, more than the {RUN_CONFIG_BYTES} a run config may hold"
+        )
     config = read_json(path)
     if not isinstance(config, dict):
-        raise ValueError(f"{path} must hold a JSON object")
+        raise _bad_run_config(path, f"must hold a JSON object, not {type(config).__name__}")
+    excess = nested_excess(config, **RUN_CONFIG_BOUNDS)
+    if excess is not None:
+        raise _bad_run_config(path, f"the run config {excess}")
     missing = [key for key in ("env_name", "algo", "run_idx") if key not in config]
     if missing:
-        raise ValueError(f"{path} lacks required keys: {missing}")
+        raise _bad_run_config(path, f"lacks required keys: {missing}")
+    for key in ("env_name", "algo"):
+        if not isinstance(config[key], str):
+            raise _bad_run_config(path, f"{key}={shown(config[key])}: must be a string")
+    if not is_int(config["run_idx"]) or config["run_idx"] < 0:
+        raise _bad_run_config(
+            path, f"run_idx={shown(config['run_idx'])}: must be a JSON integer >= 0"
+        )
     return config
 
 
@@ -278,8 +317,17 @@ def export_run(run_dir: str | Path, history_out: str | Path, updates_out: str | 
     """
     files = RunFiles(run_dir)
     config = load_run_config(run_dir)
-    history = history_table(read_json(files.history_json), config)
-    updates = updates_table(read_json(files.updates_json), config)
+    tables = []
+    for path, build in ((files.history_json, history_table), (files.updates_json, updates_table)):
+        records = read_json(path)
+        try:
+            tables.append(build(records, config))
+        except (TypeError, ValueError) as error:
+            # One line naming the file: the builders name the record, not where it came from.
+            raise CorruptFileError(
+                f"{path}: {' '.join(str(error).split())[:500]}", path=path, format=".json"
+            ) from None
+    history, updates = tables
     for column, table in (("env", history), ("algo", history)):
         key = "env_name" if column == "env" else "algo"
         stray = set(table.column(column).to_pylist()) - {config[key]}

@@ -59,7 +59,8 @@ from src.analysis.constraint import (
 from src.analysis.files import write_text
 from src.analysis.floor import MIN_GOAL_SHARE, Floor, feasible, load_floor
 from src.analysis.style import has_shield, policy_label
-from src.core.io import atomic_output
+from src.checks import is_int, shown
+from src.core.io import CorruptFileError, PersistenceError, atomic_output
 
 __all__ = [
     "CERTIFICATE_COLUMN",
@@ -72,6 +73,7 @@ __all__ = [
     "floor_markdown",
     "make_summary",
     "mean_interval",
+    "read_floor",
     "summary_frame",
     "summary_markdown",
 ]
@@ -608,6 +610,48 @@ def _latex(frame: pd.DataFrame, family: CertificateFamily | None = None) -> str:
     return "\n".join(lines)
 
 
+# The kind of every value of a floor record that is not a number (NaN allowed).
+_FLOOR_KINDS = {
+    "env": str,
+    "method": str,
+    "horizon": int,
+    "first_seed": int,
+    "episodes": int,
+    "violations": int,
+}
+
+
+def read_floor(path: str | Path) -> Floor:
+    """A floor record (`src.analysis.floor.load_floor`) with every value of its kind: text
+    for `env` and `method`, integers for the counts, numbers (NaN allowed) for the rest.
+    Raises `CorruptFileError` (a `ValueError`), one line naming the file, the key and the
+    value, otherwise."""
+    file = Path(path)
+    try:
+        floor = load_floor(file)
+    except PersistenceError:
+        raise
+    except (TypeError, ValueError) as error:
+        raise CorruptFileError(
+            " ".join(str(error).split())[:500], path=file, format=".json"
+        ) from None
+    for name in Floor.__dataclass_fields__:
+        value = getattr(floor, name)
+        kind = _FLOOR_KINDS.get(name, float)
+        if kind is str:
+            good, words = isinstance(value, str), "a string"
+        elif kind is int:
+            good, words = is_int(value), "an integer"
+        else:
+            good = isinstance(value, int | float) and not isinstance(value, bool)
+            words = "a number (NaN for none)"
+        if not good:
+            raise CorruptFileError(
+                f"{file}: {name}={shown(value)} must be {words}", path=file, format=".json"
+            )
+    return floor
+
+
 def floor_frame(floors: Sequence[Floor], summary: pd.DataFrame) -> pd.DataFrame:
     """One row per env with a floor record: the floor next to `max_risk`, and the verdict.
 
@@ -709,7 +753,7 @@ def make_summary(tables_dir: str | Path, *, floors: Sequence[str | Path] = ()) -
         horizons=constraint_horizons(configs) if len(evaluation) else {},
     )
     family = certificate_family(evaluation, configs)
-    floor_rows = floor_frame([load_floor(path) for path in floors], frame)
+    floor_rows = floor_frame([read_floor(path) for path in floors], frame)
     if len(floor_rows):
         frame = frame.merge(
             floor_rows[["env", "floor", "floor_upper", "feasible"]], on="env", how="left"

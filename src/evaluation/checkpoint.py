@@ -34,11 +34,12 @@ from typing import Any, NoReturn
 from src.algos.registry import get_algorithm
 from src.algos.shield.calibration import Certificate, load_certificate
 from src.analysis.export import EVAL_SCHEMA, table_with_config
-from src.analysis.files import read_json, write_parquet
+from src.analysis.files import write_parquet
 from src.config.base import SEED_MAX
 from src.config.run import RunConfig
 from src.containment import ContainmentError, regular_file
 from src.core.io import PersistenceError
+from src.evaluation.run_inputs import check_policy, read_run_config
 from src.runfiles import RunFiles
 
 __all__ = ["EVALUATION_METADATA_KEY", "CheckpointRequest", "UsageError", "main", "parse_request"]
@@ -142,15 +143,14 @@ def _read_run(run_dir: Path) -> tuple[dict[str, Any], RunConfig, Certificate | N
             raise UsageError(
                 f"RUN_DIR {run_dir} has no {path.name}: not a trained run folder"
             ) from None
-    raw = read_json(files.config)
-    if not isinstance(raw, dict):
-        raise UsageError(f"{files.config} does not hold a JSON object")
-    config = RunConfig.from_dict(raw)
+    # Bounded and checked, the policy's recorded shapes too, before anything is built.
+    raw, config = read_run_config(run_dir)
     if get_algorithm(config.algo).entry is not None or raw.get("custom"):
         raise UsageError(
             f"{run_dir} is a run of a task or algorithm given by import path; this command "
             "evaluates runs of the built-in ones only"
         )
+    check_policy(run_dir, config)
     return raw, config, load_certificate(run_dir)
 
 

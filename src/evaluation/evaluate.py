@@ -35,7 +35,6 @@ from src.analysis.export import (
     EVAL_EPISODES_SCHEMA,
     EVAL_SCHEMA,
     certificate_columns,
-    load_run_config,
     table_with_config,
 )
 from src.analysis.files import write_parquet
@@ -49,6 +48,8 @@ from src.evaluation.episodes import (
     horizon_summary,
     sums_within_horizons,
 )
+from src.evaluation.run_inputs import check_eval_memory, check_policy, read_run_config
+from src.runfiles import RunFiles
 
 __all__ = ["collect_episodes", "episode_rows", "evaluate_policy", "evaluate_run"]
 
@@ -304,7 +305,9 @@ def evaluate_run(
     """Evaluate a run's final policy and write `eval.parquet` (one row per horizon and shield mode).
 
     Reads the run's config.json and policy.pt (the policy, and once the shield's certificate:
-    `src.algos.shield.calibration.load_certificate`). With `final_policy_eval_episodes: 0`
+    `src.algos.shield.calibration.load_certificate`), both checked first
+    (`src.evaluation.run_inputs`: bounded values, the policy's recorded shapes, the
+    evaluation's memory estimate within the job's). With `final_policy_eval_episodes: 0`
     the file is written with the schema and no rows. Returns the table as a DataFrame with
     the columns of `src.analysis.export.EVAL_SCHEMA`.
 
@@ -313,11 +316,18 @@ def evaluate_run(
     (`certificate.json`, `src.evaluation.certificate_record`). Every file is computed before
     the first is written, each atomically.
     """
-    raw = load_run_config(run_dir)
-    config = RunConfig.from_dict(raw)
+    raw, config = read_run_config(run_dir)
     settings = config.evaluation
     certificate = None
     if settings.episodes > 0 or certificate_out is not None:
+        # Before the policy's certificate is read or its network built: its recorded shapes,
+        # and the episodes and horizons of config.json, within the job's memory.
+        shape = check_policy(run_dir, config)
+        if settings.episodes > 0:
+            obs_dim, n_actions = shape or (1, 1)
+            check_eval_memory(
+                config, RunFiles(run_dir).config, obs_dim=obs_dim, n_actions=n_actions
+            )
         certificate = load_certificate(run_dir)
     result = pd.DataFrame(columns=EVAL_SCHEMA.names)
     episodes = pd.DataFrame(columns=EVAL_EPISODES_SCHEMA.names)
