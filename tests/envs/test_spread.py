@@ -10,6 +10,7 @@ from __future__ import annotations
 import io
 import json
 import logging
+import sys
 
 import numpy as np
 import pytest
@@ -120,6 +121,15 @@ def test_discrete_actions_match_mpe2(params, num_envs, episodes, seed):
 def test_continuous_actions_match_mpe2(params, dtype, seed):
     counts = compare_with_mpe2(params, num_envs=4, episodes=2, seed=seed, dtype=dtype)
     assert counts["episodes"] == 8 and counts["collisions"] > 0
+
+
+def test_continuous_actions_match_mpe2_over_30_seeds(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Copy e of a batch seeded s plays reset seed s + e: 30 copies are 30 seeds, equal to
+    mpe2's bit for bit (no tolerance)."""
+    monkeypatch.setattr(sys.modules[__name__], "ATOL", 0.0)
+    params = {"continuous_actions": True, "max_steps": 25}
+    counts = compare_with_mpe2(params, num_envs=30, episodes=1, seed=300)
+    assert counts["episodes"] == 30 and counts["collisions"] > 0
 
 
 def test_unseeded_resets_continue_each_copy_stream_like_mpe2():
