@@ -49,6 +49,7 @@ __all__ = [
     "TOOL_TREES",
     "ContainmentError",
     "archive_limit",
+    "below_results_root",
     "check_archive",
     "check_paths",
     "check_results_folder",
@@ -436,6 +437,13 @@ def results_root(folder: str | Path | None) -> Iterator[None]:
         yield
     finally:
         set_results_root(previous)
+
+
+def below_results_root(path: str | Path) -> bool:
+    """Whether `path` lies below the results folder of the current job (`set_results_root`)."""
+    anchor = _results_root
+    target = Path(os.path.abspath(path))
+    return anchor is not None and target != anchor and target.is_relative_to(anchor)
 
 
 def _walk_start(base: Path) -> tuple[Path, tuple[str, ...]]:

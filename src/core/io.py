@@ -40,10 +40,13 @@ with its schema metadata (e.g. the run config stored as file metadata).
 
 Writes are atomic: the bytes go to a hidden temp file in the destination folder
 (``.{name}.{host}.{pid}.{random}.tmp``), which is flushed, fsynced and renamed over the target
-with ``os.replace``; the folder is then fsynced so the rename itself survives a crash. If
-anything fails, the temp file is removed and the previous file is left untouched. A process
-killed with SIGKILL cannot clean up after itself; the next save of the same file on the same
-host removes temp files whose writing process no longer exists.
+with ``os.replace`` (in a workflow job, below its results folder, relative to a descriptor of
+the folder walked down from the results folder without following a link, so a folder swapped
+for a link mid-run is refused: ``src.containment.replace``); the folder is then fsynced so the
+rename itself survives a crash. If anything fails, the temp file is removed and the previous
+file is left untouched. A process killed with SIGKILL cannot clean up after itself; the next
+save of the same file on the same host removes temp files whose writing process no longer
+exists.
 
 ``filename`` is relative to ``dir`` and may contain sub-folders (created on demand), but it
 may never leave ``dir``: absolute paths and ``..`` components that climb above ``dir`` are
@@ -101,7 +104,13 @@ from typing import IO, Any
 import numpy as np
 import yaml
 
-from src.containment import ContainmentError, archive_limit, check_archive
+from src.containment import (
+    ContainmentError,
+    archive_limit,
+    below_results_root,
+    check_archive,
+    replace,
+)
 from src.processes import pid_alive
 
 __all__ = [
@@ -700,7 +709,12 @@ def _published(target: Path, *, keep_suffix: bool) -> Iterator[Path]:
             os.fsync(fd)
         finally:
             os.close(fd)
-        os.replace(tmp, target)
+        if below_results_root(target):
+            # Through descriptors walked down from the job's results folder: a folder on the
+            # way swapped for a link is refused, and the file is not placed where it leads.
+            replace(target.parent, tmp.name, target.name)
+        else:
+            os.replace(tmp, target)
         fsync_dir(target.parent)
     finally:
         with contextlib.suppress(FileNotFoundError):
@@ -722,6 +736,8 @@ def _write_errors(target: Path, fmt: str, *, serializer: bool = True) -> Iterato
         if str(target) not in str(exc):
             exc.args = (f"{target} ({fmt}): {exc.args[0]}",)
         raise
+    except ContainmentError:
+        raise  # names the link it refused
     except OSError as exc:
         err = FileAccessError(
             f"cannot write {target} ({fmt}): {exc.strerror or exc}", path=target, format=fmt

@@ -6,7 +6,9 @@ training runs. Deleting by name would then walk through the link: `remove_tree` 
 path and deleted it a moment later, and about one call in five hundred deleted the outside
 folder instead. Here a swapper process flips the folder between the real one and a link to an
 outside folder thousands of times while the deletes run over and over; nothing outside may go.
-The outside folders share the results root's prefix (`results-evil` next to `results`).
+The outside folders share the results root's prefix (`results-evil` next to `results`). A
+result written in a job is renamed into place the same way, so it never lands in the folder a
+swapped run folder leads to.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from pathlib import Path
 import pytest
 
 from src.containment import ContainmentError, remove_tree, results_root
+from src.core.io import save_to_file
 from tests.reliability.helpers import folder_state
 
 SWAPS = 10000  # flips of the folder; each leaves the link in place for a moment
@@ -161,3 +164,29 @@ def test_a_linked_folder_is_refused_in_one_line_naming_it(tmp_path: Path, outsid
     message = str(refused.value)
     assert "\n" not in message and str(run) in message and "symbolic link" in message
     assert folder_state(outside) == before
+
+
+def test_a_result_is_not_placed_through_a_run_folder_swapped_for_a_link(
+    tmp_path: Path, outside: Path
+):
+    results = tmp_path / "results" / "test"
+    run = results / "runs" / "hazard_grid" / "ippo" / "run0"
+    (run / "checkpoint").mkdir(parents=True)
+    save_to_file({"update": 1}, run / "checkpoint", "state.json")
+    before = folder_state(outside)
+    # Renamed away and replaced by a link to the user's folder while the job runs.
+    run.rename(run.with_name("run0.away"))
+    run.symlink_to(outside)
+    with results_root(results):
+        for write in (
+            lambda: save_to_file({"update": 2}, run / "checkpoint", "state.json"),
+            lambda: save_to_file({"update": 2}, run, "history.json"),
+        ):
+            with pytest.raises(ContainmentError) as refused:
+                write()
+            message = str(refused.value)
+            assert "\n" not in message and str(run) in message and "symbolic link" in message
+    assert folder_state(outside) == before
+    # Outside a job (no results folder set) a linked folder is written as before.
+    save_to_file({"update": 3}, run, "notes.json")
+    assert (outside / "notes.json").is_file()
