@@ -27,22 +27,24 @@ from src.containment import ContainmentError, remove_tree, results_root
 from src.core.io import save_to_file
 from tests.reliability.helpers import folder_state
 
-SWAPS = 10000  # flips of the folder; each leaves the link in place for a moment
-TIME_LIMIT = 8.0  # seconds for one race at most
+DELETES = 2000  # delete calls of one race at least
+FLIPS = 2000  # flips of the folder during one race at least
+TIME_LIMIT = 15.0  # seconds for one race at most
 
-# Flips `folder` between the real folder and a link to `target` until it has done `swaps`
-# flips or `stop` exists; prints the number of flips.
+# Flips `folder` between the real folder and a link to `target` until `stop` exists, writing
+# one byte to stdout after every 100 flips.
 SWAPPER = r"""
 import os, sys
-folder, away, target, stop, swaps = sys.argv[1:6]
+folder, away, target, stop = sys.argv[1:5]
 done = 0
-while done < int(swaps) and not os.path.exists(stop):
+while not os.path.exists(stop):
     os.rename(folder, away)
     os.symlink(target, folder)
     os.unlink(folder)
     os.rename(away, folder)
     done += 1
-print(done)
+    if done % 100 == 0:
+        os.write(1, b".")
 """
 
 _DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -71,31 +73,44 @@ def _plant(base: Path, parts: tuple[str, ...], files: tuple[str, ...]) -> None:
         os.close(fd)
 
 
+def _available(fd: int) -> int:
+    """The bytes waiting in the non-blocking pipe `fd`, read."""
+    try:
+        return len(os.read(fd, 1 << 16))
+    except BlockingIOError:
+        return 0
+
+
 def _race(
     swapped: Path, target: Path, calls: list[tuple[Path, str]], plant: tuple[Path, tuple[str, ...]]
 ) -> tuple[int, int]:
     """Delete every (root, path) of `calls` over and over while a swapper process flips
-    `swapped` to a link to `target`; re-plant what was deleted (`plant`: base folder,
-    components below it) between rounds. Returns (flips, delete calls)."""
+    `swapped` to a link to `target`, until both did their share (`DELETES` calls, `FLIPS`
+    flips); re-plant what was deleted (`plant`: base folder, components below it) between
+    rounds. Returns (flips, delete calls)."""
     stop = swapped.parent / "stop"
-    deletes = 0
+    deletes = flips = 0
     deadline = time.monotonic() + TIME_LIMIT
     base, parts = plant
     command = [sys.executable, "-c", SWAPPER, str(swapped), f"{swapped}.away", str(target)]
-    swapper = subprocess.Popen([*command, str(stop), str(SWAPS)], stdout=subprocess.PIPE, text=True)
+    swapper = subprocess.Popen([*command, str(stop)], stdout=subprocess.PIPE)
+    assert swapper.stdout is not None
+    os.set_blocking(swapper.stdout.fileno(), False)
     try:
-        while swapper.poll() is None and time.monotonic() < deadline:
+        while (deletes < DELETES or flips < FLIPS) and time.monotonic() < deadline:
+            assert swapper.poll() is None, "the swapper stopped"
             _plant(base, parts, ("precious.txt",))
             for root, path in calls:
                 with contextlib.suppress(ContainmentError, OSError):
                     remove_tree(root, path)
                 deletes += 1
+            flips += 100 * _available(swapper.stdout.fileno())
     finally:
         stop.touch()
-        output, _ = swapper.communicate(timeout=30)
+        swapper.wait(timeout=30)
     # The swapper stops between two flips: the folder is the real one again.
     assert swapped.is_dir() and not swapped.is_symlink()
-    return int(output), deletes
+    return flips, deletes
 
 
 @pytest.fixture
@@ -124,7 +139,7 @@ def test_a_checkpoint_folder_flipped_to_a_link_never_leads_a_delete_outside(
     ]
     flips, deletes = _race(checkpoint, outside, calls, (run, ("checkpoint", "update-000001")))
     assert folder_state(outside) == before, "a delete went through the link"
-    assert flips >= 1000 and deletes >= 1000, (flips, deletes)
+    assert flips >= FLIPS and deletes >= DELETES, f"{flips} flips, {deletes} deletes: too few"
 
 
 def test_a_run_folder_flipped_to_a_link_never_leads_a_delete_outside(tmp_path: Path, outside: Path):
@@ -140,7 +155,7 @@ def test_a_run_folder_flipped_to_a_link_never_leads_a_delete_outside(tmp_path: P
     with results_root(results):
         flips, deletes = _race(run, outside, calls, plant)
     assert folder_state(outside) == before, "a delete went through the link"
-    assert flips >= 1000 and deletes >= 1000, (flips, deletes)
+    assert flips >= FLIPS and deletes >= DELETES, f"{flips} flips, {deletes} deletes: too few"
 
 
 def test_a_linked_folder_is_refused_in_one_line_naming_it(tmp_path: Path, outside: Path):
