@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import time
 from abc import ABC, abstractmethod
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 import torch
@@ -116,9 +116,10 @@ class FilterCounters(Protocol):
 class RiskFilter(ABC):
     """An action filter that judges each of its decisions by a risk bound (the shields).
 
-    `filter` checks its arguments (`check_filter_inputs`), lets `_decide` choose the executed
-    actions and adds the outcome to `stats`. Subclasses set `n_agents`, `obs_dim`, `n_actions`
-    and `stats`, and implement `_decide` and `reset`.
+    `filter` checks its arguments (`_checked`: `check_filter_inputs`), lets `_decide` choose
+    the executed actions and adds the outcome to `stats`. Subclasses set `n_agents`,
+    `obs_dim`, `n_actions` and `stats`, and implement `_decide` and `reset`; a filter of other
+    actions (Box: `src.algos.shield.box`) also `_checked` and `_changed`.
     """
 
     n_agents: int
@@ -137,7 +138,22 @@ class RiskFilter(ABC):
         episode_step [E] (1-based index, within its episode, of the step these actions take)
         -> executed [E, A] int64, intervened [E, A] bool (see `_decide`)."""
         start = time.perf_counter()
-        obs_t, proposed_np, logits_t, step = check_filter_inputs(
+        obs_t, proposed_np, logits_t, step = self._checked(obs, proposed, logits, episode_step)
+        executed, bound, no_safe = self._decide(obs_t, proposed_np, logits_t, step)
+        intervened = self._changed(executed, proposed_np)
+        s = self.stats
+        s.decisions += bound.size
+        s.interventions += int(intervened.sum())
+        s.no_safe_action += no_safe
+        s.bound_sum += float(bound.sum())
+        s.seconds += time.perf_counter() - start
+        return executed, intervened
+
+    def _checked(
+        self, obs: np.ndarray, proposed: np.ndarray, logits: Any, episode_step: np.ndarray
+    ) -> tuple[torch.Tensor, np.ndarray, Any, np.ndarray]:
+        """The arguments of `filter` checked and converted (`check_filter_inputs`)."""
+        return check_filter_inputs(
             obs,
             proposed,
             logits,
@@ -146,15 +162,10 @@ class RiskFilter(ABC):
             obs_dim=self.obs_dim,
             n_actions=self.n_actions,
         )
-        executed, bound, no_safe = self._decide(obs_t, proposed_np, logits_t, step)
-        intervened = executed != proposed_np
-        s = self.stats
-        s.decisions += bound.size
-        s.interventions += int(intervened.sum())
-        s.no_safe_action += no_safe
-        s.bound_sum += float(bound.sum())
-        s.seconds += time.perf_counter() - start
-        return executed, intervened
+
+    def _changed(self, executed: np.ndarray, proposed: np.ndarray) -> np.ndarray:
+        """[E, A] bool: where the executed action differs from the proposal."""
+        return executed != proposed
 
     @abstractmethod
     def _decide(

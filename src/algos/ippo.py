@@ -17,9 +17,11 @@ Discrete actions get a categorical policy over the actor's logits. Box actions (
 VectorEnv has `continuous_actions`, e.g. `spread` with `continuous_actions: true`) get a
 Gaussian policy (`actions.BoxActions`, docs/design.md, section 6.1): the actor gives the mean,
 a state-independent log-std parameter the spread; the rollout stores the raw, unbounded
-sample and its log-probability, and the env receives it clipped to the Box. Action filters
-(the shields) take Discrete actions only, and an algorithm whose registry entry does not list
-`box` among its `action_kinds` is refused on a Box task when its trainer is built.
+sample and its log-probability, and the env receives it clipped to the Box. An action filter
+on Box actions (the central shield, `shield.box.BoxShield`) gets the raw samples with the
+policy's mean and log-std and returns raw actions, which the buffer learns from. An algorithm
+whose registry entry does not list `box` among its `action_kinds` is refused on a Box task
+when its trainer is built.
 """
 
 from __future__ import annotations
@@ -232,18 +234,13 @@ class IPPO:
         """Step every copy `rollouts` times with the current policy, filling the buffer."""
         buf, d = self.buffer, self.env.obs_dim
         obs = self._obs
-        if self.box is not None and not isinstance(self.action_filter, Unfiltered):
-            raise TypeError(
-                f"{type(self.action_filter).__name__} filters Discrete actions only; the env "
-                f"{self.config.env_name} has Box actions"
-            )
         for t in range(self.rollouts):
             x = buf.inputs[t]  # [E, A, D + A]
             x[..., :d].copy_(torch.from_numpy(obs))
             if self.box is None:
                 executed, intervened = self._act_discrete(t, obs)
             else:
-                executed, intervened = self._act_box(t)
+                executed, intervened = self._act_box(t, obs)
             result = self.env.step(executed)
             self.observe(obs, executed, result)
             buf.final_inputs[t, ..., :d].copy_(torch.from_numpy(result.final_obs))
@@ -277,17 +274,24 @@ class IPPO:
         )
         return np.asarray(executed, dtype=np.int64), intervened
 
-    def _act_box(self, t: int) -> tuple[np.ndarray, np.ndarray]:
-        """Sample step `t`'s Box actions from `buffer.inputs[t]`: the raw Gaussian samples
-        and their log-probabilities go to the buffer, the env gets them clipped to the Box;
-        (the env's actions `[E, A, ...]`, no intervention `[E, A]`)."""
+    def _act_box(self, t: int, obs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Sample step `t`'s Box actions from `buffer.inputs[t]` and filter them: the raw
+        actions (the filter's, or the policy's samples unfiltered) and their log-probabilities
+        go to the buffer, the env gets them clipped to the Box; (the env's actions
+        `[E, A, ...]`, the filter's `[E, A]` intervention flags)."""
         buf, box = self.buffer, self.box
         assert box is not None
         mean = self.net.action_mean(buf.inputs[t])  # [E, A, k]
         raw = sample_gaussian(mean, self.net.log_std, self.generator)  # [E, A, k]
+        intervened = np.zeros(raw.shape[:-1], dtype=bool)
+        if not isinstance(self.action_filter, Unfiltered):
+            executed, intervened = self.action_filter.filter(
+                obs, raw.numpy(), (mean, self.net.log_std), self.tracker.next_step
+            )
+            raw = torch.from_numpy(np.asarray(executed, dtype=np.float32))
         buf.actions[t].copy_(raw)
         buf.log_probs[t].copy_(gaussian_log_prob(mean, self.net.log_std, raw))
-        return box.to_env(raw), np.zeros(raw.shape[:-1], dtype=bool)
+        return box.to_env(raw), intervened
 
     def log_probs_and_entropy(
         self, inputs: torch.Tensor, actions: torch.Tensor

@@ -7,7 +7,7 @@
 The deployed policy acts as it was trained: it samples its actions from a generator seeded by
 `reset` (the evaluation seeds it per batch of episodes), categorical over Discrete actions,
 Gaussian over a Box, whose samples are clipped to the Box on their way to the env, as in
-training (docs/design.md, section 6.1).
+training (docs/design.md, section 6.1); a shield filters the raw samples before the clip.
 """
 
 from __future__ import annotations
@@ -49,8 +49,6 @@ class Actor:
                 f"{'a' if net.continuous else 'no'} Gaussian actor and "
                 f"{'a' if box is not None else 'no'} Box"
             )
-        if box is not None and action_filter is not None:
-            raise ValueError("action filters (the shields) take Discrete actions, not a Box")
         self.net = net.eval()
         self.box = box
         self.config = config
@@ -97,7 +95,14 @@ class Actor:
             )
         x = add_agent_ids(torch.from_numpy(obs))  # [E, A, D + A]
         if self.box is not None:
-            raw = sample_gaussian(self.net.action_mean(x), self.net.log_std, self.generator)
+            mean = self.net.action_mean(x)
+            raw = sample_gaussian(mean, self.net.log_std, self.generator)
+            if self.action_filter is not None:
+                executed, intervened = self.action_filter.filter(
+                    obs, raw.numpy(), (mean, self.net.log_std), episode_step
+                )
+                self.last_intervened = np.asarray(intervened, dtype=bool)
+                raw = torch.from_numpy(np.asarray(executed, dtype=np.float32))
             return self.box.to_env(raw)
         logits = self.net.logits(x)  # [E, A, n_actions]
         proposed = sample_actions(logits, self.generator).numpy()  # [E, A]
@@ -115,7 +120,8 @@ def actor_from_state(
 
     For algorithms with a shield and `shielded=True`, the actions are filtered by the shield
     that `src.algos.shield.assemble.load_shield` rebuilds from the same content. A Gaussian
-    policy over Box actions is rebuilt with its Box (`actions.POLICY_KEY`).
+    policy over Box actions is rebuilt with its Box (`actions.POLICY_KEY`), its shield (if any)
+    the candidate filter of Box actions.
     """
     net = ActorCritic.from_policy_state(state, where=where)
     if net.continuous or POLICY_KEY in state:
@@ -136,14 +142,15 @@ def actor_from_state(
                 f"{where}: entry {POLICY_KEY!r} has {box.dim} action entries, the network "
                 f"{net.n_actions}"
             )
-        return Actor(net=net, config=config, box=box)
+    else:
+        box = None
     action_filter = None
     if shielded and get_algorithm(config.algo).shielded:
         # Imported here so that unshielded policies load without the shield package.
         from src.algos.shield.assemble import load_shield
 
-        action_filter = load_shield(state, config, net=net)
-    return Actor(net=net, config=config, action_filter=action_filter)
+        action_filter = load_shield(state, config, net=net, box=box)
+    return Actor(net=net, config=config, action_filter=action_filter, box=box)
 
 
 def load_actor(run_dir: str | Path, *, shielded: bool = True) -> Any:

@@ -26,10 +26,12 @@ from src.checks import (
 from src.config.base import SEED_MAX
 from src.config.section import Section
 
-__all__ = ["MAX_IMAGINED_ROWS", "MAX_JOINT_ACTIONS", "ShieldConfig"]
+__all__ = ["DEFAULT_CANDIDATES", "MAX_IMAGINED_ROWS", "MAX_JOINT_ACTIONS", "ShieldConfig"]
 
 MAX_JOINT_ACTIONS = 4096
 """Most joint actions the shield enumerates (n_actions ** n_agents)."""
+DEFAULT_CANDIDATES = 16
+"""`ShieldConfig.candidates` unless set (Box actions only)."""
 MAX_IMAGINED_ROWS = 100_000
 """Most imagined successors per judged joint action (joint ** (lookahead - 1))."""
 
@@ -112,6 +114,7 @@ class ShieldConfig(Section):
         "calibration_episodes": partial(check_int, low=0, high=1_000_000),
         "calibration_seed_offset": partial(check_int, low=0, high=SEED_MAX),
         "certify_multiples": _multiples,
+        "candidates": partial(check_int, low=1, high=10_000),
     }
 
     max_risk: float
@@ -246,17 +249,53 @@ class ShieldConfig(Section):
     allowance training settled at (its geometric mean over the second half of the armed
     updates)."""
 
+    candidates: int = DEFAULT_CANDIDATES
+    """Box actions: joint actions the central shield samples from the agents' Gaussian
+    policies per refused proposal (besides the proposal and the cross-entropy search's
+    safest action), and uniform draws in the Box per state of the critic's backup (besides
+    the recorded action); the default from `benchmarks/shield_box.py` (docs/design.md,
+    section 6.3). Discrete actions do not read it."""
+
+    def to_dict(self) -> dict[str, Any]:
+        """Every field as plain values, but `candidates` only off its default: the records of
+        a shield on Discrete actions, which does not read it, are what they were before it."""
+        out = super().to_dict()
+        if out["candidates"] == DEFAULT_CANDIDATES:
+            del out["candidates"]
+        return out
+
+    def check_box(self) -> None:
+        """Refuse, naming the key, the settings the shield on Box actions does not have: it
+        judges joint actions from a sampled candidate set, one decision at a time."""
+        for key, needs in (
+            ("risk_scope", "receding"),
+            ("learn_from", "executed"),
+            ("search", "coordinate"),
+            ("backup", "coordinate"),
+            ("coordination", "central"),
+            ("lookahead", 1),
+        ):
+            if getattr(self, key) != needs:
+                raise fail(
+                    key,
+                    getattr(self, key),
+                    f"{needs!r} on Box actions (the shield judges sampled candidate joint "
+                    "actions there, not enumerated ones)",
+                )
+
     def calibration_seeds(self, run_idx: int) -> range:
         """Reset seeds of run `run_idx`'s calibration episodes."""
         first = self.calibration_seed_offset + run_idx * self.calibration_episodes
         return range(first, first + self.calibration_episodes)
 
-    def check_against(self, *, n_agents: int, n_actions: int, max_steps: int) -> None:
+    def check_against(
+        self, *, n_agents: int, n_actions: int, max_steps: int, box: bool = False
+    ) -> None:
         """Refuse settings this env cannot meet, naming the key, the value and what would work.
 
         Joint actions are enumerated by the shield (n_actions ** n_agents of them, once per
         imagined step), and neither the lookahead nor the risk horizon may be longer than the
-        episode.
+        episode. Box actions (`box`) are sampled, not enumerated: `check_box`.
         """
         for key in ("lookahead", "horizon"):
             if getattr(self, key) > max_steps:
@@ -272,6 +311,9 @@ class ShieldConfig(Section):
                     raise fail(key, value, f"{needs!r} for coordination 'decentralised'")
             if n_agents < 2:
                 raise fail("n_agents", n_agents, "at least 2 for coordination 'decentralised'")
+        if box:
+            self.check_box()
+            return
         joint = n_actions**n_agents
         if joint > MAX_JOINT_ACTIONS:
             raise fail(

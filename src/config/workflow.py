@@ -694,6 +694,7 @@ def _check_run(
     obs_dim: int,
     n_actions: int,
     max_steps: int,
+    kind: str = "discrete",
 ) -> None:
     """Refuse a run the env cannot serve: a shield setting the env cannot meet, or a job
     whose estimated peak memory exceeds the memory it asks for (the env's actions are checked
@@ -704,7 +705,10 @@ def _check_run(
     if run.shield is not None:
         try:
             run.shield.check_against(
-                n_agents=run.env.n_agents, n_actions=n_actions, max_steps=max_steps
+                n_agents=run.env.n_agents,
+                n_actions=n_actions,
+                max_steps=max_steps,
+                box=kind == "box",
             )
         except ConfigError as error:
             message = _workflow_message(str(error), config, run.env_name, run.algo)
@@ -932,5 +936,5 @@ def check_workflow_config(
         shapes = {env: _check_env_params(config, env) for env in config["envs"]}
         _check_action_kinds(config, {env: shape[3] for env, shape in shapes.items()})
         for (env, _), run in runs.items():
-            _check_run(config, run, *shapes[env][:3])
+            _check_run(config, run, *shapes[env])
     return config

@@ -3,7 +3,8 @@
 It trains and learns, gives the same bits for the same seed, resumes bit for bit after a kill,
 is evaluated (the run's evaluation and `python -m src.evaluation.checkpoint` agree) like a
 Discrete policy; its log-probability and entropy are those of `torch.distributions.Normal`.
-A team mixing Discrete and Box agents, and a shield on Box actions, are refused in one line.
+A team mixing Discrete and Box agents, and the decentralised shield on Box actions, are refused
+in one line (the central shield on Box actions: tests/algos/shield/test_box_shield.py).
 """
 
 from __future__ import annotations
@@ -346,15 +347,14 @@ def test_a_mixed_team_is_refused_by_the_trainer_and_by_the_config_check():
     )
 
 
-@pytest.mark.parametrize("algo", ["shield", "shield_dec"])
-def test_the_shields_refuse_box_actions_in_one_line(algo):
-    config = _config(algo, shield_patience=1)
+def test_the_decentralised_shield_refuses_box_actions_in_one_line():
+    config = _config("shield_dec", shield_patience=1)
     with pytest.raises(ValueError) as error:
         build_trainer(config, make_vector_env_for(RunConfig.from_dict(config)))
     assert str(error.value) == (
-        f"algo {algo} takes discrete actions, and env spread has box actions (5 entries in "
-        f"[0, 1]); leave {algo} out for this env (the built-in algorithms that take box "
-        "actions: ippo, ippo_lag)"
+        "algo shield_dec takes discrete actions, and env spread has box actions (5 entries in "
+        "[0, 1]); leave shield_dec out for this env (the built-in algorithms that take box "
+        "actions: ippo, ippo_lag, shield)"
     )
 
 

@@ -2,17 +2,23 @@
 
 `build_shield` is the one place the world model, safety critic, opponent model and shield
 are built from a ShieldConfig, with seeds derived from the run seed; `load_shield` rebuilds the
-trained shield from policy.pt (`ShieldedIPPO.extra_policy_state`).
+trained shield from policy.pt (`ShieldedIPPO.extra_policy_state`). With a Box (`box`), the
+models take float actions and the shield is the candidate filter of `box.BoxShield`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
+import torch
+
+from src.algos.actions import BoxActions
 from src.algos.networks import ActorCritic
 from src.algos.seeding import derived_seeds
+from src.algos.shield.box import BoxShield
 from src.algos.shield.budget import BudgetShield
 from src.algos.shield.calibration import POLICY_STATE_KEY, CalibrationMap
 from src.algos.shield.critic import RiskCritic
@@ -42,13 +48,19 @@ class ShieldParts:
 
 
 def _build_budget_shield(
-    config: ShieldConfig, dims: dict[str, int], *, seeds: list[int]
+    config: ShieldConfig,
+    dims: dict[str, int],
+    *,
+    seeds: list[int],
+    box: BoxActions | None = None,
 ) -> ShieldParts:
     """Joint action, receding allowance or episode excess-risk budget, learned safest
     continuation; with `coordination: decentralised` also the opponent model that predicts the
-    others."""
+    others; with a `box` (Box actions of `dims["n_actions"]` entries), the candidate filter."""
     wm_seed, critic_seed, om_seed = seeds
-    world_model = make_world_model(config.wm_version, **dims, config=config, seed=wm_seed)
+    world_model = make_world_model(
+        config.wm_version, **dims, config=config, seed=wm_seed, continuous=box is not None
+    )
     opponent_model = None
     if config.coordination == "decentralised":
         opponent_model = make_opponent_model(config.om_version, **dims, config=config, seed=om_seed)
@@ -62,8 +74,11 @@ def _build_budget_shield(
         seed=critic_seed,
         backup=config.backup,
         sweeps=config.search_sweeps,
+        box=None if box is None else _bounds(box),
+        candidates=config.candidates,
     )
-    shield = BudgetShield(
+    kind: Any = BudgetShield if box is None else partial(BoxShield, box=box)
+    shield = kind(
         config=config,
         world_model=world_model,
         critic=critic,
@@ -74,6 +89,11 @@ def _build_budget_shield(
     return ShieldParts(
         shield=shield, world_model=world_model, critic=critic, opponent_model=opponent_model
     )
+
+
+def _bounds(box: BoxActions) -> tuple[torch.Tensor, torch.Tensor]:
+    """The Box's bounds as float32 tensors [k]."""
+    return torch.from_numpy(box.low).float(), torch.from_numpy(box.high).float()
 
 
 # shield_version -> builder of the shield and the models it owns.
@@ -87,22 +107,30 @@ def build_shield(
     obs_dim: int,
     n_actions: int,
     seed: int,
+    box: BoxActions | None = None,
 ) -> ShieldParts:
-    """The shield of `config.shield_version` and its models, seeded from `seed`."""
+    """The shield of `config.shield_version` and its models, seeded from `seed`; with a `box`
+    (Box actions, `n_actions` its entries), the models on float actions and `BoxShield`."""
     build = lookup(SHIELD_VERSIONS, config.shield_version, "shield_version")
     dims = {"n_agents": n_agents, "obs_dim": obs_dim, "n_actions": n_actions}
-    return build(config, dims, seeds=derived_seeds(seed, 3))
+    if box is None:
+        return build(config, dims, seeds=derived_seeds(seed, 3))
+    return build(config, dims, seeds=derived_seeds(seed, 3), box=box)
 
 
 def load_shield(
-    policy_state: Mapping[str, Any], config: RunConfig, *, net: ActorCritic
+    policy_state: Mapping[str, Any],
+    config: RunConfig,
+    *,
+    net: ActorCritic,
+    box: BoxActions | None = None,
 ) -> BudgetShield:
     """Rebuild the trained shield of a shielded run from its policy.pt content.
 
     `policy_state` is the dict loaded from policy.pt (the shield under `shield`), `config` the
     run's config (its `seed` seeds the models, whose weights are then loaded, and the
     decentralised shield's sampling until `reset`), `net` the run's trained actor-critic (its
-    dimensions size the models).
+    dimensions size the models), `box` the Box of a Gaussian policy's actions.
     """
     if POLICY_STATE_KEY not in policy_state:
         raise ValueError(
@@ -121,6 +149,7 @@ def load_shield(
         obs_dim=net.obs_dim,
         n_actions=net.n_actions,
         seed=config.seed,
+        box=box,
     )
     shield = parts.shield
     parts.world_model.load_state_dict(saved["world_model"])

@@ -180,7 +180,7 @@ class BudgetShield(RiskFilter):
         self.opponent_weight = 0.0 if config.shield_opponent_mode == "model" else 1.0
         self.generator = torch.Generator().manual_seed(seed)
         self.n_agents, self.obs_dim, self.n_actions = n_agents, obs_dim, n_actions
-        self.joint = joint_actions(n_agents, n_actions)  # [J, A]
+        self.joint = self._enumerated(n_agents, n_actions)  # [J, A]
         # A factor of the models' risk until the shield has labelled decisions, then g(q).
         self.calibration: float | CalibrationMap = 1.0
         # What the calibrated risk U of an executed action may be (receding), or the episode's
@@ -189,6 +189,10 @@ class BudgetShield(RiskFilter):
         self.budget = np.zeros(0, dtype=np.float64)  # [E] excess budget left
         self.stats = BudgetStats()
         self.last: Decision | None = None
+
+    def _enumerated(self, n_agents: int, n_actions: int) -> torch.Tensor:
+        """Every joint action [n_actions ** n_agents, n_agents] (`search.joint_actions`)."""
+        return joint_actions(n_agents, n_actions)
 
     # ------------------------------------------------------------------ risks
 

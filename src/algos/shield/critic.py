@@ -18,7 +18,10 @@ The minimum over joint actions (`backup`): `exhaustive` judges all n_actions ** 
 exponential in the team); `coordinate` descends one agent at a time from the joint action the
 replay recorded in that state (`search.coordinate_descent`, `sweeps` sweeps, at most
 sweeps A (n_actions - 1) + 1 joint actions, linear in the team). The descent's minimum is an
-upper bound on the true one, so V_m errs towards more risk, never less.
+upper bound on the true one, so V_m errs towards more risk, never less. With Box actions
+(`box`) the minimum is over a candidate set: the joint action the replay recorded in that state
+and `candidates` joint actions drawn uniformly in the Box (from the fit's generator), again an
+upper bound on the least risk over all joint actions.
 
 The horizon index makes the recursion well posed: without it, "never violate" has many fixed
 points (a parked, safe team keeps whatever value it starts with, and a function approximator
@@ -99,15 +102,20 @@ class RiskCritic(OptimizerState, nn.Module):
         seed: int,
         backup: str = "exhaustive",
         sweeps: int = 2,
+        box: tuple[torch.Tensor, torch.Tensor] | None = None,
+        candidates: int = 16,
     ) -> None:
         """Members drawn from a generator seeded with `seed`; the target starts as a copy.
 
         `horizon` is the longest h the critic is asked for (its input is h / horizon);
-        `backup` and `sweeps`: how the backup's minimum over joint actions is found."""
+        `backup` and `sweeps`: how the backup's minimum over joint actions is found. `box`:
+        the bounds (low, high) [n_actions] of Box actions of `n_actions` entries per agent,
+        whose backup judges the recorded action and `candidates` uniform draws in the Box."""
         super().__init__()
         if backup not in BACKUPS:
             raise ValueError(f"backup must be one of {BACKUPS}, got {backup!r}")
         self.backup, self.sweeps = backup, sweeps
+        self.box, self.candidates = box, candidates
         self.n_agents, self.obs_dim, self.n_actions = n_agents, obs_dim, n_actions
         self.ensemble_size = ensemble_size
         self.joint_dim = n_agents * obs_dim
@@ -121,7 +129,8 @@ class RiskCritic(OptimizerState, nn.Module):
         self.target = copy.deepcopy(self.members).requires_grad_(False)
         self.register_buffer("obs_mean", torch.zeros(self.joint_dim))
         self.register_buffer("obs_std", torch.ones(self.joint_dim))
-        self.register_buffer("actions", joint_actions(n_agents, n_actions))
+        every = joint_actions(n_agents, n_actions) if box is None else torch.zeros(0, n_agents)
+        self.register_buffer("actions", every)
         self.optimizer = adam(self.members.parameters(), lr=learning_rate)
         # `_composed`'s cache, per net: (world model, version key, layers).
         self._composition: dict[str, tuple[Any, ...]] = {}
@@ -263,12 +272,14 @@ class RiskCritic(OptimizerState, nn.Module):
         joint_obs: torch.Tensor,
         remaining: torch.Tensor,
         start: torch.Tensor | None = None,
+        generator: torch.Generator | None = None,
     ) -> torch.Tensor:
         """min over joint actions of member m's r + (1 - r)(1 - d) V_target(s', h - 1): [M, B].
 
         `joint_obs` is [M, B, J] (member m's states in row m), `remaining` [M, B] the h >= 1;
         `start` [M, B, A]: where `backup: coordinate` starts its descent (joint action 0 when
-        None).
+        None). Box actions: `start` [M, B, A, n_actions] the recorded actions, judged with
+        `candidates` uniform draws in the Box from `generator`.
         """
         m, b, _ = joint_obs.shape
         a = self.n_agents
@@ -277,6 +288,13 @@ class RiskCritic(OptimizerState, nn.Module):
             """[M, B, K, A] joint actions -> their q [M, B, K]."""
             return self.option_q(world_model, joint_obs, options, remaining - 1, target=True)
 
+        if self.box is not None:
+            if start is None or generator is None:
+                raise ValueError("a Box backup needs the recorded actions and a generator")
+            low, high = self.box
+            shape = (m, b, self.candidates, a, low.shape[0])
+            drawn = low + (high - low) * torch.rand(shape, generator=generator)
+            return q_of(torch.cat([start.unsqueeze(2), drawn], dim=2)).amin(dim=2)
         if self.backup == "exhaustive":
             n = self.actions.shape[0]
             return q_of(self.actions.expand(m, b, n, a)).amin(dim=2)
@@ -322,7 +340,7 @@ class RiskCritic(OptimizerState, nn.Module):
                 1, self.horizon + 1, obs.shape[:2], generator=generator
             ).float()
             with torch.inference_mode():
-                target = self.backup_targets(world_model, obs, remaining, start)
+                target = self.backup_targets(world_model, obs, remaining, start, generator)
             target = target.clone()  # a normal tensor: the loss keeps it for the backward pass
             logit = self.members(self._inputs(obs, remaining))
             loss = F.binary_cross_entropy_with_logits(logit, target)

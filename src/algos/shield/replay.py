@@ -3,7 +3,8 @@
 Each transition goes, with probability `valid_fraction` (drawn from the replay's own seeded
 generator), to the validation ring, otherwise to the training ring. The world model trains on
 (joint obs, joint action) -> (next joint obs, per-agent cost, done); the opponent model on the
-per-agent (obs, action) pairs contained in the same rows, so one replay serves both.
+per-agent (obs, action) pairs contained in the same rows, so one replay serves both. A joint
+action is A ints (Discrete), or [A, action_dim] floats (Box: the actions the env received).
 """
 
 from __future__ import annotations
@@ -63,10 +64,15 @@ class Moments:
 class _Ring:
     """Fixed-capacity ring of transitions stored as preallocated tensors."""
 
-    def __init__(self, capacity: int, joint_dim: int, n_agents: int) -> None:
+    def __init__(
+        self, capacity: int, joint_dim: int, n_agents: int, action_dim: int | None = None
+    ) -> None:
         self.capacity = capacity
         self.obs = torch.zeros(capacity, joint_dim)  # [C, A*D]
-        self.action = torch.zeros(capacity, n_agents, dtype=torch.int64)  # [C, A]
+        if action_dim is None:
+            self.action = torch.zeros(capacity, n_agents, dtype=torch.int64)  # [C, A]
+        else:
+            self.action = torch.zeros(capacity, n_agents, action_dim)  # [C, A, k] Box actions
         self.next_obs = torch.zeros(capacity, joint_dim)  # [C, A*D]
         self.cost = torch.zeros(capacity, n_agents)  # [C, A] 1 if the agent's cost > 0
         self.done = torch.zeros(capacity)  # [C] 1 if the episode terminated
@@ -152,18 +158,22 @@ class TransitionReplay:
         obs_dim: int,
         valid_fraction: float,
         seed: int,
+        action_dim: int | None = None,
     ) -> None:
-        """Allocate `capacity` rows split as valid_fraction : 1 - valid_fraction."""
+        """Allocate `capacity` rows split as valid_fraction : 1 - valid_fraction; joint actions
+        of A ints, or of [A, `action_dim`] floats (Box actions)."""
         if capacity < 2:
             raise ValueError(f"capacity must be >= 2, got {capacity}")
         if not 0.0 < valid_fraction < 1.0:
             raise ValueError(f"valid_fraction must lie in (0, 1), got {valid_fraction}")
         self.n_agents = n_agents
         self.obs_dim = obs_dim
+        self.action_dim = action_dim
         self.valid_fraction = valid_fraction
         valid_capacity = min(capacity - 1, max(1, round(capacity * valid_fraction)))
-        self.train = _Ring(capacity - valid_capacity, n_agents * obs_dim, n_agents)
-        self.valid = _Ring(valid_capacity, n_agents * obs_dim, n_agents)
+        joint = n_agents * obs_dim
+        self.train = _Ring(capacity - valid_capacity, joint, n_agents, action_dim)
+        self.valid = _Ring(valid_capacity, joint, n_agents, action_dim)
         self.generator = torch.Generator().manual_seed(seed)
         self.added_since_fit = 0
 
@@ -176,12 +186,14 @@ class TransitionReplay:
         cost: torch.Tensor,
         done: torch.Tensor,
     ) -> None:
-        """Add E transitions: obs/next_obs [E, A*D], action [E, A], cost [E, A], done [E]."""
+        """Add E transitions: obs/next_obs [E, A*D], action [E, A] (Box: [E, A, action_dim]),
+        cost [E, A], done [E]."""
         e = obs.shape[0]
         joint = self.n_agents * self.obs_dim
+        box = () if self.action_dim is None else (self.action_dim,)
         expected = {
             "obs": (e, joint),
-            "action": (e, self.n_agents),
+            "action": (e, self.n_agents, *box),
             "next_obs": (e, joint),
             "cost": (e, self.n_agents),
             "done": (e,),

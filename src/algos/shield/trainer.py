@@ -34,6 +34,10 @@ What the policy learns from depends on `learn_from`.
   advantage estimate are exactly on-policy for the environment "shield, then env"), with the
   same penalty. The policy learns what its proposals lead to through the shield; it may
   leave its safety to the shield, so the base policy alone stays unsafe.
+
+With Box actions (`self.box`) the models learn from the actions the env received (clipped to
+the Box), the shield is `box.BoxShield` (a candidate set per decision) and its generator is
+checkpointed; the calibration, the allowance, the certificate and this loop are the same.
 """
 
 from __future__ import annotations
@@ -85,12 +89,15 @@ class ShieldedIPPO(IPPO):
         self.shield_cfg = cfg = self.config.shield
         # Steps of the constraint: the certificate's episodes and the allowance's events.
         self.constraint_horizon = self.config.constraint_horizon_of(int(env.max_steps))
+        if self.box is not None:
+            cfg.check_box()
         parts = build_shield(
             cfg,
             n_agents=env.n_agents,
             obs_dim=env.obs_dim,
-            n_actions=env.n_actions,
+            n_actions=env.n_actions if self.box is None else self.box.dim,
             seed=self.seed,
+            box=self.box,
         )
         self.shield = parts.shield
         self.world_model = parts.world_model
@@ -104,6 +111,7 @@ class ShieldedIPPO(IPPO):
             obs_dim=env.obs_dim,
             valid_fraction=cfg.valid_fraction,
             seed=replay_seed,
+            action_dim=None if self.box is None else self.box.dim,
         )
         # Minibatches of model training draw from this generator only (not the policy's).
         self.fit_generator = torch.Generator().manual_seed(fit_seed)
@@ -172,7 +180,7 @@ class ShieldedIPPO(IPPO):
         self._unstored.append(
             {
                 "obs": torch.as_tensor(joint_observation(obs), dtype=torch.float32),
-                "action": torch.as_tensor(np.asarray(executed), dtype=torch.int64),
+                "action": self._replay_action(executed),
                 "next_obs": torch.as_tensor(
                     joint_observation(result.final_obs), dtype=torch.float32
                 ),
@@ -184,6 +192,14 @@ class ShieldedIPPO(IPPO):
                 ),
             }
         )
+
+    def _replay_action(self, executed: np.ndarray) -> torch.Tensor:
+        """The executed joint actions as the replay holds them: [E, A] int64, or the Box
+        actions the env received as [E, A, k] float32."""
+        if self.box is None:
+            return torch.as_tensor(np.asarray(executed), dtype=torch.int64)
+        flat = np.asarray(executed, dtype=np.float32).reshape(*executed.shape[:2], self.box.dim)
+        return torch.from_numpy(flat)
 
     def _store_transitions(self) -> None:
         """Put the transitions observed since the last call into the replay, in step order (one
@@ -278,7 +294,7 @@ class ShieldedIPPO(IPPO):
             )
         from src.algos.policy import Actor
 
-        actor = Actor(net=self.net, config=self.config, action_filter=self.shield)
+        actor = Actor(net=self.net, config=self.config, action_filter=self.shield, box=self.box)
         play = calibration_outcomes(
             actor,
             make_vec=lambda copies: self.make_calibration_env(copies, self.constraint_horizon),
@@ -417,8 +433,10 @@ class ShieldedIPPO(IPPO):
         if self.opponent_model is not None:
             state["opponent_model"] = self.opponent_model.state_dict()
             state["opponent_model_extra"] = self.opponent_model.extra_state()
-            state["shield_generator"] = self.shield.generator.get_state()
             state["opponent_weight"] = self.shield.opponent_weight
+        if self.opponent_model is not None or self.box is not None:
+            # The shield samples (completions of the others' actions, or Box candidates).
+            state["shield_generator"] = self.shield.generator.get_state()
         state["critic"] = self.critic.state_dict()
         state["critic_extra"] = self.critic.extra_state()
         state["calibration"] = _calibration_state(self.shield.calibration)
@@ -442,8 +460,9 @@ class ShieldedIPPO(IPPO):
         if self.opponent_model is not None:
             self.opponent_model.load_state_dict(state["opponent_model"])
             self.opponent_model.load_extra_state(state["opponent_model_extra"])
-            self.shield.generator.set_state(state["shield_generator"])
             self.shield.opponent_weight = float(state["opponent_weight"])
+        if "shield_generator" in state:
+            self.shield.generator.set_state(state["shield_generator"])
         self.critic.load_state_dict(state["critic"])
         self.critic.load_extra_state(state["critic_extra"])
         self.shield.calibration = _calibration_from(state["calibration"])

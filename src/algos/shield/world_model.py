@@ -13,6 +13,11 @@ joint actions the replay rarely holds. The agents' probabilities combine as
 1 - prod_a (1 - p_a), which can only overstate the team's risk when their costs are positively
 correlated (a collision costs both). The next joint obs and the done probability come from an
 `EnsembleWorldModel`, its dynamics part.
+
+Box actions (`continuous=True`, `n_actions` then the entries of one agent's action): every
+part takes the joint action as floats [..., A, n_actions], the action the env receives
+(clipped to the Box), in the input columns where Discrete actions put their one-hots; each
+first layer multiplies them (`action_rows`) where a one-hot selects its rows.
 """
 
 from __future__ import annotations
@@ -32,6 +37,7 @@ from src.algos.shield.ensemble import (
     fit_normalisation,
     fit_steps,
     fold_normalisation,
+    rows_of_states,
     run_stacked,
     selected_rows,
     selected_rows_and_state,
@@ -49,6 +55,7 @@ __all__ = [
     "EnsembleWorldModel",
     "TeamWorldModel",
     "WorldModel",
+    "action_rows",
     "make_world_model",
     "predict_options",
 ]
@@ -89,8 +96,10 @@ class EnsembleWorldModel(Versioned, OptimizerState, nn.Module):
         hidden: tuple[int, ...],
         learning_rate: float,
         seed: int,
+        continuous: bool = False,
     ) -> None:
-        """Build the members with parameters drawn from a generator seeded with `seed`."""
+        """Build the members with parameters drawn from a generator seeded with `seed`;
+        `continuous`: float actions of `n_actions` entries per agent (module docstring)."""
         super().__init__()
         for name, value in (("n_agents", n_agents), ("obs_dim", obs_dim), ("n_actions", n_actions)):
             if value < 1:
@@ -98,6 +107,7 @@ class EnsembleWorldModel(Versioned, OptimizerState, nn.Module):
         self.n_agents = n_agents
         self.obs_dim = obs_dim
         self.n_actions = n_actions
+        self.continuous = continuous
         self.ensemble_size = ensemble_size
         self.joint_dim = n_agents * obs_dim
         self.in_dim = self.joint_dim + n_agents * n_actions
@@ -125,7 +135,10 @@ class EnsembleWorldModel(Versioned, OptimizerState, nn.Module):
         m, n, _ = joint_obs.shape
         x = torch.zeros(m, n, self.in_dim)
         x[..., : self.joint_dim] = (joint_obs - self.obs_mean) / self.obs_std
-        x[..., self.joint_dim :].scatter_(2, joint_action + self.action_offset, 1.0)
+        if self.continuous:
+            x[..., self.joint_dim :] = joint_action.flatten(-2)
+        else:
+            x[..., self.joint_dim :].scatter_(2, joint_action + self.action_offset, 1.0)
         return run_stacked(x, self.weights, self.biases)
 
     def _folded_layers(self) -> list[tuple[torch.Tensor, torch.Tensor]]:
@@ -167,8 +180,11 @@ class EnsembleWorldModel(Versioned, OptimizerState, nn.Module):
         if joint_obs.data_ptr() != x.data_ptr() or joint_obs.stride() != x[..., :d].stride():
             x[..., :d].copy_(joint_obs)
         onehot = x[..., d:]
-        onehot.zero_()
-        onehot.scatter_(2, joint_action + self.action_offset, 1.0)
+        if self.continuous:
+            onehot.copy_(joint_action.flatten(-2))
+        else:
+            onehot.zero_()
+            onehot.scatter_(2, joint_action + self.action_offset, 1.0)
         layers = self._folded_layers()
         last = len(layers) - 1
         for i, (w, b) in enumerate(layers):
@@ -216,12 +232,15 @@ class EnsembleWorldModel(Versioned, OptimizerState, nn.Module):
         first-layer rows its actions' one-hots select (`ensemble.selected_rows`; with
         `state_index`, to its state's part in the same pass: `selected_rows_and_state`).
         """
-        m, s, k, _ = options.shape
+        m, s, k = options.shape[:3]
         d = self.joint_dim
         layers = self._folded_layers()
         w0, b0 = layers[0]
         first = numerics.baddbmm(b0, joint_obs, w0[:, :d])  # [M, S, H]
-        if state_index is None:
+        if self.continuous:
+            lead = options[:1] if options.stride(0) == 0 else options
+            x = action_rows(w0[:, d:], lead.flatten(-2), first, state_index)
+        elif state_index is None:
             x = first.unsqueeze(2) + selected_rows(w0[:, d:], options + self.action_offset)
         else:  # each row's state added in the same pass (no gathered copy of the states)
             # The same options for every member (a broadcast view): their rows once.
@@ -337,11 +356,14 @@ class AgentCostModel(Versioned, OptimizerState, nn.Module):
         hidden: tuple[int, ...],
         learning_rate: float,
         generator: torch.Generator,
+        continuous: bool = False,
     ) -> None:
-        """Members drawn from `generator`."""
+        """Members drawn from `generator`; `continuous`: float actions of `n_actions` entries
+        per agent (module docstring)."""
         super().__init__()
         a, d, n = n_agents, obs_dim, n_actions
         self.n_agents, self.obs_dim, self.n_actions = a, d, n
+        self.continuous = continuous
         self.ensemble_size = ensemble_size
         self.in_dim = d + a * n + a
         self.weights, self.biases = stacked_layers(
@@ -363,8 +385,11 @@ class AgentCostModel(Versioned, OptimizerState, nn.Module):
         a, d = self.n_agents, self.obs_dim
         x = torch.zeros(m, n, a, self.in_dim)
         x[..., :d] = (joint_obs.view(m, n, a, d) - self.obs_mean) / self.obs_std
-        actions = joint_action[..., self.order]  # [M, N, A, A]: own action first
-        x[..., d : d + a * self.n_actions].scatter_(3, actions + self.offset, 1.0)
+        if self.continuous:  # [M, N, A, A * n]: own action first
+            x[..., d : d + a * self.n_actions] = joint_action[..., self.order, :].flatten(-2)
+        else:
+            actions = joint_action[..., self.order]  # [M, N, A, A]: own action first
+            x[..., d : d + a * self.n_actions].scatter_(3, actions + self.offset, 1.0)
         x[..., d + a * self.n_actions :] = torch.eye(a)
         x = run_stacked(x.view(m, n * a, self.in_dim), self.weights, self.biases)
         return x.view(m, n, a)
@@ -395,7 +420,7 @@ class AgentCostModel(Versioned, OptimizerState, nn.Module):
         actions [M, S, K, A] -> [M, S, K, A] (with `state_index`, as `option_hidden`). Each
         agent's observation and index enter the first layer once per state; each option adds
         the rows its actions' one-hots select."""
-        m, s, k, a = options.shape
+        m, s, k, a = options.shape[:4]
         states = joint_obs.shape[1]
         obs_w, agent_bias, action_w, rest = self._inference_layers()
         first = numerics.bmm(joint_obs.view(m, states * a, self.obs_dim), obs_w)
@@ -403,10 +428,14 @@ class AgentCostModel(Versioned, OptimizerState, nn.Module):
         first += agent_bias
         # The same options for every member (a broadcast view): their rows once.
         lead = options[:1] if options.stride(0) == 0 else options
-        actions = lead[..., self.order] + self.offset  # [M, S, K, A, A]: own action first
-        if state_index is None:
+        if self.continuous:  # [M, S, K, A, A * n]: own action first
+            own_first = lead[..., self.order, :].flatten(-2)
+            x = action_rows(action_w, own_first, first, state_index)
+        elif state_index is None:
+            actions = lead[..., self.order] + self.offset  # [M, S, K, A, A]: own action first
             x = first.unsqueeze(2) + selected_rows(action_w, actions.expand(m, *actions.shape[1:]))
         else:  # row (state, agent) of the state part, state * A + agent, in the same pass
+            actions = lead[..., self.order] + self.offset
             state = state_index.view(-1, s, 1, 1) * a + torch.arange(a)  # [1 or M, P, 1, A]
             x = selected_rows_and_state(action_w, actions, first.view(m, states * a, -1), state)
         x = x.relu_().view(m, s * k * a, -1)
@@ -446,14 +475,18 @@ class TeamWorldModel(nn.Module):
         hidden: tuple[int, ...],
         learning_rate: float,
         seed: int,
+        continuous: bool = False,
     ) -> None:
-        """Both parts drawn from generators seeded from `seed`."""
+        """Both parts drawn from generators seeded from `seed`; `continuous`: float actions
+        of `n_actions` entries per agent (module docstring)."""
         super().__init__()
         self.ensemble_size = ensemble_size
         self.n_agents, self.obs_dim, self.n_actions = n_agents, obs_dim, n_actions
+        self.continuous = continuous
         # The two parts are built alike but for their random draws.
         common = {"n_agents": n_agents, "obs_dim": obs_dim, "n_actions": n_actions}
         common.update(ensemble_size=ensemble_size, hidden=hidden, learning_rate=learning_rate)
+        common.update(continuous=continuous)
         self.dynamics = EnsembleWorldModel(**common, seed=seed)
         self.costs = AgentCostModel(**common, generator=torch.Generator().manual_seed(seed + 1))
 
@@ -546,6 +579,23 @@ class TeamWorldModel(nn.Module):
         self.costs.load_extra_state(state["costs"])
 
 
+def action_rows(
+    table: torch.Tensor,
+    actions: torch.Tensor,
+    first: torch.Tensor,
+    state_index: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """A first layer's sum for float actions: per member, `actions` [M or 1, P, K, ..., F]
+    times its action rows `table` [M, F, H], plus the state's part `first` [M, S, ..., H] of
+    each row's state (row p's own, or the one `state_index` [P] or [M, P] names) ->
+    [M, P, K, ..., H]. The float counterpart of `ensemble.selected_rows` (one-hots)."""
+    m = table.shape[0]
+    flat = actions.reshape(actions.shape[0], -1, actions.shape[-1])
+    rows = numerics.bmm(flat, table).view(m, *actions.shape[1:-1], -1)
+    base = first if state_index is None else rows_of_states(first, state_index)
+    return rows + base.unsqueeze(2)
+
+
 def predict_options(
     model: WorldModel, joint_obs: torch.Tensor, options: torch.Tensor
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -569,17 +619,33 @@ def predict_options(
 
 
 def make_world_model(
-    version: str, *, n_agents: int, obs_dim: int, n_actions: int, config: Any, seed: int
+    version: str,
+    *,
+    n_agents: int,
+    obs_dim: int,
+    n_actions: int,
+    config: Any,
+    seed: int,
+    continuous: bool = False,
 ) -> TeamWorldModel:
-    """Build the world model `version` (a key of WM_VERSIONS) from a ShieldConfig."""
+    """Build the world model `version` (a key of WM_VERSIONS) from a ShieldConfig
+    (`continuous`: Box actions of `n_actions` entries per agent)."""
     return lookup(WM_VERSIONS, version, "wm_version")(
-        n_agents=n_agents, obs_dim=obs_dim, n_actions=n_actions, config=config, seed=seed
+        n_agents=n_agents,
+        obs_dim=obs_dim,
+        n_actions=n_actions,
+        config=config,
+        seed=seed,
+        continuous=continuous,
     )
 
 
-def _team(*, n_agents: int, obs_dim: int, n_actions: int, config: Any, seed: int) -> TeamWorldModel:
+def _team(
+    *, n_agents: int, obs_dim: int, n_actions: int, config: Any, seed: int, continuous: bool
+) -> TeamWorldModel:
     """A `TeamWorldModel` sized by the ShieldConfig's world-model settings."""
     return TeamWorldModel(
+        continuous=continuous,
         n_agents=n_agents,
         obs_dim=obs_dim,
         n_actions=n_actions,
