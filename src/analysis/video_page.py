@@ -129,7 +129,7 @@ def write_video_page(
         if not path.is_dir():
             raise FileNotFoundError(f"video folder {path} does not exist")
         # Every file is checked before the first copy; copy_file checks again as it opens.
-        videos = [video.name for video in run_videos(path.parent, path, max_videos=max_videos)]
+        videos = [video.name for video in run_videos(path.parent, path.name, max_videos=max_videos)]
         if not videos:
             raise ValueError(f"video folder {path} holds no .mp4 file")
         poster = POSTER_NAME if os.path.lexists(path / POSTER_NAME) else None
