@@ -31,6 +31,7 @@ from src.core.io import load_from_file
 from src.evaluation.evaluate import evaluate_run
 from tests.algos.test_continuous import _config as _box_config
 from tests.algos.test_continuous import _same_weights
+from tests.envs.test_mamujoco import needs_mujoco
 
 A, D, K = 2, 12, 5
 BOX = BoxActions.from_space(spaces.Box(0.0, 1.0, (K,), np.float32), env="spread")
@@ -323,3 +324,27 @@ def test_same_seed_same_bits_and_a_resumed_run_goes_on_as_if_never_stopped(tmp_p
         assert torch.equal(tensor, resumed.world_model.state_dict()[key]), key
     assert [e.to_dict() for e in whole.history] == [e.to_dict() for e in resumed.history]
     assert whole.certificate.to_dict() == resumed.certificate.to_dict()
+
+
+@needs_mujoco
+def test_box_shield_runs_on_mamujoco(tmp_path: Path):
+    # The second Box task: HalfCheetah 2x3, actions in [-1, 1]^3 per agent.
+    config = _box_config(
+        "shield",
+        env_name="mamujoco",
+        num_envs=2,
+        timesteps=2 * 16 * 3,
+        learning_epochs=1,
+        shield_patience=1,
+        env_params={"max_steps": 16},
+        final_policy_eval_episodes=2,
+        final_policy_eval_horizons=[16],
+        final_policy_eval_num_envs=2,
+        algo_params={**SHIELD_PARAMS, "calibration_episodes": 2, "candidates": 4},
+    )
+    run = tmp_path / "run"
+    train_run(config, run, progress=False)
+    shield = load_from_file(run, "policy.pt")["shield"]
+    assert shield["certificate"]["episodes"] == 2 and shield["config"]["candidates"] == 4
+    evaluation = evaluate_run(run, tmp_path / "eval.parquet")
+    assert set(evaluation["shielded"]) == {True, False}
