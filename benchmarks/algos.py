@@ -10,6 +10,14 @@ Measures, on `spread` (3 agents) with the same hyperparameters and network size:
 
 and the training throughput of our IPPO on `hazard_grid` with 64 copies.
 
+With `--actions continuous` (or `both`, the default) the same comparison runs with Box actions:
+`spread` with `continuous_actions: true` (actions [E, A, 5] in [0, 1]), our IPPO's Gaussian
+policy (docs/design.md, section 6.1: state-independent log-std, raw samples learned from and
+clipped at the env) against skrl's IPPO with a `GaussianMixin` policy (a state-independent
+log-std parameter, `clip_actions=True`: skrl clips its samples to the Box and learns from the
+clipped ones), both starting from log-std `LOG_STD_INIT`, on the native env through the same
+VectorEnv wrapper, with the same hyperparameters, env steps and seeds.
+
 `spread` is the native batched env (`src.envs.spread_core`), seed for seed mpe2's
 `simple_spread_v3`. skrl runs twice:
 
@@ -26,7 +34,10 @@ ours). Its loss weights are set to equal ours: entropy 0.01, value loss 0.25 * M
 bootstrapping on.
 
 Run: `python -m benchmarks.algos` (or `make bench`); `--quick` for a smoke run. Results go to
-`benchmarks/out/algos.json` and the section between the algos markers of BENCHMARKS.md.
+`benchmarks/out/algos.json` and the section between the algos markers of BENCHMARKS.md. A run
+of one kind of actions (`--actions discrete` or `continuous`) keeps the other kind's results
+saved in `algos.json` and rewrites the section from both; without saved results of the other
+kind it saves its own and leaves the section as it is.
 """
 
 from __future__ import annotations
@@ -45,8 +56,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from benchmarks.common import save_results, write_section
+from benchmarks.common import BENCHMARKS_MD, positive_int, save_results, write_section
 from src.algos.train import build_trainer
+from src.analysis.files import write_text
 from src.config.run import make_run_config
 from src.envs.registry import make_vector_env
 
@@ -69,6 +81,12 @@ HYPER = {
     "max_grad_norm": 0.5,
 }
 TAIL = 0.2  # fraction of the run whose finished episodes give the final return
+LOG_STD_INIT = 0.0
+"""Initial log-std of both Gaussian policies (std 1): our ActorCritic's zeros, given to skrl's."""
+ACTIONS = ("discrete", "continuous")
+"""The kinds of actions compared; `--actions both` runs them in this order."""
+CONTINUOUS = {"continuous_actions": True}
+"""The env parameters of `spread` with Box actions."""
 
 
 class _Clock:
@@ -97,6 +115,9 @@ class EpisodeRecorder:
         self.name, self.num_envs, self.n_agents = env.name, env.num_envs, env.n_agents
         self.agents, self.obs_dim, self.n_actions = env.agents, env.obs_dim, env.n_actions
         self.max_steps = env.max_steps
+        # Box actions: the trainer reads the flag, and the space when the env has one.
+        self.continuous_actions = bool(getattr(env, "continuous_actions", False))
+        self.action_space = getattr(env, "action_space", None)
         self.steps = 0
         self.episodes: list[tuple[int, float]] = []
         self.env_cpu = 0.0  # CPU seconds spent inside env.step
@@ -140,12 +161,21 @@ class EpisodeRecorder:
         """Mean team return of the episodes that ended in the last TAIL of the run."""
         return _final_return(self.episodes, self.steps)
 
+    def initial_return(self) -> float:
+        """Mean team return of the episodes that ended in the first TAIL of the run."""
+        return _final_return(self.episodes, self.steps, first=True)
 
-def _final_return(episodes: Sequence[tuple[int, float]], steps: int) -> float:
-    """Mean return of the `(end step, return)` episodes that ended in the last TAIL of `steps`."""
-    cutoff = (1.0 - TAIL) * steps
-    tail = [ret for step, ret in episodes if step > cutoff]
-    return float(np.mean(tail)) if tail else float("nan")
+
+def _final_return(
+    episodes: Sequence[tuple[int, float]], steps: int, *, first: bool = False
+) -> float:
+    """Mean return of the `(end step, return)` episodes that ended in the last TAIL of `steps`
+    (`first`: in the first TAIL)."""
+    if first:
+        part = [ret for step, ret in episodes if step <= TAIL * steps]
+    else:
+        part = [ret for step, ret in episodes if step > (1.0 - TAIL) * steps]
+    return float(np.mean(part)) if part else float("nan")
 
 
 class ParallelEpisodeRecorder:
@@ -202,14 +232,37 @@ class ParallelEpisodeRecorder:
         """Mean team return of the episodes that ended in the last TAIL of the run."""
         return _final_return(self.episodes, self.steps)
 
+    def initial_return(self) -> float:
+        """Mean team return of the episodes that ended in the first TAIL of the run."""
+        return _final_return(self.episodes, self.steps, first=True)
 
-def _skrl_wrapper(env: EpisodeRecorder) -> Any:
-    """A skrl MultiAgentEnvWrapper over our VectorEnv (dicts of [E, ...] tensors per agent)."""
+
+def _returns(recorder: EpisodeRecorder | ParallelEpisodeRecorder) -> dict[str, float]:
+    """The final return and, to show what was learnt, the return at the start of the run."""
+    return {"final_return": recorder.final_return(), "initial_return": recorder.initial_return()}
+
+
+def _skrl_wrapper(env: EpisodeRecorder, *, continuous: bool = False) -> Any:
+    """A skrl MultiAgentEnvWrapper over our VectorEnv (dicts of [E, ...] tensors per agent).
+
+    `continuous`: the agents act in the env's Box (`[E, 5]` float tensors per agent, the
+    registry's space of the task), else in Discrete(n_actions) (`[E, 1]` integers).
+    """
     import gymnasium
     from skrl.envs.wrappers.torch.base import MultiAgentEnvWrapper
 
+    from src.algos.actions import agent_action_spaces, shared_action_space
+
     obs_space = gymnasium.spaces.Box(-np.inf, np.inf, shape=(env.obs_dim,), dtype=np.float32)
-    act_space = gymnasium.spaces.Discrete(env.n_actions)
+    if continuous:
+        if not env.continuous_actions:
+            raise ValueError(f"env {env.name} has Discrete actions; build it continuous_actions")
+        act_space = env.action_space
+        if not isinstance(act_space, gymnasium.spaces.Box):
+            spaces = agent_action_spaces(env.name, {"n_agents": env.n_agents, **CONTINUOUS})
+            act_space = shared_action_space(spaces, env=env.name)
+    else:
+        act_space = gymnasium.spaces.Discrete(env.n_actions)
 
     class VectorEnvWrapper(MultiAgentEnvWrapper):
         def __init__(self) -> None:
@@ -247,8 +300,12 @@ def _skrl_wrapper(env: EpisodeRecorder) -> Any:
             return self._split(env.reset(seed=self._seed)), {}
 
         def step(self, actions: dict[str, torch.Tensor]) -> tuple[Any, Any, Any, Any, Any]:
-            joint = torch.cat([actions[uid].view(-1, 1) for uid in self._agents], dim=1)
-            result = env.step(joint.numpy().astype(np.int64))
+            if continuous:  # [E, A, *shape] in the Box's dtype (the env clips to the Box)
+                joint = torch.stack([actions[uid] for uid in self._agents], dim=1)
+                result = env.step(joint.numpy().astype(act_space.dtype))
+            else:
+                joint = torch.cat([actions[uid].view(-1, 1) for uid in self._agents], dim=1)
+                result = env.step(joint.numpy().astype(np.int64))
 
             def per_agent(array: np.ndarray, dtype: torch.dtype) -> dict[str, torch.Tensor]:
                 return {
@@ -279,16 +336,24 @@ def _skrl_wrapper(env: EpisodeRecorder) -> Any:
 
 
 def run_skrl(
-    env_name: str, *, seed: int, steps: int, n_agents: int, backend: str = "native"
+    env_name: str,
+    *,
+    seed: int,
+    steps: int,
+    n_agents: int,
+    backend: str = "native",
+    continuous: bool = False,
 ) -> dict[str, float]:
     """Train skrl's IPPO for `steps` env steps; throughput and final return.
 
     `backend` "native": skrl over our VectorEnv `env_name` with `num_envs` copies; "mpe2": skrl
     over one mpe2 `simple_spread_v3` parallel env through skrl's PettingZoo wrapper, with
     `rollouts * num_envs` rollout steps per update (the same transitions per update).
+    `continuous`: Box actions and a Gaussian policy (`GaussianMixin`, `clip_actions=True`, a
+    state-independent log-std starting at LOG_STD_INIT), else a categorical one.
     """
     from skrl.memories.torch import RandomMemory
-    from skrl.models.torch import CategoricalMixin, DeterministicMixin, Model
+    from skrl.models.torch import CategoricalMixin, DeterministicMixin, GaussianMixin, Model
     from skrl.multi_agents.torch.base import ExperimentCfg
     from skrl.multi_agents.torch.ippo import IPPO as SkrlIPPO
     from skrl.multi_agents.torch.ippo import IPPO_CFG
@@ -300,10 +365,11 @@ def run_skrl(
     recorder: EpisodeRecorder | ParallelEpisodeRecorder
     if backend == "native":
         e = HYPER["num_envs"]
+        params = CONTINUOUS if continuous else {}
         recorder = EpisodeRecorder(
-            make_vector_env(env_name, num_envs=e, seed=seed, n_agents=n_agents)
+            make_vector_env(env_name, num_envs=e, seed=seed, n_agents=n_agents, **params)
         )
-        env = _skrl_wrapper(recorder)
+        env = _skrl_wrapper(recorder, continuous=continuous)
         env._seed = seed
     elif backend == "mpe2":
         from mpe2 import simple_spread_v3
@@ -314,7 +380,7 @@ def run_skrl(
         e = 1
         rollouts *= HYPER["num_envs"]
         recorder = ParallelEpisodeRecorder(
-            simple_spread_v3.parallel_env(N=n_agents, max_cycles=25, continuous_actions=False)
+            simple_spread_v3.parallel_env(N=n_agents, max_cycles=25, continuous_actions=continuous)
         )
         env = wrap_env(recorder, wrapper="pettingzoo")  # resets with skrl's seed (set_seed)
     else:
@@ -336,6 +402,16 @@ def run_skrl(
         def compute(self, inputs: dict[str, Any], role: str = "") -> tuple[Any, dict]:
             return self.net(inputs["observations"]), {}
 
+    class GaussianPolicy(GaussianMixin, Model):
+        def __init__(self, obs_space: Any, act_space: Any) -> None:
+            Model.__init__(self, observation_space=obs_space, action_space=act_space, device="cpu")
+            GaussianMixin.__init__(self, clip_actions=True, reduction="sum")
+            self.net = body(self.num_observations, self.num_actions)
+            self.log_std = torch.nn.Parameter(torch.full((self.num_actions,), LOG_STD_INIT))
+
+        def compute(self, inputs: dict[str, Any], role: str = "") -> tuple[Any, dict]:
+            return self.net(inputs["observations"]), {"log_std": self.log_std}
+
     class Value(DeterministicMixin, Model):
         def __init__(self, obs_space: Any, act_space: Any) -> None:
             Model.__init__(self, observation_space=obs_space, action_space=act_space, device="cpu")
@@ -348,7 +424,8 @@ def run_skrl(
     models, memories = {}, {}
     for uid in env.possible_agents:
         obs_space, act_space = env.observation_spaces[uid], env.action_spaces[uid]
-        models[uid] = {"policy": Policy(obs_space, act_space), "value": Value(obs_space, act_space)}
+        policy = (GaussianPolicy if continuous else Policy)(obs_space, act_space)
+        models[uid] = {"policy": policy, "value": Value(obs_space, act_space)}
         memories[uid] = RandomMemory(memory_size=rollouts, num_envs=e, device="cpu")
     with tempfile.TemporaryDirectory() as logdir:
         cfg = {
@@ -397,11 +474,23 @@ def run_skrl(
         )
         clock = _Clock()
         trainer.train()
-    return clock.rates(recorder.steps) | {"final_return": recorder.final_return()}
+    return clock.rates(recorder.steps) | _returns(recorder)
 
 
-def run_ours(env_name: str, *, seed: int, steps: int, n_agents: int, num_envs: int) -> dict:
-    """Train our IPPO for `steps` env steps; throughput and final return."""
+def run_ours(
+    env_name: str,
+    *,
+    seed: int,
+    steps: int,
+    n_agents: int,
+    num_envs: int,
+    continuous: bool = False,
+) -> dict:
+    """Train our IPPO for `steps` env steps; throughput and final return.
+
+    `continuous`: `env_name` with CONTINUOUS, so Box actions and our Gaussian policy.
+    """
+    params = CONTINUOUS if continuous else {}
     algo_params = {k: HYPER[k] for k in ("gamma", "gae_lambda", "clip_coef", "ent_coef")}
     algo_params.update({k: HYPER[k] for k in ("vf_coef", "max_grad_norm")})
     algo_params["hidden_sizes"] = list(HYPER["hidden_sizes"])
@@ -416,12 +505,15 @@ def run_ours(env_name: str, *, seed: int, steps: int, n_agents: int, num_envs: i
         mini_batches=HYPER["mini_batches"],
         learning_rate=HYPER["learning_rate"],
         seed_offset=seed,
+        env_params=params,
         algo_params=algo_params,
     )
     recorder = EpisodeRecorder(
-        make_vector_env(env_name, num_envs=num_envs, seed=seed, n_agents=n_agents)
+        make_vector_env(env_name, num_envs=num_envs, seed=seed, n_agents=n_agents, **params)
     )
     trainer = build_trainer(config, recorder)
+    if continuous and not torch.all(trainer.net.log_std == LOG_STD_INIT):
+        raise RuntimeError(f"our Gaussian policy does not start at log-std {LOG_STD_INIT}")
     # CPU time per phase, measured around the trainer's own methods (not changed here).
     phases = dict.fromkeys(("collect_rollout", "compute_advantages", "update_policy"), 0.0)
     for name in phases:
@@ -439,7 +531,7 @@ def run_ours(env_name: str, *, seed: int, steps: int, n_agents: int, num_envs: i
         "PPO update": per_step["update_policy"],
     }
     breakdown["rest"] = total_us - sum(breakdown.values())
-    return rates | {"final_return": recorder.final_return(), "cpu_us_per_step": breakdown}
+    return rates | _returns(recorder) | {"cpu_us_per_step": breakdown}
 
 
 def _timed(method: Callable[..., Any], totals: dict[str, float], key: str) -> Callable[..., Any]:
@@ -474,12 +566,20 @@ def run_bare_mpe2(*, steps: int, n_agents: int) -> dict[str, float]:
     return rates
 
 
-def run_bare(env_name: str, *, steps: int, n_agents: int, num_envs: int) -> dict[str, float]:
-    """Env-steps/s of the vector env alone, stepping uniformly random actions."""
-    env = make_vector_env(env_name, num_envs=num_envs, seed=0, n_agents=n_agents)
+def run_bare(
+    env_name: str, *, steps: int, n_agents: int, num_envs: int, continuous: bool = False
+) -> dict[str, float]:
+    """Env-steps/s of the vector env alone, stepping uniformly random actions (`continuous`:
+    `env_name` with CONTINUOUS, actions uniform in [0, 1])."""
+    params = CONTINUOUS if continuous else {}
+    env = make_vector_env(env_name, num_envs=num_envs, seed=0, n_agents=n_agents, **params)
     env.reset(seed=0)
     rng = np.random.default_rng(0)
-    actions = rng.integers(0, env.n_actions, size=(steps // num_envs, num_envs, n_agents))
+    shape = (steps // num_envs, num_envs, n_agents)
+    if continuous:
+        actions = rng.random(size=(*shape, env.n_actions), dtype=np.float32)
+    else:
+        actions = rng.integers(0, env.n_actions, size=shape)
     clock = _Clock()
     for row in actions:
         env.step(row)
@@ -499,6 +599,12 @@ def _mean_ci(values: Sequence[float]) -> tuple[float, float]:
     return float(x.mean()), float(half)
 
 
+def _ci_cell(values: Sequence[float], spec: str) -> str:
+    """`mean ± half-width` of the 95% interval, both formatted with `spec`."""
+    mean, half = _mean_ci(values)
+    return f"{mean:{spec}} ± {half:{spec}}"
+
+
 def _difference_ci(ours: Sequence[float], skrl: Sequence[float]) -> tuple[float, float, float]:
     """Welch 95% interval of mean(ours) - mean(skrl)."""
     from scipy import stats
@@ -514,8 +620,18 @@ def _difference_ci(ours: Sequence[float], skrl: Sequence[float]) -> tuple[float,
     return diff, diff - half, diff + half
 
 
+def _ratio_ci(ours: Sequence[float], skrl: Sequence[float]) -> tuple[float, float]:
+    """95% interval of ours / skrl from the runs of each seed (run back to back): the Student-t
+    interval of the mean log ratio, exponentiated."""
+    logs = np.log(np.asarray(ours, float) / np.asarray(skrl, float))
+    mean, half = _mean_ci(logs)
+    return float(np.exp(mean - half)), float(np.exp(mean + half))
+
+
 VARIANTS = ("ours", "skrl", "skrl_mpe2")
 """Training runs on spread: our IPPO, skrl on the native env, skrl on mpe2."""
+CONTINUOUS_VARIANTS = ("ours", "skrl")
+"""Training runs on spread with Box actions: our IPPO and skrl, both on the native env."""
 LABELS = {
     "ours": "ours (native spread)",
     "skrl": "skrl (native spread)",
@@ -523,33 +639,89 @@ LABELS = {
 }
 
 
-def _run_variant(variant: str, *, seed: int, steps: int, n_agents: int) -> dict[str, Any]:
-    """One training run of `variant` on spread."""
+def _run_variant(
+    variant: str, *, seed: int, steps: int, n_agents: int, continuous: bool = False
+) -> dict[str, Any]:
+    """One training run of `variant` on spread (`continuous`: with Box actions)."""
     if variant == "ours":
         return run_ours(
-            "spread", seed=seed, steps=steps, n_agents=n_agents, num_envs=HYPER["num_envs"]
+            "spread",
+            seed=seed,
+            steps=steps,
+            n_agents=n_agents,
+            num_envs=HYPER["num_envs"],
+            continuous=continuous,
         )
     backend = "mpe2" if variant == "skrl_mpe2" else "native"
-    return run_skrl("spread", seed=seed, steps=steps, n_agents=n_agents, backend=backend)
+    return run_skrl(
+        "spread", seed=seed, steps=steps, n_agents=n_agents, backend=backend, continuous=continuous
+    )
+
+
+def _training_runs(
+    variants: Sequence[str], *, steps: int, seeds: int, n_agents: int, continuous: bool
+) -> dict[str, list[dict[str, Any]]]:
+    """`seeds` runs of every variant of `steps` env steps, after a discarded warm-up run each."""
+    # Warm-up (imports, allocator, first-call costs), discarded.
+    warm = HYPER["num_envs"] * HYPER["rollouts"]
+    for variant in variants:
+        _run_variant(variant, seed=99, steps=warm, n_agents=n_agents, continuous=continuous)
+    runs: dict[str, list[dict[str, Any]]] = {variant: [] for variant in variants}
+    for seed in range(seeds):
+        # Rotate the order so a change in machine load hits every variant alike.
+        shift = seed % len(variants)
+        for variant in (*variants[shift:], *variants[:shift]):
+            runs[variant].append(
+                _run_variant(
+                    variant, seed=seed, steps=steps, n_agents=n_agents, continuous=continuous
+                )
+            )
+    return runs
+
+
+def _returns_vs(
+    runs: dict[str, list[dict[str, Any]]], others: Sequence[str]
+) -> dict[str, dict[str, Any]]:
+    """Welch 95% interval of ours - `other` final return for each of `others`."""
+    ours = [r["final_return"] for r in runs["ours"]]
+    compared = {}
+    for other in others:
+        diff, low, high = _difference_ci(ours, [r["final_return"] for r in runs[other]])
+        compared[other] = {"difference": diff, "ci95": [low, high], "ours_not_worse": high >= 0.0}
+    return compared
+
+
+def _mean_breakdown(runs: Sequence[dict[str, Any]]) -> dict[str, float]:
+    """Our CPU µs per env step by phase, averaged over `runs`."""
+    breakdowns = [r["cpu_us_per_step"] for r in runs]
+    return {key: float(np.mean([b[key] for b in breakdowns])) for key in breakdowns[0]}
+
+
+def _machine(load_before: Sequence[float]) -> dict[str, Any]:
+    """The machine, with the load average before a measurement and now."""
+    return {
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "cpus": os.cpu_count(),
+        "torch_threads": torch.get_num_threads(),
+        "loadavg_before": list(load_before),
+        "loadavg_after": list(os.getloadavg()),
+    }
+
+
+def _hyperparameters() -> dict[str, Any]:
+    """HYPER as plain JSON values."""
+    return {**HYPER, "hidden_sizes": list(HYPER["hidden_sizes"])}
 
 
 def benchmark(*, steps: int, seeds: int, grid_steps: int) -> dict[str, Any]:
-    """Run every measurement; returns the results as a plain dict."""
+    """Run every measurement of the Discrete comparison; returns the results as a plain dict."""
     torch.set_num_threads(1)
     load_before = os.getloadavg()
     e, a = HYPER["num_envs"], 3
-    # Warm-up (imports, allocator, first-call costs), discarded.
-    warm = HYPER["num_envs"] * HYPER["rollouts"]
-    for variant in VARIANTS:
-        _run_variant(variant, seed=99, steps=warm, n_agents=a)
+    runs = _training_runs(VARIANTS, steps=steps, seeds=seeds, n_agents=a, continuous=False)
     bare = run_bare("spread", steps=steps, n_agents=a, num_envs=e)
     bare_mpe2 = run_bare_mpe2(steps=max(steps // 8, 1), n_agents=a)
-    runs: dict[str, list[dict[str, Any]]] = {variant: [] for variant in VARIANTS}
-    for seed in range(seeds):
-        # Rotate the order so a change in machine load hits every variant alike.
-        shift = seed % len(VARIANTS)
-        for variant in VARIANTS[shift:] + VARIANTS[:shift]:
-            runs[variant].append(_run_variant(variant, seed=seed, steps=steps, n_agents=a))
     grid_bare = run_bare("hazard_grid", steps=grid_steps, n_agents=2, num_envs=64)
     grid = run_ours("hazard_grid", seed=0, steps=grid_steps, n_agents=2, num_envs=64)
     spread: dict[str, Any] = {"env_steps_per_run": steps, "seeds": seeds}
@@ -572,30 +744,13 @@ def benchmark(*, steps: int, seeds: int, grid_steps: int) -> dict[str, Any]:
                 "skrl_mpe2": 1e6 * (1 / means["skrl_mpe2"] - 1 / bare_mpe2[clock]),
             },
         }
-    returns = {variant: [r["final_return"] for r in runs[variant]] for variant in VARIANTS}
-    spread["final_return"] = returns
-    spread["return_vs"] = {}
-    for other in ("skrl", "skrl_mpe2"):
-        diff, low, high = _difference_ci(returns["ours"], returns[other])
-        spread["return_vs"][other] = {
-            "difference": diff,
-            "ci95": [low, high],
-            "ours_not_worse": bool(high >= 0.0),
-        }
-    breakdowns = [r["cpu_us_per_step"] for r in runs["ours"]]
-    spread["ours_cpu_us_per_step"] = {
-        key: float(np.mean([b[key] for b in breakdowns])) for key in breakdowns[0]
-    }
+    spread["final_return"] = {v: [r["final_return"] for r in runs[v]] for v in VARIANTS}
+    spread["initial_return"] = {v: [r["initial_return"] for r in runs[v]] for v in VARIANTS}
+    spread["return_vs"] = _returns_vs(runs, ("skrl", "skrl_mpe2"))
+    spread["ours_cpu_us_per_step"] = _mean_breakdown(runs["ours"])
     return {
-        "machine": {
-            "python": platform.python_version(),
-            "torch": torch.__version__,
-            "cpus": os.cpu_count(),
-            "torch_threads": 1,
-            "loadavg_before": list(load_before),
-            "loadavg_after": list(os.getloadavg()),
-        },
-        "hyperparameters": {**HYPER, "hidden_sizes": list(HYPER["hidden_sizes"])},
+        "machine": _machine(load_before),
+        "hyperparameters": _hyperparameters(),
         "spread": spread,
         "hazard_grid": {
             "num_envs": 64,
@@ -606,14 +761,66 @@ def benchmark(*, steps: int, seeds: int, grid_steps: int) -> dict[str, Any]:
     }
 
 
+def benchmark_continuous(*, steps: int, seeds: int) -> dict[str, Any]:
+    """Run the Box-action comparison on spread (ours and skrl, native env); a plain dict."""
+    torch.set_num_threads(1)
+    load_before = os.getloadavg()
+    e, a = HYPER["num_envs"], 3
+    runs = _training_runs(
+        CONTINUOUS_VARIANTS, steps=steps, seeds=seeds, n_agents=a, continuous=True
+    )
+    bare = run_bare("spread", steps=steps, n_agents=a, num_envs=e, continuous=True)
+    result: dict[str, Any] = {
+        "env_steps_per_run": steps,
+        "seeds": seeds,
+        "env_params": dict(CONTINUOUS),
+        "log_std_init": LOG_STD_INIT,
+    }
+    for clock in ("steps_per_s", "steps_per_cpu_s"):
+        rates = {v: [r[clock] for r in runs[v]] for v in CONTINUOUS_VARIANTS}
+        means = {v: float(np.mean(values)) for v, values in rates.items()}
+        result[clock] = {
+            "bare": bare[clock],
+            **rates,
+            "speedup_vs_skrl": means["ours"] / means["skrl"],
+            "speedup_vs_skrl_ci95": list(_ratio_ci(rates["ours"], rates["skrl"])),
+            "overhead_us": {v: 1e6 * (1 / means[v] - 1 / bare[clock]) for v in means},
+        }
+    result["final_return"] = {v: [r["final_return"] for r in runs[v]] for v in CONTINUOUS_VARIANTS}
+    result["initial_return"] = {
+        v: [r["initial_return"] for r in runs[v]] for v in CONTINUOUS_VARIANTS
+    }
+    result["return_vs"] = _returns_vs(runs, ("skrl",))
+    result["ours_cpu_us_per_step"] = _mean_breakdown(runs["ours"])
+    return {"machine": _machine(load_before), "hyperparameters": _hyperparameters()} | result
+
+
 def render_markdown(results: dict[str, Any]) -> str:
-    """The `## IPPO vs skrl` section of BENCHMARKS.md."""
+    """The `## IPPO vs skrl` section of BENCHMARKS.md: the Discrete comparison, then the Box one
+    (each when `results` holds it)."""
+    parts = ["## IPPO vs skrl"]
+    if "spread" in results:
+        parts.append(_render_discrete(results))
+    if "continuous" in results:
+        parts.append(_render_continuous(results["continuous"]))
+    return "\n\n".join(parts)
+
+
+def _machine_line(m: dict[str, Any]) -> str:
+    return (
+        f"Machine: {m['cpus']} CPUs, Python {m['python']}, torch {m['torch']}; load average "
+        f"{m['loadavg_before'][0]:.2f} before, {m['loadavg_after'][0]:.2f} after (shared with "
+        "other jobs, so per-CPU-second rates, which count only this process's work, are the "
+        "steadier comparison; wall-clock rates are given too)."
+    )
+
+
+def _render_discrete(results: dict[str, Any]) -> str:
+    """The Discrete comparison: skrl on the native env and on mpe2, and hazard_grid."""
     s, g, m = results["spread"], results["hazard_grid"], results["machine"]
     h = results["hyperparameters"]
     cpu = s["steps_per_cpu_s"]
     lines = [
-        "## IPPO vs skrl",
-        "",
         "`python -m benchmarks.algos` (part of `make bench`): our IPPO and skrl 2.1.1's IPPO "
         f"on `spread` (3 agents), same hyperparameters (rollouts {h['rollouts']} x "
         f"{h['num_envs']} copies per update, {h['learning_epochs']} epochs, "
@@ -628,20 +835,14 @@ def render_markdown(results: dict[str, Any]) -> str:
         "counts whole training (collection and updates); skrl uses its canonical per-agent "
         "networks, ours one shared network with an agent-id one-hot.",
         "",
-        f"Machine: {m['cpus']} CPUs, Python {m['python']}, torch {m['torch']}; load average "
-        f"{m['loadavg_before'][0]:.2f} before, {m['loadavg_after'][0]:.2f} after (shared with "
-        "other jobs, so per-CPU-second rates, which count only this process's work, are the "
-        "steadier comparison; wall-clock rates are given too).",
+        _machine_line(m),
         "",
         "| measure | " + " | ".join(LABELS[v] for v in VARIANTS) + " |",
         "|---|---:|---:|---:|",
     ]
     for clock, label in (("steps_per_cpu_s", "per CPU second"), ("steps_per_s", "per wall second")):
         c = s[clock]
-        cells = []
-        for variant in VARIANTS:
-            mean, half = _mean_ci(c[variant])
-            cells.append(f"{mean:,.0f} ± {half:,.0f}")
+        cells = [_ci_cell(c[variant], ",.0f") for variant in VARIANTS]
         lines.append(f"| env-steps {label} (mean ± 95% CI) | " + " | ".join(cells) + " |")
         lines.append(
             f"| ours / this variant, {label} | 1.00x | {c['speedup_vs']['skrl']:.2f}x | "
@@ -657,10 +858,7 @@ def render_markdown(results: dict[str, Any]) -> str:
         + " | ".join(f"{overhead[v]:,.0f}" for v in VARIANTS)
         + " |"
     )
-    returns = []
-    for variant in VARIANTS:
-        mean, half = _mean_ci(s["final_return"][variant])
-        returns.append(f"{mean:.1f} ± {half:.1f}")
+    returns = [_ci_cell(s["final_return"][variant], ".1f") for variant in VARIANTS]
     lines.append("| final team return (mean ± 95% CI) | " + " | ".join(returns) + " |")
     vs = s["return_vs"]
     lines.append(
@@ -718,29 +916,178 @@ def render_markdown(results: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def _render_continuous(c: dict[str, Any]) -> str:
+    """The Box-action comparison: ours and skrl's Gaussian policies on the native env."""
+    h, cpu = c["hyperparameters"], c["steps_per_cpu_s"]
+    names = CONTINUOUS_VARIANTS
+    lines = [
+        "### Box actions (Gaussian policies)",
+        "",
+        "`python -m benchmarks.algos --actions continuous` (part of `make bench`): our IPPO "
+        "and skrl 2.1.1's IPPO on `spread` with `continuous_actions: true` (3 agents, actions "
+        "[E, A, 5] in [0, 1]), both on the native env (skrl through the same VectorEnv "
+        f"wrapper), same hyperparameters as above (rollouts {h['rollouts']} x {h['num_envs']} "
+        f"copies per update, {h['learning_epochs']} epochs, {h['mini_batches']} minibatches, "
+        f"lr {h['learning_rate']}, hidden {tuple(h['hidden_sizes'])}, entropy {h['ent_coef']}), "
+        f"one process, torch threads 1, {c['seeds']} seeds of {c['env_steps_per_run']} env "
+        "steps each. Both policies are diagonal Gaussians with a state-independent log-std, "
+        f"{c['log_std_init']:g} at first on both sides (std {np.exp(c['log_std_init']):g}). "
+        "Ours learns from its raw samples and clips them to the Box at the env "
+        "(docs/design.md, section 6.1); skrl's `GaussianMixin` with `clip_actions=True` clips "
+        "its samples to the Box and learns from the clipped ones, as skrl does. skrl uses its "
+        "canonical per-agent networks, ours one shared network with an agent-id one-hot.",
+        "",
+        _machine_line(c["machine"]),
+        "",
+        "| measure | ours (native spread, Box) | skrl (native spread, Box) |",
+        "|---|---:|---:|",
+    ]
+    for clock, label in (("steps_per_cpu_s", "per CPU second"), ("steps_per_s", "per wall second")):
+        rates = c[clock]
+        cells = [_ci_cell(rates[variant], ",.0f") for variant in names]
+        low, high = rates["speedup_vs_skrl_ci95"]
+        lines += [
+            f"| env-steps {label} (mean ± 95% CI) | " + " | ".join(cells) + " |",
+            f"| ours / skrl, {label} (ratio of means [95% CI from the seeds' ratios]) | | "
+            f"{rates['speedup_vs_skrl']:.2f}x [{low:.2f}, {high:.2f}] |",
+        ]
+    lines.append(
+        "| bare env loop (random actions), env-steps per CPU second | "
+        + " | ".join(f"{cpu['bare']:,.0f}" for _ in names)
+        + " |"
+    )
+    lines.append(
+        "| learning cost beyond the env, µs of CPU per env step | "
+        + " | ".join(f"{cpu['overhead_us'][v]:,.0f}" for v in names)
+        + " |"
+    )
+    for key, label in (
+        ("initial_return", f"team return, first {TAIL:.0%} of each run"),
+        ("final_return", f"final team return, last {TAIL:.0%} of each run"),
+    ):
+        cells = [_ci_cell(c[key][v], ".1f") for v in names]
+        lines.append(f"| {label} (mean ± 95% CI) | " + " | ".join(cells) + " |")
+    vs = c["return_vs"]["skrl"]
+    lines.append(
+        f"| ours - skrl, final return (Welch 95% CI) | | {vs['difference']:.1f} "
+        f"[{vs['ci95'][0]:.1f}, {vs['ci95'][1]:.1f}] |"
+    )
+    breakdown = c["ours_cpu_us_per_step"]
+    speedup, wall = cpu["speedup_vs_skrl"], c["steps_per_s"]["speedup_vs_skrl"]
+    lines += [
+        "",
+        f"Where our CPU time goes, µs per env step (mean over the seeds; "
+        f"{sum(breakdown.values()):.0f} in total): "
+        + ", ".join(f"{key} {value:.1f}" for key, value in breakdown.items())
+        + ".",
+        "",
+        f"Learning over the run (final team return minus that of the first {TAIL:.0%}, mean "
+        "over the seeds): "
+        + ", ".join(
+            f"{v} {np.mean(c['final_return'][v]) - np.mean(c['initial_return'][v]):+.1f}"
+            for v in names
+        )
+        + ".",
+        "",
+        "Targets (CPU-second rates; wall-second rates in parentheses):",
+        "",
+        f"- throughput >= 1x skrl's at equal settings: {speedup:.2f}x ({wall:.2f}x), "
+        f"{'met' if speedup >= 1 else 'not met'}.",
+        "- final return not worse than skrl's (Welch 95% interval of ours - skrl reaches 0): "
+        f"{'yes' if vs['ours_not_worse'] else 'no'}.",
+    ]
+    return "\n".join(lines)
+
+
+DISCRETE_KEYS = ("machine", "hyperparameters", "spread", "hazard_grid")
+"""The entries of the results that the Discrete comparison writes (`continuous` the Box one's)."""
+
+
+def merge_results(
+    fresh: dict[str, Any], saved: dict[str, Any] | None, actions: str
+) -> dict[str, Any]:
+    """`fresh` results of `actions` ("discrete", "continuous" or "both") over `saved` ones: the
+    saved results of the kind of actions not run are kept, those of the kind run replaced."""
+    if actions not in (*ACTIONS, "both"):
+        raise ValueError(f"actions must be discrete, continuous or both, got {actions!r}")
+    merged = dict(saved or {})
+    if actions in ("discrete", "both"):
+        for key in DISCRETE_KEYS:
+            merged.pop(key, None)
+    if actions in ("continuous", "both"):
+        merged.pop("continuous", None)
+    return merged | fresh
+
+
+def save(
+    results: dict[str, Any], *, quick: bool, out: Path = OUT, path: Path = BENCHMARKS_MD
+) -> bool:
+    """Save `results` as `<out>/algos.json` (`algos_quick.json` for a smoke run) and, unless
+    `quick`, make their markdown the algos section of `path` when they hold both comparisons.
+
+    Results of one kind of actions alone leave the section as it is (it would lose the other
+    kind's figures); returns whether the section was rewritten.
+    """
+    markdown = render_markdown(results)
+    complete = "spread" in results and "continuous" in results
+    if quick or complete:
+        save_results("algos", results, markdown, quick=quick, out=out, path=path)
+        return not quick
+    print(markdown)
+    out.mkdir(parents=True, exist_ok=True)
+    write_text(json.dumps(results, indent=2, default=float) + "\n", out / "algos.json")
+    missing = "discrete" if "spread" not in results else "continuous"
+    print(
+        f"{path.name} left as it is: {out / 'algos.json'} has no results of {missing} actions "
+        f"yet (run `python -m benchmarks.algos --actions {missing}`)"
+    )
+    return False
+
+
+def main(argv: Sequence[str] | None = None, *, out: Path = OUT, path: Path = BENCHMARKS_MD) -> int:
     """Run the benchmark, save JSON, update BENCHMARKS.md; `argv` None means defaults.
 
     `benchmarks.run_all` calls `main()` without arguments, so sys.argv (its own benchmark
-    names) is never parsed here.
+    names) is never parsed here. `out` and `path`: where the results and the section go.
     """
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--steps", type=int, default=8 * 64 * 80, help="env steps per run")
-    parser.add_argument("--seeds", type=int, default=3)
-    parser.add_argument("--grid-steps", type=int, default=64 * 64 * 8)
+    parser.add_argument(
+        "--actions",
+        choices=(*ACTIONS, "both"),
+        default="both",
+        help="which comparison to run (the other kind's saved results are kept)",
+    )
+    parser.add_argument(
+        "--steps", type=positive_int, default=8 * 64 * 80, help="env steps per Discrete run"
+    )
+    parser.add_argument(
+        "--continuous-steps",
+        type=positive_int,
+        default=8 * 64 * 160,
+        help="env steps per Box-action run",
+    )
+    parser.add_argument("--seeds", type=positive_int, default=3)
+    parser.add_argument("--grid-steps", type=positive_int, default=64 * 64 * 8)
     parser.add_argument("--quick", action="store_true", help="tiny budget, no markdown update")
     parser.add_argument(
         "--render-only", action="store_true", help="rewrite the section from the saved JSON"
     )
     args = parser.parse_args(list(argv) if argv is not None else [])
     if args.render_only:
-        write_section("algos", render_markdown(json.loads((OUT / "algos.json").read_text())))
+        saved = json.loads((out / "algos.json").read_text())
+        write_section("algos", render_markdown(saved), path=path)
         return 0
     if args.quick:
         args.steps, args.seeds, args.grid_steps = 8 * 64 * 2, 2, 64 * 64 * 2
-    results = benchmark(steps=args.steps, seeds=args.seeds, grid_steps=args.grid_steps)
-    markdown = render_markdown(results)
-    save_results("algos", results, markdown, quick=args.quick)
+        args.continuous_steps = args.steps
+    fresh: dict[str, Any] = {}
+    if args.actions in ("discrete", "both"):
+        fresh |= benchmark(steps=args.steps, seeds=args.seeds, grid_steps=args.grid_steps)
+    if args.actions in ("continuous", "both"):
+        fresh["continuous"] = benchmark_continuous(steps=args.continuous_steps, seeds=args.seeds)
+    saved_path = out / f"algos{'_quick' if args.quick else ''}.json"
+    saved = json.loads(saved_path.read_text()) if saved_path.exists() else None
+    save(merge_results(fresh, saved, args.actions), quick=args.quick, out=out, path=path)
     return 0
 
 
