@@ -11,6 +11,7 @@ this module does nothing.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 
@@ -27,10 +28,16 @@ if _SPEC:
         src_dir_fd: int | None = None,
         dst_dir_fd: int | None = None,
     ) -> None:
-        """os.replace that stops for good before publishing a file matching the suffix."""
-        if os.fspath(dst).endswith(_SUFFIX):
+        """os.replace that stops for good before publishing a file matching the suffix (a
+        name relative to a folder's descriptor, as jobs rename results, is matched with the
+        folder's path)."""
+        target = os.fspath(dst)
+        if dst_dir_fd is not None:
+            with contextlib.suppress(OSError):
+                target = os.path.join(os.readlink(f"/proc/self/fd/{dst_dir_fd}"), target)
+        if target.endswith(_SUFFIX):
             with open(_MARKER, "a", encoding="utf-8") as handle:
-                handle.write(f"{os.getpid()} {os.fspath(src)} {os.fspath(dst)}\n")
+                handle.write(f"{os.getpid()} {os.fspath(src)} {target}\n")
             while True:
                 time.sleep(1.0)
         _real_replace(src, dst, src_dir_fd=src_dir_fd, dst_dir_fd=dst_dir_fd)
