@@ -18,8 +18,8 @@ VectorEnv has `continuous_actions`, e.g. `spread` with `continuous_actions: true
 Gaussian policy (`actions.BoxActions`, docs/design.md, section 6.1): the actor gives the mean,
 a state-independent log-std parameter the spread; the rollout stores the raw, unbounded
 sample and its log-probability, and the env receives it clipped to the Box. An action filter
-on Box actions (the central shield, `shield.box.BoxShield`) gets the raw samples with the
-policy's mean and log-std and returns raw actions, which the buffer learns from. An algorithm
+on Box actions (the shields, `shield.box.BoxShield`) gets the raw samples with the policy's
+mean and log-std and returns raw actions, which the buffer learns from. An algorithm
 whose registry entry does not list `box` among its `action_kinds` is refused on a Box task
 when its trainer is built.
 """

@@ -47,9 +47,8 @@ __all__ = [
 SECTION_NAMES: tuple[str, ...] = ("ppo", "lagrange", "shield")
 """Run-config sections an algorithm may use (`src.config.run.SECTIONS` holds their classes)."""
 ACTION_KINDS: tuple[str, ...] = ("discrete", "box")
-"""Action spaces an algorithm may take: Discrete(n), or a Box (`ippo`, `ippo_lag` and `shield`
-take both, with a Gaussian policy over a Box, the shield judging sampled candidate joint
-actions; `shield_dec` enumerates each agent's actions and takes Discrete ones)."""
+"""Action spaces an algorithm may take: Discrete(n), or a Box (every built-in algorithm takes
+both, with a Gaussian policy over a Box, the shields judging sampled candidate actions)."""
 
 # Run-config key of an implementation version -> the versions it may name.
 VERSIONS: dict[str, tuple[str, ...]] = {
@@ -152,6 +151,7 @@ ALGORITHMS: dict[str, AlgorithmSpec] = {
         sections=("ppo", "shield"),
         version_keys=("shield_version", "wm_version", "om_version"),
         fixed={"coordination": "decentralised"},
+        action_kinds=("discrete", "box"),
     ),
 }
 

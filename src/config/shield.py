@@ -252,9 +252,10 @@ class ShieldConfig(Section):
     candidates: int = DEFAULT_CANDIDATES
     """Box actions: joint actions the central shield samples from the agents' Gaussian
     policies per refused proposal (besides the proposal and the cross-entropy search's
-    safest action), and uniform draws in the Box per state of the critic's backup (besides
-    the recorded action); the default from `benchmarks/shield_box.py` (docs/design.md,
-    section 6.3). Discrete actions do not read it."""
+    safest action), own actions the decentralised shield samples from a refused agent's
+    policy (besides its proposal), and uniform draws in the Box per state of the critic's
+    backup (besides the recorded action); the default from `benchmarks/shield_box.py`
+    (docs/design.md, section 6.3). Discrete actions do not read it."""
 
     def to_dict(self) -> dict[str, Any]:
         """Every field as plain values, but `candidates` only off its default: the records of
@@ -272,7 +273,6 @@ class ShieldConfig(Section):
             ("learn_from", "executed"),
             ("search", "coordinate"),
             ("backup", "coordinate"),
-            ("coordination", "central"),
             ("lookahead", 1),
         ):
             if getattr(self, key) != needs:

@@ -3,8 +3,8 @@
 It trains and learns, gives the same bits for the same seed, resumes bit for bit after a kill,
 is evaluated (the run's evaluation and `python -m src.evaluation.checkpoint` agree) like a
 Discrete policy; its log-probability and entropy are those of `torch.distributions.Normal`.
-A team mixing Discrete and Box agents, and the decentralised shield on Box actions, are refused
-in one line (the central shield on Box actions: tests/algos/shield/test_box_shield.py).
+A team mixing Discrete and Box agents, and an algorithm that does not declare Box actions, are
+refused in one line (the shields on Box actions: tests/algos/shield/test_box_shield.py).
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from src.analysis.floor import task_floor
 from src.config.run import RunConfig, make_run_config
 from src.config.workflow import WorkflowConfigError, check_workflow_config
 from src.core.io import load_from_file, save_to_file
-from src.custom import ComponentError, register_env
+from src.custom import ComponentError, register_algorithm, register_env
 from src.envs.registry import make_vector_env
 from src.envs.task import TaskError
 from src.evaluation import checkpoint as checkpoint_cli
@@ -347,14 +347,16 @@ def test_a_mixed_team_is_refused_by_the_trainer_and_by_the_config_check():
     )
 
 
-def test_the_decentralised_shield_refuses_box_actions_in_one_line():
-    config = _config("shield_dec", shield_patience=1)
+def test_an_ippo_subclass_without_box_actions_is_refused_by_its_trainer_in_one_line():
+    # A shielded IPPO given by import path declares the default action kinds (Discrete).
+    register_algorithm("my_shield", "tests.custom.tasks:ShieldedPenalty")
+    config = _config("my_shield", shield_patience=1)
     with pytest.raises(ValueError) as error:
         build_trainer(config, make_vector_env_for(RunConfig.from_dict(config)))
     assert str(error.value) == (
-        "algo shield_dec takes discrete actions, and env spread has box actions (5 entries in "
-        "[0, 1]); leave shield_dec out for this env (the built-in algorithms that take box "
-        "actions: ippo, ippo_lag, shield)"
+        "algo my_shield takes discrete actions, and env spread has box actions (5 entries in "
+        "[0, 1]); leave my_shield out for this env (the built-in algorithms that take box "
+        "actions: ippo, ippo_lag, shield, shield_dec)"
     )
 
 

@@ -232,17 +232,18 @@ def test_snakemake_real_run_with_a_bad_config_runs_no_job(tmp_path: Path):
 
 
 def _spread_with_box_actions(config: dict) -> None:
-    """The built-in spread with continuous (Box) actions, which the decentralised shield does
-    not take."""
+    """The built-in spread with continuous (Box) actions, which an algorithm of the user's that
+    declares Discrete actions only does not take."""
     config["envs"] = ["spread"]
-    config["algos"] = ["ippo", "ippo_lag", "shield_dec"]
+    config["algos"] = ["ippo", "ippo_lag", "reinforce"]
+    config["custom_algos"] = {"reinforce": "examples.reinforce:Reinforce"}
     config["env_params"] = {"spread": {"n_agents": 3, "max_steps": 25, "continuous_actions": True}}
     config["base"]["final_policy_eval_horizons"] = [1, 10, 25]
 
 
 def _box_actions_on_two_envs(config: dict) -> None:
     """Two envs with Box actions next to a discrete one, and an algorithm of the user's and
-    ippo, which take Box actions, next to the decentralised shield, which does not."""
+    ippo, which take Box actions, next to another of the user's, which does not."""
     _spread_with_box_actions(config)
     config["envs"] = ["hazard_grid", "spread", "tag"]
     config["custom_envs"] = {
@@ -250,13 +251,16 @@ def _box_actions_on_two_envs(config: dict) -> None:
     }
     config["env_params"]["tag"] = {"n_agents": 4, "max_cycles": 25, "continuous_actions": True}
     config["env_params"]["hazard_grid"] = {"n_agents": 2, "max_steps": 25}
-    config["algos"] = ["ippo", "toy", "shield_dec"]
-    config["custom_algos"] = {"toy": "tests.custom.toy_algorithm:Preferences"}
+    config["algos"] = ["ippo", "toy", "reinforce"]
+    config["custom_algos"] = {
+        "toy": "tests.custom.toy_algorithm:Preferences",
+        "reinforce": "examples.reinforce:Reinforce",
+    }
 
 
 CUSTOM_ALGORITHM_HINT = (
-    "the built-in algorithms that take box actions are ippo, ippo_lag and shield, and an "
-    "algorithm of "
+    "the built-in algorithms that take box actions are ippo, ippo_lag, shield and shield_dec, "
+    "and an algorithm of "
     "your own (custom_algos) "
     "takes the actions its class declares in its class attribute action_kinds, e.g. "
     'action_kinds = ("discrete", "box")'
@@ -265,16 +269,16 @@ CUSTOM_ALGORITHM_HINT = (
 # change -> the start of the message (the whole message where it ends in no list of keys; a
 # list of names that grows with the registries stands as " ... ", and then the end is checked).
 HINTS: dict[str, tuple[Any, str]] = {
-    "box actions refused for the decentralised shield alone": (
+    "box actions refused for one algorithm alone": (
         _spread_with_box_actions,
-        "config key 'algos[2]' = 'shield_dec': takes discrete actions, and env spread has box "
+        "config key 'algos[2]' = 'reinforce': takes discrete actions, and env spread has box "
         "actions; leave it out for this env or give the env the actions the algorithm takes "
         "(an env that needs other algorithms goes in a config of its own); "
         f"{CUSTOM_ALGORITHM_HINT}",
     ),
     "box actions refused once for every env": (
         _box_actions_on_two_envs,
-        "config key 'algos[2]' = 'shield_dec': takes discrete actions, and envs spread and tag "
+        "config key 'algos[2]' = 'reinforce': takes discrete actions, and envs spread and tag "
         "have "
         "box actions; leave it out for these envs or give the envs the actions the algorithm "
         "takes (an env that needs other algorithms goes in a config of its own); "
@@ -382,7 +386,7 @@ def test_a_number_yaml_reads_as_text_is_refused_with_the_way_to_write_it():
         check_workflow_config(yaml.safe_load(config))
 
 
-def test_box_actions_for_the_decentralised_shield_are_refused_in_one_line_through_snakemake(
+def test_box_actions_for_a_discrete_algorithm_are_refused_in_one_line_through_snakemake(
     tmp_path: Path,
 ):
     workdir = tmp_path / "work"
@@ -396,7 +400,5 @@ def test_box_actions_for_the_decentralised_shield_are_refused_in_one_line_throug
 
     assert done.returncode != 0
     errors = [line for line in done.stderr.splitlines() if line.startswith("invalid config:")]
-    assert errors == [
-        f"invalid config: {HINTS['box actions refused for the decentralised shield alone'][1]}"
-    ]
+    assert errors == [f"invalid config: {HINTS['box actions refused for one algorithm alone'][1]}"]
     assert "Job stats" not in done.stdout + done.stderr

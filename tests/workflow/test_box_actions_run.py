@@ -1,7 +1,7 @@
 """A real run of `spread` with Box actions (`continuous_actions: true`) through Snakemake: ippo,
-ippo_lag and shield train their Gaussian policies (the shield its models, and its certificate
-is tested), are evaluated (the shield on and off) and rendered, and reach the tables, the
-figures and the risk floor like Discrete runs."""
+ippo_lag, shield and shield_dec train their Gaussian policies (the shields their models, and
+their certificates are tested), are evaluated (the shields on and off) and rendered, and reach
+the tables, the figures and the risk floor like Discrete runs."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from tests.workflow.conftest import REPO, job_counts, snakemake
 
 pytestmark = pytest.mark.slow
 
-ALGOS = ["ippo", "ippo_lag", "shield"]
+ALGOS = ["ippo", "ippo_lag", "shield", "shield_dec"]
 
 
 def _box_config(results: Path) -> dict:
@@ -30,9 +30,8 @@ def _box_config(results: Path) -> dict:
     )
     config["env_params"] = {"spread": {"n_agents": 2, "max_steps": 10, "continuous_actions": True}}
     # The shield on Box actions takes its critic's backup from sampled candidates.
-    config["algo_params"] = {
-        "shield": {"backup": "coordinate", "calibration_episodes": 4, "candidates": 8}
-    }
+    shield = {"backup": "coordinate", "calibration_episodes": 4, "candidates": 8}
+    config["algo_params"] = {"shield": shield, "shield_dec": shield}
     config["base"].update(
         timesteps=2 * 32 * 3,
         use_wandb=False,
@@ -42,7 +41,7 @@ def _box_config(results: Path) -> dict:
     return config
 
 
-def test_spread_with_box_actions_runs_ippo_ippo_lag_and_shield_end_to_end(tmp_path: Path):
+def test_spread_with_box_actions_runs_every_built_in_algorithm_end_to_end(tmp_path: Path):
     results = tmp_path / "results"
     config_file = tmp_path / "box.yaml"
     config_file.write_text(yaml.safe_dump(_box_config(results)), encoding="utf-8")
@@ -59,14 +58,15 @@ def test_spread_with_box_actions_runs_ippo_ippo_lag_and_shield_end_to_end(tmp_pa
         policy = load_from_file(run, "policy.pt")
         assert policy["network"]["continuous"] and policy["action_space"]["shape"] == [5]
         evaluation = read_parquet(run / "eval.parquet", EVAL_SCHEMA).to_pandas()
-        modes = [True, False] if algo == "shield" else [False]
+        shielded = algo.startswith("shield")
+        modes = [True, False] if shielded else [False]
         assert sorted(evaluation["horizon"]) == sorted([1, 5, 10] * len(modes))
         assert sorted(set(evaluation["shielded"])) == sorted(modes)
         assert (evaluation["n"] == 4).all()
-        if algo == "shield":
+        if shielded:
             assert policy["shield"]["certificate"]["episodes"] > 0
         assert (run / "videos" / f"spread-{algo}-run0-episode-0.mp4").stat().st_size > 0
     summary = pd.read_csv(experiment / "tables" / "summary.csv")
-    assert set(summary["policy"]) == {*ALGOS, "shield (shield off)"}
+    assert set(summary["policy"]) == {*ALGOS, "shield (shield off)", "shield_dec (shield off)"}
     floor = json.loads((experiment / "floors" / "spread.json").read_text())
     assert floor["method"] == "witness" and floor["episodes"] == 4

@@ -63,7 +63,9 @@ def _build_budget_shield(
     )
     opponent_model = None
     if config.coordination == "decentralised":
-        opponent_model = make_opponent_model(config.om_version, **dims, config=config, seed=om_seed)
+        opponent_model = make_opponent_model(
+            config.om_version, **dims, config=config, seed=om_seed, continuous=box is not None
+        )
     critic = RiskCritic(
         **dims,
         ensemble_size=config.ensemble_size,

@@ -20,6 +20,18 @@ team's size. The executed action is a raw sample (or a point of the Box), so the
 from it with its exact log-density, and the env clips it as it clips every sample. The shield
 samples from its own generator, seeded by `reset` (and checkpointed by the trainer), so its
 decisions are reproducible.
+
+With `coordination: decentralised` (`shield_dec`) each agent's shield sees its own proposal,
+not the others': agent i judges an own action b by rho_i(s, b), the mean of q over
+`opponent_samples` completions of the others' actions drawn from the Gaussian opponent model
+(each agent's predicted mean from its own observation, the model's spread), each draw taken
+instead uniformly in the Box with the mixing weight w (`shield_opponent_mode`), clipped to the
+Box. Its proposal is kept when rho_i(s, proposal) <= a or its excess over the least rho_i
+among its candidates (the proposal and `candidates` samples of its own policy) is within a;
+otherwise it takes the allowed candidate of highest log-density under its policy (the least-rho
+one always is). The decision's q is the largest rho_i of the executed actions, as for Discrete
+actions. Work per decision: A x `opponent_samples` joint actions, and (candidates + 1) x
+`opponent_samples` more per refused agent.
 """
 
 from __future__ import annotations
@@ -106,6 +118,8 @@ class BoxShield(BudgetShield):
     ) -> tuple[np.ndarray, np.ndarray, int]:
         """The checked arguments -> executed raw actions [E, A, k], their calibrated risks U
         [E] and the number of decisions that fell back to the least-risk candidate."""
+        if self.config.coordination == "decentralised":
+            return self._decide_alone(obs, proposed, logits)
         e, a, _ = proposed.shape
         remaining = torch.full((e,), float(self.config.horizon))
         executed = proposed.copy()
@@ -189,3 +203,78 @@ class BoxShield(BudgetShield):
             best_q = torch.where(lower, top, best_q)
             centre, spread = elites.mean(dim=1), elites.std(dim=1)
         return best, best_q
+
+    def _decide_alone(  # type: ignore[override]
+        self, obs: torch.Tensor, proposed: np.ndarray, logits: Any
+    ) -> tuple[np.ndarray, np.ndarray, int]:
+        """`coordination: decentralised` (module docstring): each agent's shield alone."""
+        e, a, k = proposed.shape
+        remaining = torch.full((e,), float(self.config.horizon))
+        mean, log_std = logits
+        executed = proposed.copy()
+        with torch.inference_mode():
+            joint = obs.reshape(e, a * self.obs_dim)
+            others = self._completions(joint)  # [E, S, A, k]
+            own = torch.from_numpy(proposed)
+
+            def rho(copies: torch.Tensor, agents: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+                """Mean q over the completions of agent agents[r]'s own actions b [R, B, k]."""
+                r, n_own, s = len(copies), b.shape[1], others.shape[1]
+                options = others[copies].unsqueeze(1).expand(r, n_own, s, a, k).clone()
+                options[torch.arange(r), :, :, agents] = self.clip(b).unsqueeze(2)
+                flat = options.view(r, n_own * s, a, k)
+                q = self.raw_risk_options(joint[copies], flat, remaining[copies]).double()
+                return q.view(r, n_own, s).mean(dim=2)
+
+            copies, agents = torch.arange(e).repeat_interleave(a), torch.arange(a).repeat(e)
+            chosen = rho(copies, agents, own.view(e * a, 1, k))[:, 0].numpy()  # [E * A]
+            least = np.full(e * a, math.nan)  # the agent's least rho, where it was needed
+            fallback = np.zeros(e * a, dtype=bool)
+            refused = np.flatnonzero(chosen > self.allowance)
+            if len(refused):
+                c, i = copies[refused], agents[refused]
+                noise = torch.randn(
+                    (len(refused), self.config.candidates, k), generator=self.generator
+                )
+                drawn = mean[c, i].unsqueeze(1) + log_std.exp() * noise
+                candidates = torch.cat([own[c, i].unsqueeze(1), drawn], dim=1)  # [R, B, k]
+                every = rho(c, i, candidates)  # [R, B]
+                low = every.min(dim=1).values
+                allowed = every - low[:, None] <= self.allowance
+                log_p = gaussian_log_prob(mean[c, i].unsqueeze(1), log_std, candidates).double()
+                score = torch.where(allowed, log_p, torch.full_like(log_p, -math.inf))
+                pick = torch.where(allowed[:, 0], 0, score.argmax(dim=1))
+                rows = torch.arange(len(refused))
+                executed[c.numpy(), i.numpy()] = candidates[rows, pick].numpy()
+                chosen[refused] = every[rows, pick].numpy()
+                least[refused] = low.numpy()
+                fallback[refused] = (~allowed[:, 0] & (allowed.sum(dim=1) == 1)).numpy()
+            raw = chosen.reshape(e, a).max(axis=1)
+            bound = self.calibrate(torch.from_numpy(raw)).double().numpy()
+        safest = np.fmax.reduce(least.reshape(e, a), axis=1)  # NaN where no agent searched
+        spent = np.fmax.reduce((chosen - least).reshape(e, a), axis=1)
+        fell = fallback.reshape(e, a).any(axis=1)
+        self.last = Decision(
+            budget=self.allowance - np.nan_to_num(spent),
+            bound=bound,
+            excess=np.nan_to_num(spent),
+            safest=safest,
+            allowance=self.allowance + np.nan_to_num(safest),
+            fallback=fell,
+            remaining=remaining.numpy(),
+            raw=raw,
+        )
+        return executed, bound, int(fell.sum())
+
+    def _completions(self, joint: torch.Tensor) -> torch.Tensor:
+        """`opponent_samples` joint actions [E, S, A, k] per copy, each agent's drawn from the
+        opponent model's Gaussian, or uniformly in the Box with the mixing weight, clipped."""
+        model = self.opponent_model
+        predicted = model.joint_logits(joint).clone()  # type: ignore[union-attr]  [E, A, k]
+        e, a, k = predicted.shape
+        shape = (e, self.config.opponent_samples, a, k)
+        noise = torch.randn(shape, generator=self.generator)
+        drawn = predicted.unsqueeze(1) + model.log_std.detach().exp() * noise  # type: ignore[union-attr]
+        uniform = self.low + (self.high - self.low) * torch.rand(shape, generator=self.generator)
+        mixed = torch.rand((*shape[:3], 1), generator=self.generator) < self.opponent_weight
+        return self.clip(torch.where(mixed, uniform, drawn))

@@ -5,6 +5,12 @@ the agents other than the one it judges by this model, mixed with the uniform di
 weight w (`shield_opponent_mode`):
 `model` w = 0, `uniform` w = 1, `monotone_floor` w_t = min(w_{t-1}, f(validation error)), w_0 = 1,
 so the shield trusts the model only as far as its held-out predictions have earned.
+
+On Box actions (`continuous`) the model is a Gaussian: the MLP gives each agent's mean action
+(of `n_actions` entries), a state-independent log-std parameter its spread, fitted by the
+negative log-likelihood of the actions the env received; its validation error for
+`monotone_floor` is the share of the actions' variance its means leave unexplained
+(`valid_unexplained`), the analogue of the cross-entropy relative to the uniform guess.
 """
 
 from __future__ import annotations
@@ -19,6 +25,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from src import numerics
+from src.algos.networks import gaussian_log_prob
 from src.algos.shield.ensemble import fit_steps
 from src.algos.shield.kernels import Workspace, softmax_last
 from src.algos.shield.optimizer_state import OptimizerState
@@ -69,12 +76,23 @@ def floor_weight(previous: float, *, valid_loss: float, n_actions: int) -> float
     return min(previous, f)
 
 
-def opponent_weight(mode: str, previous: float, *, valid_loss: float, n_actions: int) -> float:
-    """The uniform-mixing weight for `mode` after a fit with validation loss `valid_loss`."""
+def opponent_weight(
+    mode: str,
+    previous: float,
+    *,
+    valid_loss: float,
+    n_actions: int,
+    unexplained: float | None = None,
+) -> float:
+    """The uniform-mixing weight for `mode` after a fit with validation loss `valid_loss`; on
+    Box actions, `monotone_floor` floors it by the validation's `unexplained` share of the
+    actions' variance (clipped to [0, 1]; NaN leaves it unchanged)."""
     if mode == "model":
         return 0.0
     if mode == "uniform":
         return 1.0
+    if mode == "monotone_floor" and unexplained is not None:
+        return previous if math.isnan(unexplained) else min(previous, min(1.0, unexplained))
     if mode == "monotone_floor":
         return floor_weight(previous, valid_loss=valid_loss, n_actions=n_actions)
     raise ValueError(f"shield_opponent_mode must be model, uniform or monotone_floor, got {mode!r}")
@@ -93,12 +111,15 @@ class OpponentMLP(OptimizerState, nn.Module):
         hidden: tuple[int, ...],
         learning_rate: float,
         seed: int,
+        continuous: bool = False,
     ) -> None:
-        """Build the MLP with parameters drawn from a generator seeded with `seed`."""
+        """Build the MLP with parameters drawn from a generator seeded with `seed`;
+        `continuous`: a Gaussian over Box actions of `n_actions` entries (module docstring)."""
         super().__init__()
         self.n_agents = n_agents
         self.obs_dim = obs_dim
         self.n_actions = n_actions
+        self.continuous = continuous
         generator = torch.Generator().manual_seed(seed)
         sizes = (obs_dim + n_agents, *hidden, n_actions)
         self.weights = nn.ParameterList()
@@ -111,6 +132,8 @@ class OpponentMLP(OptimizerState, nn.Module):
             self.biases.append(
                 nn.Parameter((torch.rand(fan_out, generator=generator) * 2 - 1) * bound)
             )
+        if continuous:
+            self.log_std = nn.Parameter(torch.zeros(n_actions))
         self.optimizer = adam(self.parameters(), lr=learning_rate)
         self._workspace = Workspace()
 
@@ -169,7 +192,15 @@ class OpponentMLP(OptimizerState, nn.Module):
         b = rows["obs"].shape[0]
         obs = rows["obs"].reshape(b * self.n_agents, self.obs_dim)
         agent = torch.arange(self.n_agents).repeat(b)
+        if self.continuous:
+            return obs, agent, rows["action"].reshape(b * self.n_agents, self.n_actions)
         return obs, agent, rows["action"].reshape(-1)
+
+    def _loss(self, out: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
+        """Cross-entropy of the logits, or the Gaussian's negative log-likelihood."""
+        if self.continuous:
+            return -gaussian_log_prob(out, self.log_std, action).mean()
+        return F.cross_entropy(out, action)
 
     def fit(
         self,
@@ -188,7 +219,7 @@ class OpponentMLP(OptimizerState, nn.Module):
         total = 0.0
         for _ in range(steps):
             obs, agent, action = self._per_agent(replay.sample_train((batch_size,), generator))
-            loss = F.cross_entropy(self.logits(obs, agent), action)
+            loss = self._loss(self.logits(obs, agent), action)
             self.optimizer_step(loss)
             total += float(loss.detach())
         metrics["train_loss"] = total / steps
@@ -196,22 +227,43 @@ class OpponentMLP(OptimizerState, nn.Module):
             with torch.no_grad():
                 obs, agent, action = self._per_agent(replay.valid.latest(max_valid))
                 logits = self.logits(obs, agent)
-                metrics["valid_loss"] = float(F.cross_entropy(logits, action))
-                metrics["valid_accuracy"] = float((logits.argmax(-1) == action).float().mean())
+                metrics["valid_loss"] = float(self._loss(logits, action))
+                if self.continuous:
+                    spread = (action - action.mean(dim=0)).square().sum()
+                    error = (logits - action).square().sum()
+                    metrics["valid_unexplained"] = float(error / spread) if spread > 0 else 1.0
+                else:
+                    metrics["valid_accuracy"] = float((logits.argmax(-1) == action).float().mean())
         return metrics
 
 
 def make_opponent_model(
-    version: str, *, n_agents: int, obs_dim: int, n_actions: int, config: Any, seed: int
+    version: str,
+    *,
+    n_agents: int,
+    obs_dim: int,
+    n_actions: int,
+    config: Any,
+    seed: int,
+    continuous: bool = False,
 ) -> OpponentMLP:
-    """Build the opponent model `version` (a key of OM_VERSIONS) from a ShieldConfig."""
+    """Build the opponent model `version` (a key of OM_VERSIONS) from a ShieldConfig
+    (`continuous`: a Gaussian over Box actions of `n_actions` entries)."""
     return lookup(OM_VERSIONS, version, "om_version")(
-        n_agents=n_agents, obs_dim=obs_dim, n_actions=n_actions, config=config, seed=seed
+        n_agents=n_agents,
+        obs_dim=obs_dim,
+        n_actions=n_actions,
+        config=config,
+        seed=seed,
+        continuous=continuous,
     )
 
 
-def _v0(*, n_agents: int, obs_dim: int, n_actions: int, config: Any, seed: int) -> OpponentMLP:
+def _v0(
+    *, n_agents: int, obs_dim: int, n_actions: int, config: Any, seed: int, continuous: bool
+) -> OpponentMLP:
     return OpponentMLP(
+        continuous=continuous,
         n_agents=n_agents,
         obs_dim=obs_dim,
         n_actions=n_actions,

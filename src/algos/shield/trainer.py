@@ -352,6 +352,7 @@ class ShieldedIPPO(IPPO):
                 cfg.shield_opponent_mode,
                 self.shield.opponent_weight,
                 valid_loss=om["valid_loss"],
+                unexplained=om.get("valid_unexplained"),
                 n_actions=self.env.n_actions,
             )
             row[M.SHIELD_OPPONENT_WEIGHT] = self.shield.opponent_weight

@@ -44,8 +44,8 @@ SHIELD_PARAMS = {
 }
 
 
-def _config(**changes: Any) -> dict[str, Any]:
-    """`shield` on spread with Box actions: 4 copies x 16 steps x 4 updates, armed after 1."""
+def _config(algo: str = "shield", **changes: Any) -> dict[str, Any]:
+    """`algo` on spread with Box actions: 4 copies x 16 steps x 4 updates, armed after 1."""
     settings: dict[str, Any] = {
         "timesteps": 4 * 16 * 4,
         "learning_epochs": 1,
@@ -53,7 +53,7 @@ def _config(**changes: Any) -> dict[str, Any]:
         "algo_params": dict(SHIELD_PARAMS),
     }
     settings.update(changes)
-    return _box_config("shield", **settings)
+    return _box_config(algo, **settings)
 
 
 def _shield_config(**changes: Any) -> ShieldConfig:
@@ -167,9 +167,10 @@ def test_world_model_and_critic_take_float_actions():
 # ------------------------------------------------------------------ the candidate filter
 
 
-def _hand_set_shield(risk_of: Any) -> BoxShield:
+def _hand_set_shield(risk_of: Any, **changes: Any) -> BoxShield:
     """A Box shield whose models' risk q is `risk_of(clipped joint actions [N, K, A, k])`."""
-    parts = build_shield(_shield_config(), n_agents=A, obs_dim=D, n_actions=K, seed=0, box=BOX)
+    config = _shield_config(**changes)
+    parts = build_shield(config, n_agents=A, obs_dim=D, n_actions=K, seed=0, box=BOX)
     shield = parts.shield
     assert isinstance(shield, BoxShield)
 
@@ -241,6 +242,25 @@ def test_the_filter_is_reproducible_from_its_seed():
     assert np.array_equal(first, shield.filter(*args)[0])
 
 
+def test_each_agent_alone_keeps_an_allowed_own_action_and_replaces_a_refused_one():
+    # The decentralised shield: q is agent 0's first entry. Agent 0's proposal 0.9 adds risk
+    # over its own safest candidate and is replaced; agent 1's actions do not change q (no
+    # excess), so it keeps its proposal whatever the others are predicted to do.
+    shield = _hand_set_shield(
+        lambda options: options[..., 0, 0].double(), coordination="decentralised"
+    )
+    assert shield.opponent_model is not None and shield.opponent_model.continuous
+    proposed = np.full((2, A, K), 0.5, dtype=np.float32)
+    proposed[:, 0, 0] = 0.9
+    obs = np.random.default_rng(1).normal(size=(2, A, D)).astype(np.float32)
+    executed, intervened = shield.filter(obs, proposed, _policy(), np.ones(2, dtype=np.int64))
+    assert intervened[:, 0].all() and not intervened[:, 1].any()
+    assert np.array_equal(executed[:, 1], proposed[:, 1])
+    # Agent 0's replacement is within the allowance of its least risk (0 at best).
+    assert (np.clip(executed[:, 0, 0], 0, 1) <= 0.5 + shield.last.safest).all()
+    assert shield.stats.decisions == 2
+
+
 def test_discrete_only_settings_are_refused_on_box_actions_in_one_line():
     for key, value, needs in (
         ("risk_scope", "episode", "'receding'"),
@@ -260,12 +280,18 @@ def test_discrete_only_settings_are_refused_on_box_actions_in_one_line():
 # ------------------------------------------------------------------ training
 
 
-def test_box_shield_run_arms_certifies_and_is_evaluated(tmp_path: Path):
+@pytest.mark.parametrize("algo", ["shield", "shield_dec"])
+def test_box_shield_run_arms_certifies_and_is_evaluated(tmp_path: Path, algo: str):
     run = tmp_path / "run"
-    train_run(_config(), run, progress=False)
+    train_run(_config(algo), run, progress=False)
     rows = load_from_file(run, "updates.json")
     assert [row["shield/armed"] for row in rows] == [0.0, 1.0, 1.0, 1.0]
     assert sum(row["shield/interventions"] for row in rows) > 0
+    if algo == "shield_dec":
+        # The Gaussian opponent model is fitted, and monotone_floor's weight never rises.
+        weights = [row[M.SHIELD_OPPONENT_WEIGHT] for row in rows]
+        assert all(0.0 <= w <= 1.0 for w in weights) and weights == sorted(weights, reverse=True)
+        assert all(np.isfinite(row[M.OM_VALID_LOSS]) for row in rows[1:])
     saved = load_from_file(run, "policy.pt")["shield"]
     certificate = saved["certificate"]
     assert certificate["episodes"] >= 2 and certificate["horizon"] == 10
@@ -285,8 +311,11 @@ def test_box_shield_run_arms_certifies_and_is_evaluated(tmp_path: Path):
     assert (evaluation["n"] == 6).all()
 
 
-def test_same_seed_same_bits_and_a_resumed_run_goes_on_as_if_never_stopped(tmp_path: Path):
-    config = _config()
+@pytest.mark.parametrize("algo", ["shield", "shield_dec"])
+def test_same_seed_same_bits_and_a_resumed_run_goes_on_as_if_never_stopped(
+    tmp_path: Path, algo: str
+):
+    config = _config(algo)
     for name in ("a", "b"):
         train_run(config, tmp_path / name, progress=False)
     _same_weights(tmp_path / "a", tmp_path / "b")
