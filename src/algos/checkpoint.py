@@ -10,8 +10,9 @@ from elsewhere can be resumed without running code from it; any other file in a 
 folder (e.g. a planted `state.pkl`) is never read.
 
 A checkpoint is written into a hidden temp folder, each file atomically through
-`save_to_file`, with `complete.json` last, then renamed into place in one `os.rename`; older
-checkpoints are removed only after that. A kill at any point therefore leaves either the
+`save_to_file`, with `complete.json` last, then renamed into place in one rename
+(`containment.replace`, through folder descriptors); older checkpoints are removed only after
+that. A kill at any point therefore leaves either the
 previous complete checkpoint or the new one, never a half-written one that would be loaded.
 
 A checkpoint resumes only the run that wrote it: `complete.json` holds the run's fingerprint
@@ -33,7 +34,6 @@ import functools
 import hashlib
 import importlib.util
 import json
-import os
 import re
 from collections.abc import Iterator, Mapping
 from pathlib import Path
@@ -42,7 +42,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from src.containment import check_tree, inside, remove_tree
+from src.containment import check_tree, inside, remove_tree, replace
 from src.core.io import fsync_dir, load_from_file, save_to_file
 from src.runfiles import RunFiles
 
@@ -210,7 +210,7 @@ def save_checkpoint(trainer: Any, run_dir: str | Path, *, fingerprint: str | Non
     save_to_file({"update": trainer.update, "fingerprint": fingerprint}, tmp, _COMPLETE)
     # Left by a run killed after this rename but before the clean-up below.
     remove_tree(root, name)
-    os.rename(tmp, final)
+    replace(root, tmp, final)
     fsync_dir(root)
     for other in root.iterdir():
         if other != final:

@@ -47,7 +47,7 @@ from src.algos.seeding import seed_everything
 from src.algos.shield.trainer import ShieldedIPPO
 from src.checks import lookup
 from src.config.run import RunConfig
-from src.containment import ContainmentError, inside, remove_tree
+from src.containment import ContainmentError, inside, remove_tree, replace
 from src.core.io import create_dir, save_to_file
 from src.core.logging import current_log_file, log
 from src.lock import RunLock
@@ -220,7 +220,7 @@ class _AttemptLogs:
         """Rename the second name to the next `logs/train.<n>.log`; returns that path."""
         numbers = [int(_NUMBERED_LOG.match(path.name).group(1)) for path in self.numbered()]
         target = inside(self.root, self.log.parent / f"train.{max(numbers, default=0) + 1}.log")
-        os.rename(self.running, target)
+        replace(self.root, self.running, target)
         return target
 
     def start(self, *, resumable: bool) -> list[Path]:
@@ -270,7 +270,7 @@ class _AttemptLogs:
             return
         try:
             if self._is_log(info):
-                os.unlink(self.running)
+                remove_tree(self.root, self.running)
             else:
                 self._keep()
         except OSError as error:
