@@ -5,7 +5,8 @@ the proposal, `candidates` joint actions sampled from the agents' Gaussian polic
 cross-entropy search's safest joint action; its critic's backup takes the least risk over the
 recorded action and `candidates` uniform draws in the Box. This benchmark trains `shield` on
 `spread` with continuous actions (3 agents, 25-step episodes, collisions cost) once per value
-of `candidates` (`CANDIDATES`), and `ippo` once as the reference, on the same seed and budget,
+of `candidates` (`CANDIDATES`), and `ippo` and `shield_dec` (at the default `candidates`) once
+as references, on the same seed and budget,
 then evaluates each run as the workflow does (`evaluate_run`: the evaluation's own episodes,
 the shield on) and reports:
 
@@ -96,6 +97,7 @@ def run_config(algo: str, candidates: int, sizes: dict[str, int]) -> dict[str, A
     """Run 0 of `algo` on continuous `spread` (3 agents, 25 steps) at `sizes`."""
     params = {**SHIELD_PARAMS, "candidates": candidates}
     params["calibration_episodes"] = sizes["calibration"]
+    shielded = algo.startswith("shield")
     return make_run_config(
         env_name="spread",
         algo=algo,
@@ -110,7 +112,7 @@ def run_config(algo: str, candidates: int, sizes: dict[str, int]) -> dict[str, A
         shield_patience=sizes["patience"],
         checkpoint_every=1000,
         env_params={"continuous_actions": True, "max_steps": 25},
-        algo_params=params if algo == "shield" else {},
+        algo_params=params if shielded else {},
         final_policy_eval_episodes=sizes["eval_episodes"],
         final_policy_eval_horizons=[25],
         final_policy_eval_num_envs=min(sizes["eval_episodes"], 50),
@@ -124,12 +126,13 @@ def measure(algo: str, candidates: int, sizes: dict[str, int], root: Path) -> di
     train_run(run_config(algo, candidates, sizes), run, progress=False)
     train_cpu = time.process_time() - started
     evaluation = evaluate_run(run, root / f"{algo}-{candidates}.parquet")
-    on = evaluation[evaluation["shielded"] == (algo == "shield")].iloc[0]
+    shielded = algo.startswith("shield")
+    on = evaluation[evaluation["shielded"] == shielded].iloc[0]
     k, n = int(on["violations"]), int(on["n"])
     low, high = clopper_pearson_interval(k=k, n=n, confidence=0.95)
     row: dict[str, Any] = {
         "algo": algo,
-        "candidates": candidates if algo == "shield" else None,
+        "candidates": candidates if shielded else None,
         "violations": k,
         "episodes": n,
         "risk": k / n,
@@ -138,7 +141,7 @@ def measure(algo: str, candidates: int, sizes: dict[str, int], root: Path) -> di
         "return": float(on["mean_return"]),
         "train_cpu_s": train_cpu,
     }
-    if algo == "shield":
+    if shielded:
         updates = [r for r in load_from_file(run, "updates.json") if r.get(M.SHIELD_ARMED)]
         agent_steps = sum(sizes["num_envs"] * sizes["rollouts"] * 3 for _ in updates)
         decisions = agent_steps // 3
@@ -200,7 +203,7 @@ def markdown(rows: list[dict[str, Any]], sizes: dict[str, int], info: dict[str, 
         "`python -m benchmarks.shield_box`: `shield` on `spread` with continuous actions (3 "
         f"agents, 25-step episodes, `max_risk` {MAX_RISK}), {steps:,} training steps "
         f"({sizes['updates']} updates, armed after {sizes['patience']}), run 0 of each "
-        "setting on the same seed, `ippo` as the reference; the evaluation's "
+        "setting on the same seed, `ippo` and `shield_dec` as references; the evaluation's "
         f"{sizes['eval_episodes']} episodes with the shield on. Risk: P(violation within the "
         "episode) with its 95% Clopper-Pearson interval. Overrides: share of the armed "
         "training agent-steps; fallbacks: share of the armed decisions without an allowed "
@@ -212,7 +215,7 @@ def markdown(rows: list[dict[str, Any]], sizes: dict[str, int], info: dict[str, 
     ]
     for row in rows:
         risk = f"{row['risk']:.3f} [{row['risk_low']:.3f}, {row['risk_high']:.3f}]"
-        if row["algo"] == "shield":
+        if row["algo"].startswith("shield"):
             cert = f"{row['allowance']:.3g}" if row["certified"] else "no certificate"
             extra = (
                 f"{row['override_share']:.2f} | {row['fallback_share']:.2f} | "
@@ -261,6 +264,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         root = Path(tmp)
         rows = [measure("ippo", 0, sizes, root)]
         rows += [measure("shield", c, sizes, root) for c in args.candidates]
+        rows.append(measure("shield_dec", DEFAULT_CANDIDATES, sizes, root))
         default = root / f"shield-{DEFAULT_CANDIDATES}"
         deploys = [deployed(default, c, sizes) for c in args.candidates] if default.exists() else []
     info = machine_info(load)
