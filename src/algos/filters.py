@@ -32,7 +32,9 @@ class ActionFilter(Protocol):
     ) -> tuple[np.ndarray, np.ndarray]:
         """obs [E, A, D], proposed [E, A] int64, logits [E, A, n_actions] (the policy's),
         episode_step [E] (1-based index, within its episode, of the step these actions take)
-        -> executed [E, A] int64, intervened [E, A] bool."""
+        -> executed [E, A] int64, intervened [E, A] bool. Box actions: proposed [E, A, k] the
+        policy's raw samples and, in place of the logits, the policy (mean [E, A, k], log-std
+        [k]) -> executed raw actions [E, A, k] (the env clips them)."""
         ...
 
     def reset(self, num_envs: int, seed: int) -> None:
