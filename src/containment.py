@@ -56,6 +56,7 @@ __all__ = [
     "check_results_links",
     "check_tree",
     "copy_file",
+    "held_folder",
     "inside",
     "is_regular",
     "memory_bound",
@@ -508,6 +509,29 @@ def _parent_folder(root: str | Path, path: str | Path) -> Iterator[tuple[Path, i
     finally:
         if fd is not None:
             os.close(fd)
+
+
+@contextlib.contextmanager
+def held_folder(path: str | Path) -> Iterator[Path]:
+    """The folder `path` below the job's results folder (`set_results_root`), opened through
+    descriptors as `remove_tree` walks (no link followed on the way), held open for the block.
+
+    Yields a name of that very folder, `/proc/<pid>/fd/<fd>`, which a writer (this process or
+    a child it starts) can put files into by name: a folder swapped for a link at `path` while
+    the block runs does not redirect them. Raises `FileNotFoundError` when the folder is
+    missing, `ContainmentError` when a link is on the way.
+    """
+    target = Path(os.path.abspath(path))
+    if not below_results_root(target):
+        raise ContainmentError(f"{target} is not below the job's results folder", path=target)
+    start, names = _walk_start(target)
+    fd = _open_folder(start, names)
+    if fd is None:
+        raise FileNotFoundError(errno.ENOENT, "no such folder", str(target))
+    try:
+        yield Path(f"/proc/{os.getpid()}/fd/{fd}")
+    finally:
+        os.close(fd)
 
 
 def remove_tree(root: str | Path, path: str | Path) -> bool:

@@ -109,6 +109,7 @@ from src.containment import (
     archive_limit,
     below_results_root,
     check_archive,
+    held_folder,
     replace,
 )
 from src.processes import pid_alive
@@ -699,26 +700,32 @@ def _published(target: Path, *, keep_suffix: bool) -> Iterator[Path]:
     """Yield a temp path beside ``target``; after the block, fsync it and rename it onto it."""
     _make_dirs(target.parent)
     _remove_stale_temps(target)
-    tmp = target.parent / _tmp_name(target, keep_suffix=keep_suffix)
-    try:
-        os.close(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
-        os.chmod(tmp, _FILE_MODE)
-        yield tmp
-        fd = os.open(tmp, os.O_RDONLY)
+    with contextlib.ExitStack() as stack:
+        folder = target.parent
+        contained = below_results_root(target)
+        if contained:
+            # The temp is written through a held descriptor of the folder walked down from the
+            # job's results folder: a folder on the way swapped for a link meanwhile receives
+            # nothing, and the rename below refuses to place the file where the link leads.
+            folder = stack.enter_context(held_folder(target.parent))
+        tmp = folder / _tmp_name(target, keep_suffix=keep_suffix)
         try:
-            os.fsync(fd)
+            os.close(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+            os.chmod(tmp, _FILE_MODE)
+            yield tmp
+            fd = os.open(tmp, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            if contained:
+                replace(target.parent, tmp.name, target.name)
+            else:
+                os.replace(tmp, target)
+            fsync_dir(target.parent)
         finally:
-            os.close(fd)
-        if below_results_root(target):
-            # Through descriptors walked down from the job's results folder: a folder on the
-            # way swapped for a link is refused, and the file is not placed where it leads.
-            replace(target.parent, tmp.name, target.name)
-        else:
-            os.replace(tmp, target)
-        fsync_dir(target.parent)
-    finally:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp)
 
 
 @contextlib.contextmanager
@@ -769,7 +776,9 @@ def atomic_output(path: str | Path) -> Iterator[Path]:
     """Publish a file that a third-party writer creates by name, atomically.
 
     Yields a hidden temporary path in the same folder, ending in the target's suffix (so
-    ffmpeg, matplotlib or pyarrow pick the right format). When the block succeeds the file is
+    ffmpeg, matplotlib or pyarrow pick the right format); inside a workflow job the folder is
+    named through a held descriptor of it (`containment.held_folder`), so a folder swapped for
+    a link meanwhile receives nothing. When the block succeeds the file is
     fsynced and renamed onto ``path``; when it fails, or the process is killed, ``path`` keeps
     its previous content (a killed writer's temp is removed by the next write of ``path``).
     OS errors (a full disk) are raised as ``FileAccessError`` naming the path, like

@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 
 from src.containment import ContainmentError, remove_tree, results_root
-from src.core.io import save_to_file
+from src.core.io import atomic_output, save_to_file
 from tests.reliability.helpers import folder_state
 
 DELETES = 2000  # delete calls of one race at least
@@ -205,3 +205,27 @@ def test_a_result_is_not_placed_through_a_run_folder_swapped_for_a_link(
     # Outside a job (no results folder set) a linked folder is written as before.
     save_to_file({"update": 3}, run, "notes.json")
     assert (outside / "notes.json").is_file()
+
+
+def test_a_run_folder_swapped_while_a_result_is_written_receives_nothing_outside(
+    tmp_path: Path, outside: Path
+):
+    """The swap comes after the write started: the writer (by name, as ffmpeg or pyarrow
+    write) still puts its temp into the real folder, and the rename refuses the link."""
+    results = tmp_path / "results" / "test"
+    run = results / "runs" / "hazard_grid" / "ippo" / "run0"
+    run.mkdir(parents=True)
+    before = folder_state(outside)
+    with (
+        results_root(results),
+        pytest.raises(ContainmentError),
+        atomic_output(run / "figure.png") as tmp,
+    ):
+        run.rename(run.with_name("run0.away"))
+        run.symlink_to(outside)
+        # A child process writes by name, as the video and figure writers do.
+        subprocess.run(
+            [sys.executable, "-c", f"open({str(tmp)!r}, 'wb').write(b'frame')"], check=True
+        )
+    assert folder_state(outside) == before
+    assert list(run.with_name("run0.away").iterdir()) == []  # the temp went with the refusal
