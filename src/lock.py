@@ -90,14 +90,18 @@ def _read(path: Path) -> dict[str, Any] | None:
     return owner if isinstance(owner, dict) else {}
 
 
-def _open_lock_file(path: Path) -> int:
+def _open_lock_file(path: Path, *, folder_fd: int | None = None) -> int:
     """A read-write descriptor of the lock file `path` (created if missing), opened without
     following a symlink (`O_NOFOLLOW`) or blocking on a FIFO (`O_NONBLOCK`) and checked on the
     descriptor: `ContainmentError` if it is not a regular file or has other hard links (a
-    write would reach a file outside), `OSError` otherwise."""
+    write would reach a file outside), `OSError` otherwise. With `folder_fd`, the file is
+    `path.name` in the folder that descriptor holds."""
     flags = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
     try:
-        fd = os.open(path, flags, 0o644)
+        if folder_fd is None:
+            fd = os.open(path, flags, 0o644)
+        else:
+            fd = os.open(path.name, flags, 0o644, dir_fd=folder_fd)
     except OSError as error:
         if error.errno == errno.ELOOP:
             raise ContainmentError(f"{path}: it is a symbolic link", path=path) from None
@@ -114,10 +118,14 @@ def _open_lock_file(path: Path) -> int:
     return fd
 
 
-def _still_named(fd: int, path: Path) -> bool:
-    """Whether `path` still names the file open as `fd` (not deleted, nor replaced)."""
+def _still_named(fd: int, path: Path, *, folder_fd: int | None = None) -> bool:
+    """Whether `path` (with `folder_fd`: `path.name` in that folder) still names the file open
+    as `fd` (not deleted, nor replaced)."""
     try:
-        named = os.stat(path, follow_symlinks=False)
+        if folder_fd is None:
+            named = os.stat(path, follow_symlinks=False)
+        else:
+            named = os.stat(path.name, dir_fd=folder_fd, follow_symlinks=False)
     except FileNotFoundError:
         return False
     held = os.fstat(fd)
@@ -313,6 +321,9 @@ class RunLock:
         self.folder = Path(folder)
         self._fd: int | None = None
         self._path: Path | None = None
+        # The run folder as it was when the lock was taken: the lock file is opened, checked
+        # and deleted relative to it, so a folder swapped for a link later leads nowhere.
+        self._folder_fd: int | None = None
 
     @property
     def held(self) -> bool:
@@ -342,9 +353,21 @@ class RunLock:
         """
         if self._fd is not None:
             return True
+        path = inside(self.folder, RUN_LOCK_NAME)
+        folder = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY | getattr(os, "O_CLOEXEC", 0))
+        try:
+            if self._take(path, folder):
+                self._folder_fd, folder = folder, -1
+                return True
+            return False
+        finally:
+            if folder >= 0:
+                os.close(folder)
+
+    def _take(self, path: Path, folder: int) -> bool:
+        """`acquire` on the lock file `path`, named in the folder held as `folder`."""
         for _ in range(100):
-            path = inside(self.folder, RUN_LOCK_NAME)
-            fd = _open_lock_file(path)
+            fd = _open_lock_file(path, folder_fd=folder)
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
@@ -354,7 +377,7 @@ class RunLock:
             except OSError:
                 os.close(fd)
                 return False
-            if not _still_named(fd, path):
+            if not _still_named(fd, path, folder_fd=folder):
                 os.close(fd)  # deleted by its previous holder meanwhile: take the current one
                 continue
             record = {"pid": os.getpid(), "host": socket.gethostname(), "started": time.time()}
@@ -370,16 +393,21 @@ class RunLock:
 
     def release(self) -> None:
         """Delete the lock file and release the lock, if this object holds it."""
-        fd, path = self._fd, self._path
+        fd, path, folder = self._fd, self._path, self._folder_fd
         if fd is None or path is None:
             return
-        self._fd = self._path = None
+        self._fd = self._path = self._folder_fd = None
         try:
-            if _still_named(fd, path):
+            if _still_named(fd, path, folder_fd=folder):
                 with contextlib.suppress(FileNotFoundError):
-                    os.unlink(path)
+                    if folder is None:
+                        os.unlink(path)
+                    else:
+                        os.unlink(path.name, dir_fd=folder)
         finally:
             os.close(fd)
+            if folder is not None:
+                os.close(folder)
 
     def __enter__(self) -> bool:
         return self.acquire()

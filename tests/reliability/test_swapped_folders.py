@@ -25,6 +25,7 @@ import pytest
 
 from src.containment import ContainmentError, remove_tree, results_root
 from src.core.io import atomic_output, save_to_file
+from src.lock import RUN_LOCK_NAME, RunLock
 from tests.reliability.helpers import folder_state
 
 DELETES = 2000  # delete calls of one race at least
@@ -229,3 +230,19 @@ def test_a_run_folder_swapped_while_a_result_is_written_receives_nothing_outside
         )
     assert folder_state(outside) == before
     assert list(run.with_name("run0.away").iterdir()) == []  # the temp went with the refusal
+
+
+def test_a_run_lock_released_after_its_folder_was_swapped_deletes_nothing_outside(
+    tmp_path: Path, outside: Path
+):
+    run = tmp_path / "results" / "test" / "runs" / "hazard_grid" / "ippo" / "run0"
+    run.mkdir(parents=True)
+    (outside / RUN_LOCK_NAME).write_text("a user's file of that name")
+    before = folder_state(outside)
+    lock = RunLock(run)
+    assert lock.acquire()
+    run.rename(run.with_name("run0.away"))
+    run.symlink_to(outside)
+    lock.release()
+    assert folder_state(outside) == before
+    assert not (run.with_name("run0.away") / RUN_LOCK_NAME).exists()  # its own lock went
