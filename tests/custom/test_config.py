@@ -135,14 +135,15 @@ CASES = [
         lambda: tiny_config(["walk"], ["ippo", "shield"], custom_algos={"shield": "x.y:Z"}),
         "config key 'custom_algos.shield' = 'x.y:Z': 'shield' is a built-in algorithm",
     ),
-    (  # Box actions, which the shield's joint-action search (unlike IPPO) cannot take
+    (  # Box actions: the shield judges sampled candidates there, so its backup cannot
+        # enumerate every joint action (the schema's default, exhaustive)
         lambda: tiny_config(
             ["tag"],
             ["toy", "shield"],
             env_params={"tag": {"n_agents": 4, "max_cycles": 10, "continuous_actions": True}},
         ),
-        "config key 'algos[1]' = 'shield': takes discrete actions, and env tag has box "
-        "actions; leave it out for this env or give the env the actions the algorithm takes",
+        "config key 'algo_params.shield.backup' = 'exhaustive': must be 'coordinate' on Box "
+        "actions",
     ),
     (
         lambda: tiny_config(["walk", "maze"], ["ippo"]),

@@ -313,7 +313,9 @@ def test_frames_from_the_offscreen_renderer(monkeypatch):
 
 @needs_mujoco
 def test_the_workflow_sees_box_actions():
-    config = tiny_config(["mamujoco"], ["shield"])
+    """An algorithm that takes Discrete actions only is refused on mamujoco, naming its Box."""
+    config = tiny_config(["mamujoco"], ["reinforce"])
+    config["custom_algos"] = {"reinforce": "examples.reinforce:Reinforce"}
     config["env_params"]["mamujoco"] = {"n_agents": 2, "max_steps": CAP}
     with pytest.raises(WorkflowConfigError, match="env mamujoco has box actions"):
         check_workflow_config(config)

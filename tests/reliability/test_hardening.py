@@ -29,6 +29,7 @@ import yaml
 from src.algos.checkpoint import latest_checkpoint
 from src.algos.train import train_run
 from src.config.workflow import WorkflowConfigError, check_workflow_config
+from src.containment import ContainmentError
 from src.core.io import CorruptFileError, UnsafeFormatError, load_from_file
 from src.evaluation.evaluate import evaluate_run
 from tests.reliability.helpers import REPO, checkpoint_after_two_updates, child_env
@@ -124,7 +125,7 @@ def test_a_fifo_in_place_of_a_run_file_fails_at_once(tmp_path: Path):
     run_dir.mkdir()
     os.mkfifo(run_dir / "config.json")
     started = time.monotonic()
-    with pytest.raises(OSError, match=r"config\.json.*not a regular file"):
+    with pytest.raises((OSError, ContainmentError), match=r"config\.json.*not a regular file"):
         evaluate_run(run_dir, run_dir / "eval.parquet")
     assert time.monotonic() - started < 10
 
