@@ -71,10 +71,11 @@ class LockHeldError(RuntimeError):
     """The results folder is locked by another workflow; the message is one line."""
 
 
-def _read(path: Path) -> dict[str, Any] | None:
+def _read(path: Path, *, shown: Path | None = None) -> dict[str, Any] | None:
     """The owner record of a lock file, None if it vanished; {} if it cannot be parsed.
 
-    Raises `LockHeldError` if the lock file is a symlink or not a regular file.
+    Raises `LockHeldError` if the lock file is a symlink or not a regular file, naming it as
+    `shown` (the name a user knows, where `path` names it through a held folder).
     """
     try:
         with open_regular(path.parent, path.name) as handle:
@@ -82,7 +83,8 @@ def _read(path: Path) -> dict[str, Any] | None:
     except FileNotFoundError:
         return None
     except ContainmentError as error:
-        raise LockHeldError(f"cannot read the lock: {error}") from None
+        why = str(error) if shown is None else str(error).replace(str(path), str(shown))
+        raise LockHeldError(f"cannot read the lock: {why}") from None
     try:
         owner = json.loads(text)
     except ValueError:
@@ -149,6 +151,29 @@ class ResultsLock:
         self.folder = Path(folder)
         self.path = self.folder / LOCK_NAME
         self.token: str | None = None
+        # From `acquire` to `release`: a descriptor of the folder as it was when the lock was
+        # taken, through which the lock files are read, created and deleted, so a folder
+        # swapped for a link meanwhile leads none of them elsewhere.
+        self._folder_fd: int | None = None
+
+    def _file(self, name: str) -> Path:
+        """The file `name` of the held folder (its `/proc/<pid>/fd/<fd>` name), or of
+        `folder` as named before the folder is held."""
+        if self._folder_fd is None:
+            return self.folder / name
+        return Path(f"/proc/{os.getpid()}/fd/{self._folder_fd}") / name
+
+    def _hold(self) -> None:
+        """Open the descriptor of the folder (once)."""
+        if self._folder_fd is None:
+            flags = os.O_RDONLY | os.O_DIRECTORY | getattr(os, "O_CLOEXEC", 0)
+            self._folder_fd = os.open(self.folder, flags)
+
+    def _let_go(self) -> None:
+        """Close the descriptor of the folder."""
+        if self._folder_fd is not None:
+            os.close(self._folder_fd)
+            self._folder_fd = None
 
     def _describe(self, owner: dict[str, Any]) -> str:
         if not owner:
@@ -162,6 +187,14 @@ class ResultsLock:
     def acquire(self) -> str:
         """Take the lock; returns its token. Raises `LockHeldError` if another workflow has it."""
         self.folder.mkdir(parents=True, exist_ok=True)
+        self._hold()
+        try:
+            return self._acquire()
+        except BaseException:
+            self._let_go()
+            raise
+
+    def _acquire(self) -> str:
         token = secrets.token_hex(16)
         record = {
             "pid": os.getpid(),
@@ -172,9 +205,9 @@ class ResultsLock:
         }
         for _ in range(3):
             try:
-                fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+                fd = os.open(self._file(LOCK_NAME), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
             except FileExistsError:
-                owner = _read(self.path)
+                owner = _read(self._file(LOCK_NAME), shown=self.path)
                 if owner is None:
                     continue  # released meanwhile: try again
                 if _stale(owner):
@@ -198,7 +231,7 @@ class ResultsLock:
         deletes `.lock.takeover` before closing it; a contender whose `flock` it was finds the
         name gone (or another file under it) and starts again.
         """
-        takeover = self.folder / TAKEOVER_NAME
+        takeover = self._file(TAKEOVER_NAME)
         deadline = time.monotonic() + _TAKEOVER_WAIT
         while True:
             try:
@@ -238,10 +271,10 @@ class ResultsLock:
                 if not _still_named(fd, takeover):
                     continue  # deleted by the previous holder after use: take the current one
                 try:
-                    current = _read(self.path)
+                    current = _read(self._file(LOCK_NAME), shown=self.path)
                     if current is not None and _stale(current):
                         with contextlib.suppress(FileNotFoundError):
-                            self.path.unlink()
+                            self._file(LOCK_NAME).unlink()
                 finally:
                     # Still under the flock: whoever opens the name next gets a new file.
                     with contextlib.suppress(OSError):
@@ -254,11 +287,14 @@ class ResultsLock:
         """Remove the lock file if this object holds it (another owner's lock is kept)."""
         if self.token is None:
             return
-        owner = _read(self.path)
-        if owner and owner.get("token") == self.token:
-            with contextlib.suppress(FileNotFoundError):
-                self.path.unlink()
-        self.token = None
+        try:
+            owner = _read(self._file(LOCK_NAME), shown=self.path)
+            if owner and owner.get("token") == self.token:
+                with contextlib.suppress(FileNotFoundError):
+                    self._file(LOCK_NAME).unlink()
+        finally:
+            self.token = None
+            self._let_go()
 
 
 def job_environment(lock: ResultsLock) -> str:

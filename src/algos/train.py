@@ -19,6 +19,7 @@ rerun does (the job's hook prints it instead of a traceback).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import platform
 import re
@@ -47,7 +48,14 @@ from src.algos.seeding import seed_everything
 from src.algos.shield.trainer import ShieldedIPPO
 from src.checks import lookup
 from src.config.run import RunConfig
-from src.containment import ContainmentError, inside, remove_tree, replace
+from src.containment import (
+    ContainmentError,
+    below_results_root,
+    held_folder,
+    inside,
+    remove_tree,
+    replace,
+)
 from src.core.io import create_dir, save_to_file
 from src.core.logging import current_log_file, log
 from src.lock import RunLock
@@ -251,7 +259,12 @@ class _AttemptLogs:
         if previous is not None:
             self._keep()
         try:
-            os.link(self.log, self.running, follow_symlinks=False)
+            with contextlib.ExitStack() as stack:
+                folder = self.log.parent
+                if below_results_root(folder):
+                    # In the logs folder as it is now, whatever is swapped at its name.
+                    folder = stack.enter_context(held_folder(folder))
+                os.link(folder / self.log.name, folder / self.running.name, follow_symlinks=False)
         except OSError as error:
             log(
                 f"the log of this attempt is not kept for a later one: {self.running}: "

@@ -211,11 +211,11 @@ def test_a_failed_takeover_removes_its_takeover_file(
     real_read = lock_module._read
     calls = []
 
-    def read(path: Path) -> dict[str, Any] | None:
+    def read(path: Path, *, shown: Path | None = None) -> dict[str, Any] | None:
         calls.append(path)
         if len(calls) == 2:  # the second look, under the takeover lock
-            raise LockHeldError(f"cannot read the lock: {path} vanished into a FIFO")
-        return real_read(path)
+            raise LockHeldError(f"cannot read the lock: {shown or path} vanished into a FIFO")
+        return real_read(path, shown=shown)
 
     monkeypatch.setattr(lock_module, "_read", read)
     with pytest.raises(LockHeldError, match="FIFO"):

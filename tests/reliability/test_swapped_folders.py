@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import json
 import os
 import subprocess
 import sys
@@ -25,7 +26,7 @@ import pytest
 
 from src.containment import ContainmentError, remove_tree, results_root
 from src.core.io import atomic_output, save_to_file
-from src.lock import RUN_LOCK_NAME, RunLock
+from src.lock import LOCK_NAME, RUN_LOCK_NAME, ResultsLock, RunLock
 from tests.reliability.helpers import folder_state
 
 DELETES = 2000  # delete calls of one race at least
@@ -246,3 +247,19 @@ def test_a_run_lock_released_after_its_folder_was_swapped_deletes_nothing_outsid
     lock.release()
     assert folder_state(outside) == before
     assert not (run.with_name("run0.away") / RUN_LOCK_NAME).exists()  # its own lock went
+
+
+def test_a_results_lock_released_after_its_folder_was_swapped_deletes_nothing_outside(
+    tmp_path: Path, outside: Path
+):
+    results = tmp_path / "results" / "test"
+    lock = ResultsLock(results)
+    token = lock.acquire()
+    results.rename(results.with_name("test.away"))
+    results.symlink_to(outside)
+    # The user's file even holds this workflow's token: the release must still not reach it.
+    (outside / LOCK_NAME).write_text(json.dumps({"token": token}))
+    before = folder_state(outside)
+    lock.release()
+    assert folder_state(outside) == before
+    assert not (results.with_name("test.away") / LOCK_NAME).exists()  # its own lock went
