@@ -14,7 +14,7 @@ from __future__ import annotations
 import itertools
 
 from src.config.run import RunConfig
-from src.config.shield import MAX_IMAGINED_ROWS, ShieldConfig
+from src.config.shield import CEM_ITERATIONS, CEM_SAMPLES, MAX_IMAGINED_ROWS, ShieldConfig
 
 __all__ = ["INTERPRETER_MB", "eval_memory_mb", "mlp_params", "train_memory_mb"]
 
@@ -36,13 +36,27 @@ def mlp_params(in_dim: int, hidden: tuple[int, ...], out_dim: int) -> int:
     return sum(a * b + b for a, b in itertools.pairwise(sizes))
 
 
-def _imagined_rows(shield: ShieldConfig, *, copies: int, n_agents: int, n_actions: int) -> int:
+def _imagined_rows(
+    shield: ShieldConfig, *, copies: int, n_agents: int, n_actions: int, box: bool = False
+) -> int:
     """Rows (member, state, joint action) of the shield's largest batch of model calls, on the
     large side: every joint action of every copy judged (as `search: exhaustive` does), each
     with its imagined successors (`lookahead`), or the decentralised shield's actions of every
     agent against their completions of the others' (valued for every agent); the critic's
-    backup of both ends of its batch over every joint action."""
+    backup of both ends of its batch over every joint action. With Box actions (`box`), the
+    joint actions judged are sampled: per copy the proposal, `candidates` and the
+    cross-entropy search's rounds (each agent's proposal and `candidates` against
+    `opponent_samples` completions when decentralised), and the backup's recorded action
+    with `candidates` draws."""
     a, n = n_agents, n_actions
+    if box:
+        options = 1 + shield.candidates
+        if shield.coordination == "decentralised":
+            decisions = copies * a * options * shield.opponent_samples * a
+        else:
+            decisions = copies * (options + CEM_ITERATIONS * CEM_SAMPLES)
+        backup = 2 * shield.critic_batch_size * options
+        return shield.ensemble_size * max(decisions, backup)
     joint = n**a
     if shield.coordination == "decentralised":
         decisions = copies * a * n * min(shield.opponent_samples, n ** (a - 1)) * a
@@ -60,8 +74,11 @@ def _imagined_row_bytes(shield: ShieldConfig, *, joint_dim: int, n_agents: int) 
     return floats * _FLOAT
 
 
-def train_memory_mb(config: RunConfig, *, obs_dim: int, n_actions: int) -> dict[str, float]:
-    """Estimated peak memory (MB) of training `config`, by part; `total` sums them."""
+def train_memory_mb(
+    config: RunConfig, *, obs_dim: int, n_actions: int, box: bool = False
+) -> dict[str, float]:
+    """Estimated peak memory (MB) of training `config`, by part; `total` sums them. `box`:
+    the env's actions are a Box (`n_actions` the width of an agent's action)."""
     ppo = config.ppo
     t, e, a, d = ppo.rollouts, ppo.num_envs, config.env.n_agents, obs_dim
     samples = t * e * a
@@ -87,7 +104,7 @@ def train_memory_mb(config: RunConfig, *, obs_dim: int, n_actions: int) -> dict[
         shield = config.shield
         joint = a * d
         row = (2 * joint + 2 * a + 1) * _FLOAT + a * 8
-        rows = _imagined_rows(shield, copies=e, n_agents=a, n_actions=n_actions)
+        rows = _imagined_rows(shield, copies=e, n_agents=a, n_actions=n_actions, box=box)
         parts["shield replay"] = shield.replay_size * row / _MB
         parts["shield imagination"] = (
             rows * _imagined_row_bytes(shield, joint_dim=joint, n_agents=a) / _MB
@@ -104,8 +121,11 @@ def train_memory_mb(config: RunConfig, *, obs_dim: int, n_actions: int) -> dict[
     return parts
 
 
-def eval_memory_mb(config: RunConfig, *, obs_dim: int, n_actions: int) -> dict[str, float]:
-    """Estimated peak memory (MB) of evaluating `config`'s final policy, by part."""
+def eval_memory_mb(
+    config: RunConfig, *, obs_dim: int, n_actions: int, box: bool = False
+) -> dict[str, float]:
+    """Estimated peak memory (MB) of evaluating `config`'s final policy, by part (`box` as in
+    `train_memory_mb`)."""
     settings = config.evaluation
     n, horizon = settings.episodes, settings.max_horizon
     batch = settings.batch_size
@@ -117,7 +137,7 @@ def eval_memory_mb(config: RunConfig, *, obs_dim: int, n_actions: int) -> dict[s
         "batch": batch * a * (obs_dim + a) * _FLOAT * 8 / _MB,
     }
     if config.shield is not None:
-        rows = _imagined_rows(config.shield, copies=batch, n_agents=a, n_actions=n_actions)
+        rows = _imagined_rows(config.shield, copies=batch, n_agents=a, n_actions=n_actions, box=box)
         row_bytes = _imagined_row_bytes(config.shield, joint_dim=a * obs_dim, n_agents=a)
         parts["shield imagination"] = rows * row_bytes / _MB
     parts["total"] = sum(parts.values())

@@ -26,12 +26,27 @@ from src.checks import (
 from src.config.base import SEED_MAX
 from src.config.section import Section
 
-__all__ = ["DEFAULT_CANDIDATES", "MAX_IMAGINED_ROWS", "MAX_JOINT_ACTIONS", "ShieldConfig"]
+__all__ = [
+    "CEM_ELITES",
+    "CEM_ITERATIONS",
+    "CEM_SAMPLES",
+    "DEFAULT_CANDIDATES",
+    "MAX_IMAGINED_ROWS",
+    "MAX_JOINT_ACTIONS",
+    "ShieldConfig",
+]
 
 MAX_JOINT_ACTIONS = 4096
 """Most joint actions the shield enumerates (n_actions ** n_agents)."""
 DEFAULT_CANDIDATES = 16
 """`ShieldConfig.candidates` unless set (Box actions only)."""
+CEM_ITERATIONS = 3
+"""Box actions: rounds of the cross-entropy search for the model-chosen safe candidate."""
+CEM_SAMPLES = 32
+"""Box actions: joint actions judged per round of the cross-entropy search."""
+CEM_ELITES = 4
+"""Box actions: least-risk joint actions of a round whose mean and spread the next round
+samples from."""
 MAX_IMAGINED_ROWS = 100_000
 """Most imagined successors per judged joint action (joint ** (lookahead - 1))."""
 

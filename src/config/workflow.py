@@ -715,8 +715,8 @@ def _check_run(
             raise WorkflowConfigError(message) from None
         _check_calibration_seeds(config, run)
     for stage, parts in (
-        ("train", train_memory_mb(run, obs_dim=obs_dim, n_actions=n_actions)),
-        ("evaluate", eval_memory_mb(run, obs_dim=obs_dim, n_actions=n_actions)),
+        ("train", train_memory_mb(run, obs_dim=obs_dim, n_actions=n_actions, box=kind == "box")),
+        ("evaluate", eval_memory_mb(run, obs_dim=obs_dim, n_actions=n_actions, box=kind == "box")),
     ):
         granted = config["resources"][stage]["mem_mb"]
         if parts["total"] > granted:

@@ -324,9 +324,9 @@ def evaluate_run(
         # and the episodes and horizons of config.json, within the job's memory.
         shape = check_policy(run_dir, config)
         if settings.episodes > 0:
-            obs_dim, n_actions = shape or (1, 1)
+            obs_dim, n_actions, box = shape or (1, 1, False)
             check_eval_memory(
-                config, RunFiles(run_dir).config, obs_dim=obs_dim, n_actions=n_actions
+                config, RunFiles(run_dir).config, obs_dim=obs_dim, n_actions=n_actions, box=box
             )
         certificate = load_certificate(run_dir)
     result = pd.DataFrame(columns=EVAL_SCHEMA.names)

@@ -30,6 +30,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from src.algos.actions import POLICY_KEY
 from src.analysis.export import RUN_CONFIG_BOUNDS, load_run_config
 from src.checks import ConfigError, is_int, nested_excess, shown
 from src.config.run import RunConfig
@@ -128,11 +129,11 @@ def _weights(state: Mapping[str, Any]) -> int:
     return sum(int(value.numel()) for value in weights.values() if hasattr(value, "numel"))
 
 
-def check_policy(run_dir: str | Path, config: RunConfig) -> tuple[int, int] | None:
+def check_policy(run_dir: str | Path, config: RunConfig) -> tuple[int, int, bool] | None:
     """Check the run's policy.pt against the run config `config` (see the module docstring)
-    before any network is built; (obs_dim, n_actions) of its recorded network, None for a
-    policy without one (an algorithm given by import path keeps its own format) or a run
-    without a policy.pt (its loader names the missing file)."""
+    before any network is built; (obs_dim, n_actions, whether its actions are a Box) of its
+    recorded network, None for a policy without one (an algorithm given by import path keeps
+    its own format) or a run without a policy.pt (its loader names the missing file)."""
     path = RunFiles(run_dir).policy
     missing = object()
     state = load_from_file_if_exists(path.parent, path.name, default=missing)
@@ -180,7 +181,8 @@ def check_policy(run_dir: str | Path, config: RunConfig) -> tuple[int, int] | No
             f"{_listed(hidden)}) needs at least {needed} weights, the file holds {held}: "
             "nothing was built",
         )
-    parts = train_memory_mb(config, obs_dim=obs_dim, n_actions=n_actions)
+    box = POLICY_KEY in state
+    parts = train_memory_mb(config, obs_dim=obs_dim, n_actions=n_actions, box=box)
     # The parts count weights, gradients and two Adam moments; a policy holds the weights.
     built = (parts["networks"] + parts.get("shield models", 0.0)) / 4 * _MB
     limit, why = archive_limit()
@@ -190,16 +192,16 @@ def check_policy(run_dir: str | Path, config: RunConfig) -> tuple[int, int] | No
             f"the networks of its run config take {built / _MB:.1f} MB, above the limit of "
             f"{limit / _MB:.1f} MB ({why}): nothing was built",
         )
-    return obs_dim, n_actions
+    return obs_dim, n_actions, box
 
 
 def check_eval_memory(
-    config: RunConfig, path: str | Path, *, obs_dim: int = 1, n_actions: int = 1
+    config: RunConfig, path: str | Path, *, obs_dim: int = 1, n_actions: int = 1, box: bool = False
 ) -> None:
     """Refuse an evaluation of `config` (read from `path`) whose estimated peak memory
     (`src.resources.eval_memory_mb`) exceeds the job's `mem_mb` (outside a workflow job, the
     machine's memory), naming the episodes and horizon, before any episode is played."""
-    parts = eval_memory_mb(config, obs_dim=obs_dim, n_actions=n_actions)
+    parts = eval_memory_mb(config, obs_dim=obs_dim, n_actions=n_actions, box=box)
     bound, why = memory_bound()
     if parts["total"] <= bound:
         return

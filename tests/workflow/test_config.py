@@ -402,3 +402,16 @@ def test_a_bad_constraint_horizon_is_refused_naming_it(value: object, why: str) 
     config["base"] = {"constraint_horizon": value}
     with pytest.raises(WorkflowConfigError, match=re.escape("'base.constraint_horizon'")):
         check_workflow_config(config)
+
+
+def test_a_box_shield_is_sized_by_its_candidates_not_by_a_product_over_the_team():
+    """Six agents on continuous spread: the Box shield judges sampled joint actions (the
+    proposal, its candidates and the search's, whatever the team's size), so the default
+    memory fits; the Discrete shield enumerates 5 ** 6 joint actions and is refused."""
+    config = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
+    config.update(envs=["spread"], algos=["shield"], num_runs=1)
+    config["env_params"] = {"spread": {"n_agents": 6, "max_steps": 100}}
+    with pytest.raises(WorkflowConfigError, match="n_agents"):
+        check_workflow_config(copy.deepcopy(config))
+    config["env_params"]["spread"]["continuous_actions"] = True
+    check_workflow_config(config)

@@ -45,15 +45,9 @@ import torch
 from src.algos.actions import BoxActions
 from src.algos.networks import gaussian_log_prob
 from src.algos.shield.budget import BudgetShield, Decision
+from src.config.shield import CEM_ELITES, CEM_ITERATIONS, CEM_SAMPLES
 
-__all__ = ["CEM_ELITES", "CEM_ITERATIONS", "CEM_SAMPLES", "BoxShield"]
-
-CEM_ITERATIONS = 3
-"""Rounds of the cross-entropy search for the model-chosen safe candidate."""
-CEM_SAMPLES = 32
-"""Joint actions judged per round of the cross-entropy search."""
-CEM_ELITES = 4
-"""Least-risk joint actions of a round whose mean and spread the next round samples from."""
+__all__ = ["BoxShield"]
 
 
 class BoxShield(BudgetShield):
