@@ -243,22 +243,8 @@ class BoxShield(BudgetShield):
                 chosen[refused] = every[rows, pick].numpy()
                 least[refused] = low.numpy()
                 fallback[refused] = (~allowed[:, 0] & (allowed.sum(dim=1) == 1)).numpy()
-            raw = chosen.reshape(e, a).max(axis=1)
-            bound = self.calibrate(torch.from_numpy(raw)).double().numpy()
-        safest = np.fmax.reduce(least.reshape(e, a), axis=1)  # NaN where no agent searched
-        spent = np.fmax.reduce((chosen - least).reshape(e, a), axis=1)
-        fell = fallback.reshape(e, a).any(axis=1)
-        self.last = Decision(
-            budget=self.allowance - np.nan_to_num(spent),
-            bound=bound,
-            excess=np.nan_to_num(spent),
-            safest=safest,
-            allowance=self.allowance + np.nan_to_num(safest),
-            fallback=fell,
-            remaining=remaining.numpy(),
-            raw=raw,
-        )
-        return executed, bound, int(fell.sum())
+            bound, fell = self._record_alone(chosen, least, fallback, remaining, (e, a))
+        return executed, bound, fell
 
     def _completions(self, joint: torch.Tensor) -> torch.Tensor:
         """`opponent_samples` joint actions [E, S, A, k] per copy, each agent's drawn from the

@@ -437,7 +437,24 @@ class BudgetShield(RiskFilter):
                 executed[c, i] = pick
                 chosen[refused] = every[rows, pick]
                 fallback[refused] = ~allowed[rows, proposed[c, i]] & (allowed.sum(axis=1) == 1)
-            raw = chosen.reshape(e, a).max(axis=1)
+            bound, fell = self._record_alone(chosen, least, fallback, remaining, (e, a))
+        return executed, bound, fell
+
+    def _record_alone(
+        self,
+        chosen: np.ndarray,
+        least: np.ndarray,
+        fallback: np.ndarray,
+        remaining: torch.Tensor,
+        shape: tuple[int, int],
+    ) -> tuple[np.ndarray, int]:
+        """The decentralised shields' record of a decision (`self.last`) from each agent's
+        rho of its executed action `chosen` [E * A], its least rho `least` (NaN where it was
+        not needed) and whether it fell back; returns the calibrated risks U [E] of the copies
+        (their largest rho) and the number of copies where some agent fell back."""
+        e, a = shape
+        raw = chosen.reshape(e, a).max(axis=1)
+        with torch.inference_mode():
             bound = self.calibrate(torch.from_numpy(raw)).double().numpy()
         safest = np.fmax.reduce(least.reshape(e, a), axis=1)  # NaN where no agent searched
         spent = np.fmax.reduce((chosen - least).reshape(e, a), axis=1)
@@ -452,7 +469,7 @@ class BudgetShield(RiskFilter):
             remaining=remaining.numpy(),
             raw=raw,
         )
-        return executed, bound, int(fell.sum())
+        return bound, int(fell.sum())
 
     def _one_change(
         self,
