@@ -14,7 +14,7 @@ from __future__ import annotations
 import itertools
 
 from src.config.run import RunConfig
-from src.config.shield import CEM_ITERATIONS, CEM_SAMPLES, MAX_IMAGINED_ROWS, ShieldConfig
+from src.config.shield import CEM_ITERATIONS, CEM_SAMPLES, ShieldConfig
 
 __all__ = ["INTERPRETER_MB", "eval_memory_mb", "mlp_params", "train_memory_mb"]
 
@@ -40,14 +40,14 @@ def _imagined_rows(
     shield: ShieldConfig, *, copies: int, n_agents: int, n_actions: int, box: bool = False
 ) -> int:
     """Rows (member, state, joint action) of the shield's largest batch of model calls, on the
-    large side: every joint action of every copy judged (as `search: exhaustive` does), each
-    with its imagined successors (`lookahead`), or the decentralised shield's actions of every
-    agent against their completions of the others' (valued for every agent); the critic's
-    backup of both ends of its batch over every joint action. With Box actions (`box`), the
-    joint actions judged are sampled: per copy the proposal, `candidates` and the
-    cross-entropy search's rounds (each agent's proposal and `candidates` against
-    `opponent_samples` completions when decentralised), and the backup's recorded action
-    with `candidates` draws."""
+    large side: every joint action of every copy judged (more than the one-agent changes and
+    the search's descent judge), or the decentralised shield's actions of every agent against
+    their completions of the others' (valued for every agent); the critic's backup of both
+    ends of its batch over every joint action (more than its descent judges). With Box
+    actions (`box`), the joint actions judged are sampled: per copy the proposal,
+    `candidates` and the cross-entropy search's rounds (each agent's proposal and
+    `candidates` against `opponent_samples` completions when decentralised), and the
+    backup's recorded action with `candidates` draws."""
     a, n = n_agents, n_actions
     if box:
         options = 1 + shield.candidates
@@ -61,7 +61,7 @@ def _imagined_rows(
     if shield.coordination == "decentralised":
         decisions = copies * a * n * min(shield.opponent_samples, n ** (a - 1)) * a
     else:
-        decisions = copies * joint * min(joint ** (shield.lookahead - 1), MAX_IMAGINED_ROWS)
+        decisions = copies * joint
     backup = 2 * shield.critic_batch_size * joint
     return shield.ensemble_size * max(decisions, backup)
 

@@ -1,7 +1,7 @@
 """The `shield` section of the run config: the shield, its world model, critic and opponent model.
 
 The knobs of `create_base_config` (`max_risk`, `shield_patience`, the modes, the credible
-delta and schedule, the versions) come from the base config; the rest (lookahead, horizon,
+delta and schedule, the versions) come from the base config; the rest (horizon, search,
 model sizes and training, calibration and certificate) have defaults and may be set through
 `algo_params`.
 """
@@ -31,8 +31,8 @@ __all__ = [
     "CEM_ITERATIONS",
     "CEM_SAMPLES",
     "DEFAULT_CANDIDATES",
-    "MAX_IMAGINED_ROWS",
     "MAX_JOINT_ACTIONS",
+    "RETIRED_KEYS",
     "ShieldConfig",
 ]
 
@@ -47,17 +47,18 @@ CEM_SAMPLES = 32
 CEM_ELITES = 4
 """Box actions: least-risk joint actions of a round whose mean and spread the next round
 samples from."""
-MAX_IMAGINED_ROWS = 100_000
-"""Most imagined successors per judged joint action (joint ** (lookahead - 1))."""
+RETIRED_KEYS: dict[str, str] = {
+    "risk_scope": "the allowance is receding; the excess budget per episode is gone",
+    "search": "the search is the one-agent-at-a-time descent; judging every joint action is gone",
+    "backup": "the critic's backup is the one-agent-at-a-time descent; judging every joint "
+    "action is gone",
+    "lookahead": "the critic values the first imagined step's successor; more imagined steps "
+    "are gone",
+}
+"""Shield keys that earlier code read and that name nothing now: key -> what became of it
+(docs/design.md, section 6.3, "Every option and what keeps it"). A run's recorded shield
+config with one is refused naming it (`src.algos.shield.assemble.load_shield`)."""
 
-RISK_SCOPES = ("episode", "receding")
-"""What the shield's allowance bounds (ShieldConfig.risk_scope)."""
-SEARCHES = ("coordinate", "exhaustive")
-"""How the shield looks for a joint action when neither the proposal nor any change of one
-agent's action is within the allowance (ShieldConfig.search)."""
-BACKUPS = ("exhaustive", "coordinate")
-"""How the safety critic's backup finds its least risk over joint actions
-(ShieldConfig.backup)."""
 COORDINATIONS = ("central", "decentralised")
 """Who decides in the shield (ShieldConfig.coordination)."""
 LEARN_FROM = ("executed", "proposals")
@@ -97,7 +98,6 @@ class ShieldConfig(Section):
         "shield_version",
     )
     RULES: ClassVar[Mapping[str, Callable[[str, Any], Any]]] = {
-        "lookahead": _positive_int,
         "ensemble_size": _positive_int,
         "wm_hidden": check_int_tuple,
         "om_hidden": check_int_tuple,
@@ -116,11 +116,8 @@ class ShieldConfig(Section):
         "horizon": partial(check_int, low=1, high=100_000),
         "intervention_penalty": partial(check_float, low=0.0, open_low=False),
         "imitation": partial(check_float, low=0.0, open_low=False),
-        "risk_scope": partial(check_choice, choices=RISK_SCOPES),
         "learn_from": partial(check_choice, choices=LEARN_FROM),
-        "search": partial(check_choice, choices=SEARCHES),
         "search_sweeps": partial(check_int, low=1, high=100),
-        "backup": partial(check_choice, choices=BACKUPS),
         "coordination": partial(check_choice, choices=COORDINATIONS),
         "opponent_samples": partial(check_int, low=1, high=100_000),
         "calibration_window": partial(check_int, low=1, high=10_000_000),
@@ -156,10 +153,6 @@ class ShieldConfig(Section):
     shield_version: str
     """Shield implementation, a key of `SHIELD_VERSIONS`."""
 
-    lookahead: int = 1
-    """Lookahead L: imagined steps of each member's model per judged joint action, the first
-    taking it, each later one the member's own safest joint action; the critic values the
-    last successor over the steps then left."""
     ensemble_size: int = 4
     """World-model (and safety-critic) ensemble members; the models' risk q is the worst
     member's."""
@@ -192,14 +185,9 @@ class ShieldConfig(Section):
     critic_batch_size: int = 64
     """Replay transitions per member and value-iteration step (both ends are used)."""
     horizon: int = 10
-    """Steps H the calibrated risk U covers (the next H steps with `risk_scope: receding`,
-    the first H of the episode with `episode`); the critic learns the least risk over
+    """Steps H the calibrated risk U covers: at every step, the next H steps of the executed
+    joint action followed by the safest continuation; the critic learns the least risk over
     h <= H steps. It may exceed the training cap (the evaluation runs episodes longer)."""
-    risk_scope: str = "receding"
-    """What the allowance `max_risk` bounds. `receding`: at every step, the certified
-    P(violation within the next `horizon` steps) of the executed joint action followed by the
-    safest continuation; `episode`: P(violation within the first `horizon` steps of the
-    episode), by an excess budget spent over the episode (docs/design.md, section 6.3)."""
     learn_from: str = "executed"
     """The base policy learns from the `executed` joint action (the shield's correction
     is treated as the policy's own action) or from its own `proposals` (the shield as part of
@@ -211,33 +199,24 @@ class ShieldConfig(Section):
     """`learn_from: executed`: weight of the imitation loss -log pi(executed | obs) on the
     agent-steps the shield overrode (mean over the minibatch's agent-steps), so that the policy
     learns the shield's corrections beyond PPO's clipped step; 0: none."""
-    search: str = "coordinate"
-    """`receding`: when neither the proposal nor a change of one agent's action is within
-    the allowance, `coordinate` descends on the risk one agent at a time from the safest of
-    those options, each step to the one-agent change of least risk (n_agents * (n_actions - 1)
-    joint actions judged at the first step, (n_agents - 1) * (n_actions - 1) at later ones:
-    the agent that just moved is not judged again; at most `search_sweeps` * n_agents steps)
-    until one is
-    within the allowance, which it executes, else the least risk found (the fallback);
-    `exhaustive` judges every joint action (n_actions **
-    n_agents) and executes the most likely one within the allowance, else the safest."""
     search_sweeps: int = 2
-    """The `coordinate` search changes at most `search_sweeps` * n_agents agents' actions
-    (one per step); the critic's `backup: coordinate` sweeps over the agents at most this many
-    times."""
-    backup: str = "exhaustive"
-    """How the safety critic's backup finds its least risk over joint actions:
-    `exhaustive` judges all n_actions ** n_agents (exact), `coordinate` descends one agent at a
-    time from the joint action the replay recorded (at most `search_sweeps` * n_agents *
-    (n_actions - 1) + 1, linear in the team; an upper bound, so the critic errs towards more
-    risk)."""
+    """The length of the two descents over joint actions, one agent's action changed at a
+    time. The shield's search, when neither the proposal nor a change of one agent's action is
+    within the allowance, descends on the risk from the safest of those options, each step to
+    the one-agent change of least risk (n_agents * (n_actions - 1) joint actions judged at the
+    first step, (n_agents - 1) * (n_actions - 1) at later ones: the agent that just moved is
+    not judged again), at most `search_sweeps` * n_agents steps, until one is within the
+    allowance, which it executes, else the least risk found (the fallback). The safety
+    critic's backup finds its least risk over joint actions by descending from the joint
+    action the replay recorded, the agents in turn, at most `search_sweeps` sweeps over them
+    (at most `search_sweeps` * n_agents * (n_actions - 1) + 1 joint actions, linear in the
+    team; an upper bound, so the critic errs towards more risk)."""
     coordination: str = "central"
-    """`receding`: who decides. `central`: one shield judges the team's joint action with
-    every agent's actual proposal. `decentralised`: each agent's shield sees only its own
-    proposal and judges its own action by its expected risk over the others' actions predicted
-    by the opponent model (`om_version`), mixed with uniform by the weight
-    `shield_opponent_mode` sets; no coordinator, work linear in the team (docs/design.md,
-    section 6.3)."""
+    """Who decides. `central`: one shield judges the team's joint action with every agent's
+    actual proposal. `decentralised`: each agent's shield sees only its own proposal and
+    judges its own action by its expected risk over the others' actions predicted by the
+    opponent model (`om_version`), mixed with uniform by the weight `shield_opponent_mode`
+    sets; no coordinator, work linear in the team (docs/design.md, section 6.3)."""
     opponent_samples: int = 8
     """`decentralised`: completions of the others' actions per judged own action: all
     n_actions ** (n_agents - 1), weighted by their probability, when there are at most this
@@ -283,20 +262,13 @@ class ShieldConfig(Section):
     def check_box(self) -> None:
         """Refuse, naming the key, the settings the shield on Box actions does not have: it
         judges joint actions from a sampled candidate set, one decision at a time."""
-        for key, needs in (
-            ("risk_scope", "receding"),
-            ("learn_from", "executed"),
-            ("search", "coordinate"),
-            ("backup", "coordinate"),
-            ("lookahead", 1),
-        ):
-            if getattr(self, key) != needs:
-                raise fail(
-                    key,
-                    getattr(self, key),
-                    f"{needs!r} on Box actions (the shield judges sampled candidate joint "
-                    "actions there, not enumerated ones)",
-                )
+        if self.learn_from != "executed":
+            raise fail(
+                "learn_from",
+                self.learn_from,
+                "'executed' on Box actions (the shield judges sampled candidate joint actions "
+                "there, not enumerated ones)",
+            )
 
     def calibration_seeds(self, run_idx: int) -> range:
         """Reset seeds of run `run_idx`'s calibration episodes."""
@@ -308,24 +280,14 @@ class ShieldConfig(Section):
     ) -> None:
         """Refuse settings this env cannot meet, naming the key, the value and what would work.
 
-        Joint actions are enumerated by the shield (n_actions ** n_agents of them, once per
-        imagined step), and neither the lookahead nor the risk horizon may be longer than the
-        episode. Box actions (`box`) are sampled, not enumerated: `check_box`.
+        Joint actions are enumerated by the shield (n_actions ** n_agents of them), and the
+        risk horizon may not be longer than the episode. Box actions (`box`) are sampled, not
+        enumerated: `check_box`.
         """
-        for key in ("lookahead", "horizon"):
-            if getattr(self, key) > max_steps:
-                raise fail(
-                    key, getattr(self, key), f"at most the episode cap max_steps={max_steps}"
-                )
-        if self.coordination == "decentralised":
-            for key, value, needs in (
-                ("risk_scope", self.risk_scope, "receding"),
-                ("lookahead", self.lookahead, 1),
-            ):
-                if value != needs:
-                    raise fail(key, value, f"{needs!r} for coordination 'decentralised'")
-            if n_agents < 2:
-                raise fail("n_agents", n_agents, "at least 2 for coordination 'decentralised'")
+        if self.horizon > max_steps:
+            raise fail("horizon", self.horizon, f"at most the episode cap max_steps={max_steps}")
+        if self.coordination == "decentralised" and n_agents < 2:
+            raise fail("n_agents", n_agents, "at least 2 for coordination 'decentralised'")
         if box:
             self.check_box()
             return
@@ -336,12 +298,4 @@ class ShieldConfig(Section):
                 n_agents,
                 f"at most {int(math.log(MAX_JOINT_ACTIONS, n_actions))} for the shield "
                 f"({n_actions} actions each: {joint} joint actions, at most {MAX_JOINT_ACTIONS})",
-            )
-        depth = max(1, int(math.log(MAX_IMAGINED_ROWS, joint)))
-        if joint ** (self.lookahead - 1) > MAX_IMAGINED_ROWS:
-            raise fail(
-                "lookahead",
-                self.lookahead,
-                f"at most {depth} with {joint} joint actions (each imagined step after the first "
-                "enumerates them)",
             )

@@ -26,7 +26,7 @@ from src.algos.shield.opponent_model import OpponentMLP, make_opponent_model
 from src.algos.shield.world_model import TeamWorldModel, make_world_model
 from src.checks import lookup
 from src.config.run import RunConfig
-from src.config.shield import ShieldConfig
+from src.config.shield import RETIRED_KEYS, ShieldConfig
 
 __all__ = [
     "SHIELD_VERSIONS",
@@ -54,9 +54,9 @@ def _build_budget_shield(
     seeds: list[int],
     box: BoxActions | None = None,
 ) -> ShieldParts:
-    """Joint action, receding allowance or episode excess-risk budget, learned safest
-    continuation; with `coordination: decentralised` also the opponent model that predicts the
-    others; with a `box` (Box actions of `dims["n_actions"]` entries), the candidate filter."""
+    """Joint action, receding allowance, learned safest continuation; with
+    `coordination: decentralised` also the opponent model that predicts the others; with a
+    `box` (Box actions of `dims["n_actions"]` entries), the candidate filter."""
     wm_seed, critic_seed, om_seed = seeds
     world_model = make_world_model(
         config.wm_version, **dims, config=config, seed=wm_seed, continuous=box is not None
@@ -74,7 +74,6 @@ def _build_budget_shield(
         tau=config.critic_tau,
         horizon=config.horizon,
         seed=critic_seed,
-        backup=config.backup,
         sweeps=config.search_sweeps,
         box=None if box is None else _bounds(box),
         candidates=config.candidates,
@@ -144,6 +143,13 @@ def load_shield(
         raise ValueError(
             f"policy state's {POLICY_STATE_KEY!r} entry has no 'critic': a run of the old v0 "
             "shield, which was removed (keys: " + ", ".join(sorted(saved)) + ")"
+        )
+    retired = sorted(set(saved["config"]) & set(RETIRED_KEYS))
+    if retired:
+        raise ValueError(
+            f"policy state's {POLICY_STATE_KEY!r} config sets "
+            + "; ".join(f"{key}: removed ({RETIRED_KEYS[key]})" for key in retired)
+            + ": a run of an older code version"
         )
     parts = build_shield(
         ShieldConfig(**saved["config"]),

@@ -141,9 +141,7 @@ class BoxShield(BudgetShield):
             bound = self.calibrate(torch.from_numpy(raw)).double().numpy()
         allowance = np.fmax(self.allowance, np.where(fallback, safest, self.allowance))
         self.last = Decision(
-            budget=self.allowance - np.nan_to_num(safest),
             bound=bound,
-            excess=np.nan_to_num(raw - safest),
             safest=safest,
             allowance=allowance,
             fallback=fallback,

@@ -1,14 +1,13 @@
 """The shield: model-predictive shielding of the joint action, with an allowance on the
-models' risk over a receding horizon, or an episode budget of it.
+models' risk over a receding horizon.
 
 Risks. Per env copy and step, with s the joint observation and a a joint action:
 
 - Q_m(s, a) = r + (1 - r)(1 - d) V_m(s'(s, a)) is world-model member m's probability that
-  some agent's cost is > 0 within the next H steps (H = `horizon`, or what is left of it) if
-  the team takes a now and the safest continuation after it: r, d and s' come from the member
-  (`lookahead` imagined steps, each after the first following the member's own safest
-  action), V_m is its learned least risk-to-go (`critic.RiskCritic`). q(s, a) = max_m Q_m is
-  the models' risk (the worst member): the shield decides on it.
+  some agent's cost is > 0 within the next H steps (H = `horizon`) if the team takes a now
+  and the safest continuation after it: r, d and s' come from the member's one imagined step,
+  V_m is its learned least risk-to-go (`critic.RiskCritic`). q(s, a) = max_m Q_m is the
+  models' risk (the worst member): the shield decides on it.
 - U(s, a) = g(q(s, a)) is the risk that each decision reports, a *calibrated estimate* (not
   a certified risk of the decision; the certificate is about the deployed policy): g is the
   calibration of q on the real outcomes of the decisions the shield took
@@ -23,47 +22,33 @@ Risks. Per env copy and step, with s the joint observation and a a joint action:
   predicted by the opponent model (`src.algos.shield.decentral`); no coordinator, work linear
   in the team.
 
-Decisions (`risk_scope`), with the allowance a (`BudgetShield.allowance`: adapted to the
-realized violation rate in training, chosen by the certificate for deployment):
+Decisions, with the allowance a (`BudgetShield.allowance`: adapted to the realized violation
+rate in training, chosen by the certificate for deployment):
 
-- `receding` (default): the proposal is executed if q(s, a) <= a; otherwise the most likely
-  joint action with q <= a that changes one agent's proposed action (the policy's
-  probability of that agent's new action); otherwise (`search: coordinate`) one agent's
-  action changed at a time from the safest of those, each time the change of least q, until
-  q <= a (that joint action is executed) or no change lowers q (the least q found is executed:
-  the fallback), or
-  (`search: exhaustive`) the most likely joint action with q <= a, else the joint action of
-  least q (the backup). This is Bastani et al.'s
-  model-predictive shielding with the backup found by the models; what it promises about the
-  real env is the certificate's statement, not the models'.
-- `receding` with `coordination: decentralised`: agent i's action b is allowed when the risk
-  it adds over its safest action, rho_i(s, b) - min_b' rho_i(s, b'), is within a (the
-  others' share of the risk is not its to offset); it keeps its proposal when allowed, else
-  takes its most likely allowed action. The decision's q is the largest rho_i of the executed
-  actions; the calibration and the certificate treat it like the central one's.
-- `episode`: the *excess* of a is e(s, a) = q(s, a) - min_b q(s, b) >= 0. Each episode gets
-  an excess budget B = a - min_b q(s_0, b); the proposal is executed if its excess fits what
-  is left, otherwise the most likely joint action whose excess fits, the backup (excess 0)
-  as the fallback; each executed step's excess is spent. For exact models the risk of any
-  way of acting is V(s_0) plus the expected sum of the excesses of the actions taken (the
-  first-passage analogue of the performance-difference identity), so the shield keeps
-  P(violation within the first H steps of the episode) <= a (or V(s_0) when the start is
-  infeasible), whatever the policy proposes. With learned models the budget is spent on the
-  models' errors as well, and the shield falls back to the backup for good.
+- `coordination: central`: the proposal is executed if q(s, a) <= a; otherwise the most
+  likely joint action with q <= a that changes one agent's proposed action (the policy's
+  probability of that agent's new action); otherwise one agent's action changed at a time
+  from the safest of those, each time the change of least q, until q <= a (that joint action
+  is executed) or no change lowers q (the least q found is executed: the fallback). This is
+  Bastani et al.'s model-predictive shielding with the backup found by the models; what it
+  promises about the real env is the certificate's statement, not the models'.
+- `coordination: decentralised`: agent i's action b is allowed when the risk it adds over its
+  safest action, rho_i(s, b) - min_b' rho_i(s, b'), is within a (the others' share of the
+  risk is not its to offset); it keeps its proposal when allowed, else takes its most likely
+  allowed action. The decision's q is the largest rho_i of the executed actions; the
+  calibration and the certificate treat it like the central one's.
 
-Cost. With `receding` the proposals of all copies are judged first (one batched model call),
-then the A (n_actions - 1) one-agent changes of the proposals that failed, then, for the
-copies where none passed, A * (n_actions - 1) joint actions at the first change and
-(A - 1) * (n_actions - 1) at each later one (the agent that just moved is not judged
-again), at most `search_sweeps` * A changes (`coordinate`, `search.best_change_descent`,
-which stops a copy once its q is within the allowance or no single agent's change lowers
-it) or all
-n_actions ** A (`exhaustive`). With `episode` every joint action of every copy is judged
-each step. With `coordination: decentralised`, n_agents proposals and, for the agents whose
-proposal is over the allowance, n_actions - 1 other actions, each against at most
-`opponent_samples` completions of the others' actions. Nothing is sampled but those
-completions when there are more than `opponent_samples` (Latin hypercube, seeded by `reset`):
-the central shield is deterministic given its models.
+Cost. The proposals of all copies are judged first (one batched model call), then the
+A (n_actions - 1) one-agent changes of the proposals that failed, then, for the copies where
+none passed, A * (n_actions - 1) joint actions at the first change and (A - 1) * (n_actions - 1)
+at each later one (the agent that just moved is not judged again), at most
+`search_sweeps` * A changes (`search.best_change_descent`, which stops a copy once its q is
+within the allowance or no single agent's change lowers it). With
+`coordination: decentralised`, n_agents proposals and, for the agents whose proposal is over
+the allowance, n_actions - 1 other actions, each against at most `opponent_samples`
+completions of the others' actions. Nothing is sampled but those completions when there are
+more than `opponent_samples` (Latin hypercube, seeded by `reset`): the central shield is
+deterministic given its models.
 """
 
 from __future__ import annotations
@@ -87,7 +72,7 @@ from src.algos.shield.decentral import (
 from src.algos.shield.ensemble import every_member
 from src.algos.shield.opponent_model import OpponentModel
 from src.algos.shield.search import best_change_descent, joint_actions
-from src.algos.shield.world_model import TeamWorldModel, predict_options
+from src.algos.shield.world_model import TeamWorldModel
 from src.config.shield import ShieldConfig
 
 __all__ = ["BudgetShield", "BudgetStats", "Decision"]
@@ -97,23 +82,18 @@ __all__ = ["BudgetShield", "BudgetStats", "Decision"]
 class Decision:
     """What the shield decided at its latest call, per env copy [E] (for diagnostics)."""
 
-    budget: np.ndarray
-    """Excess budget of q left before the decision (`episode`; negative: an infeasible
-    start), or the allowance minus the least q found (`receding`)."""
     bound: np.ndarray
     """Calibrated risk estimate U(s, a) = g(q(s, a)) of the executed joint action."""
-    excess: np.ndarray
-    """Its q's excess over the least q found (the budget it spent)."""
     safest: np.ndarray
     """The least q(s, b) found over joint actions b (NaN where the proposal or a one-agent
     change passed without a search)."""
     allowance: np.ndarray
-    """The most q the executed action was allowed: the least q plus the budget left
-    (`episode`), or the allowance (`receding`; the least q found where that exceeds it)."""
+    """The most q the executed action was allowed: the allowance (the least q found where
+    that exceeds it)."""
     fallback: np.ndarray
     """The proposal did not fit and nothing but the least-risk action found did."""
     remaining: np.ndarray
-    """Steps of the shield's horizon left, this one included."""
+    """Steps the risk covers, this one included (`horizon`)."""
     raw: np.ndarray
     """q(s, a) = max_m Q_m(s, a) of the executed joint action (the models' own risk)."""
 
@@ -127,13 +107,10 @@ class BudgetStats:
     interventions: int = 0
     """Agent actions changed (the executed joint action differs from the proposal there)."""
     no_safe_action: int = 0
-    """Decisions that fell back to the safest action because no other fitted the budget."""
-    infeasible_starts: int = 0
-    """Episodes whose first observation already had V(s_0) > max_risk."""
+    """Decisions that fell back to the least-risk action found because none was within the
+    allowance."""
     bound_sum: float = 0.0
     """Sum of the calibrated risk estimate U(s, a) of the executed joint actions."""
-    budget_sum: float = 0.0
-    """Sum over decisions of the excess budget left before the decision."""
     seconds: float = 0.0
     """Wall time spent in the filter."""
 
@@ -142,11 +119,6 @@ class BudgetStats:
         """Mean calibrated risk estimate U of the executed joint actions, NaN without
         decisions."""
         return self.bound_sum / self.decisions if self.decisions else math.nan
-
-    @property
-    def mean_budget(self) -> float:
-        """Mean excess budget left before a decision, NaN without decisions."""
-        return self.budget_sum / self.decisions if self.decisions else math.nan
 
 
 class BudgetShield(RiskFilter):
@@ -164,10 +136,8 @@ class BudgetShield(RiskFilter):
         opponent_model: OpponentModel | None = None,
         seed: int = 0,
     ) -> None:
-        """Assemble the parts; the excess budgets are sized by the first call.
-
-        `coordination: decentralised` needs the `opponent_model`; `seed` seeds its sampled
-        completions of the others' actions until `reset`."""
+        """Assemble the parts. `coordination: decentralised` needs the `opponent_model`;
+        `seed` seeds its sampled completions of the others' actions until `reset`."""
         if getattr(world_model, "cost_dim", None) != 1:
             raise ValueError("the shield needs a world model of the team's risk (wm_version v0)")
         if config.coordination == "decentralised" and opponent_model is None:
@@ -183,15 +153,15 @@ class BudgetShield(RiskFilter):
         self.joint = self._enumerated(n_agents, n_actions)  # [J, A]
         # A factor of the models' risk until the shield has labelled decisions, then g(q).
         self.calibration: float | CalibrationMap = 1.0
-        # What the calibrated risk U of an executed action may be (receding), or the episode's
-        # budget (episode): adapted in training, certified for deployment (calibration.py).
+        # What the calibrated risk U of an executed action may be: adapted in training,
+        # certified for deployment (calibration.py).
         self.allowance = config.max_risk
-        self.budget = np.zeros(0, dtype=np.float64)  # [E] excess budget left
         self.stats = BudgetStats()
         self.last: Decision | None = None
 
     def _enumerated(self, n_agents: int, n_actions: int) -> torch.Tensor:
-        """Every joint action [n_actions ** n_agents, n_agents] (`search.joint_actions`)."""
+        """Every joint action [n_actions ** n_agents, n_agents] (`search.joint_actions`): the
+        options of the shield's own safest joint action (`diagnostics.backup_actions`)."""
         return joint_actions(n_agents, n_actions)
 
     # ------------------------------------------------------------------ risks
@@ -212,38 +182,15 @@ class BudgetShield(RiskFilter):
         state_index: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """Q_m(s, a) of each state [N, J] under each of its K joint actions [N, K, A], over the
-        `remaining` [N] steps -> [M, N, K].
-
-        `lookahead` imagined steps: after the first, the member follows its own safest joint
-        action; its critic values the last successor over the steps then left.
+        `remaining` [N] steps -> [M, N, K]: the member's one imagined step, its critic valuing
+        the successor over the steps then left.
 
         With `state_index` [P] int64, row p of `options` [P, K, A] and `remaining` [P] is of
         state `state_index[p]` of `joint_obs` -> [M, P, K] (`RiskCritic.option_q`).
         """
         m = self.world_model.ensemble_size
-        if state_index is not None and self.config.lookahead > 1:
-            # The imagined steps beyond the first are taken per row.
-            joint_obs, state_index = joint_obs[state_index], None
         obs, act, left = (every_member(t, m) for t in (joint_obs, options, remaining))
-        if state_index is not None:
-            return self.critic.option_q(
-                self.world_model, obs, act, left - 1, state_index=state_index
-            )
-        return self._member_q(obs, act, left, self.config.lookahead)
-
-    def _member_q(
-        self, obs: torch.Tensor, options: torch.Tensor, remaining: torch.Tensor, depth: int
-    ) -> torch.Tensor:
-        """[M, S, J], [M, S, K, A], [M, S] -> [M, S, K]; each member in its own row."""
-        if depth <= 1:
-            return self.critic.option_q(self.world_model, obs, options, remaining - 1)
-        next_obs, risk, done = predict_options(self.world_model, obs, options)
-        m, s, k, j = next_obs.shape
-        left = (remaining - 1).unsqueeze(2).expand(m, s, k).reshape(m, s * k)
-        every = self.joint.expand(m, s * k, *self.joint.shape)
-        deeper = self._member_q(next_obs.reshape(m, s * k, j), every, left, depth - 1)
-        tail = torch.where(left > 0, deeper.amin(dim=2), torch.zeros_like(left))
-        return risk + (1.0 - risk) * (1.0 - done) * tail.view(m, s, k)
+        return self.critic.option_q(self.world_model, obs, act, left - 1, state_index=state_index)
 
     def raw_risk(
         self, joint_obs: torch.Tensor, actions: torch.Tensor, remaining: torch.Tensor
@@ -282,7 +229,6 @@ class BudgetShield(RiskFilter):
     def reset(self, num_envs: int, seed: int) -> None:
         """A new sequence of episodes over `num_envs` copies; reseeds the sampled completions of
         the decentralised shield (the central one samples nothing)."""
-        self.budget = np.zeros(num_envs, dtype=np.float64)
         self.generator.manual_seed(derived_seeds(seed, 3)[2])
         self.stats = BudgetStats()
 
@@ -290,90 +236,50 @@ class BudgetShield(RiskFilter):
         self, obs: torch.Tensor, proposed: np.ndarray, logits: torch.Tensor, step: np.ndarray
     ) -> tuple[np.ndarray, np.ndarray, int]:
         """obs [E, A, D], proposed [E, A] int64, logits [E, A, n_actions] (the policy's),
-        step [E] (1-based step of these actions in their episode; 1 starts a new budget) ->
-        executed [E, A] int64, their calibrated risks U [E] and the number of copies that fell
-        back to the safest action (`RiskFilter.filter` checks the arguments and counts)."""
+        step [E] (1-based step of these actions in their episode; the receding allowance
+        judges every step alike) -> executed [E, A] int64, their calibrated risks U [E] and
+        the number of copies that fell back to the least-risk action found
+        (`RiskFilter.filter` checks the arguments and counts)."""
         if self.config.coordination == "decentralised":
             return self._decide_alone(obs, proposed, logits)
         e, a = proposed.shape
-        if self.budget.shape != (e,):
-            self.budget = np.zeros(e, dtype=np.float64)
-        episode = self.config.risk_scope == "episode"
-        # Steps of the guarantee left, this one included.
-        if episode:
-            remaining = torch.from_numpy(self.config.horizon - step + 1).float()
-        else:
-            remaining = torch.full((e,), float(self.config.horizon))
-        raw = np.zeros(e)  # q of the executed joint action
-        excess = np.zeros(e)
-        safest = np.full(e, math.nan)  # least q found (NaN where the proposal passed unjudged)
+        remaining = torch.full((e,), float(self.config.horizon))
+        safest = np.full(e, math.nan)  # least q found (NaN where no search ran)
         allowance = np.full(e, self.allowance)
         fallback = np.zeros(e, dtype=bool)
         executed = proposed.copy()
         with torch.inference_mode():
             joint = obs.reshape(e, a * self.obs_dim)
-            judge = np.arange(e)
-            if not episode:
-                # A proposal within the allowance is executed as it is; for the others, the
-                # most likely change of one agent's action within it. Only the copies left
-                # need a search.
-                raw = self.raw_risk(joint, torch.from_numpy(proposed), remaining).double().numpy()
-                judge = np.flatnonzero(raw > self.allowance)
-                if len(judge):
-                    found, actions, raws, start, start_raw = self._one_change(
-                        joint[judge], proposed[judge], logits[judge], remaining[judge]
-                    )
-                    executed[judge[found]] = actions[found]
-                    raw[judge[found]] = raws[found]
-                    judge, start, start_raw = judge[~found], start[~found], start_raw[~found]
-                if len(judge) and self.config.search == "coordinate":
-                    # One agent's action changed at a time from the safest option so far,
-                    # until a joint action is within the allowance (executed); the least risk
-                    # found where none is, the fallback.
-                    actions, q = self._descend(joint[judge], start, start_raw, remaining[judge])
-                    executed[judge] = actions
-                    raw[judge] = safest[judge] = q.double().numpy()
-                    allowance[judge] = np.maximum(self.allowance, safest[judge])
-                    fallback[judge] = safest[judge] > self.allowance
-                    judge = judge[:0]
+            # A proposal within the allowance is executed as it is; for the others, the most
+            # likely change of one agent's action within it. Only the copies left need a
+            # search.
+            raw = self.raw_risk(joint, torch.from_numpy(proposed), remaining).double().numpy()
+            judge = np.flatnonzero(raw > self.allowance)
             if len(judge):
-                rows = torch.from_numpy(judge)
-                every = self.joint.expand(len(judge), *self.joint.shape)
-                # q(s, a) of every joint action: [copies, K]
-                q = self.raw_risk_options(joint[rows], every, remaining[rows]).double()
-                low = q.min(dim=1)
-                over = (q - low.values[:, None]).clamp_(min=0.0)  # excess over the safest
-                safest[judge] = low.values.numpy()
-                if episode:
-                    new = judge[step[judge] == 1]
-                    if len(new):
-                        self.budget[new] = self.allowance - safest[new]
-                        self.stats.infeasible_starts += int((self.budget[new] < 0).sum())
-                    room = np.maximum(self.budget[judge], 0.0)
-                else:
-                    room = np.maximum(self.allowance - safest[judge], 0.0)
-                allowance[judge] = safest[judge] + room
-                pick, fallback[judge] = self._choose(
-                    proposed[judge], logits[rows], over, low.indices, room
+                found, actions, raws, start, start_raw = self._one_change(
+                    joint[judge], proposed[judge], logits[judge], remaining[judge]
                 )
-                picked = torch.arange(len(judge))
-                executed[judge] = self.joint[pick].numpy()
-                raw[judge] = q[picked, pick].numpy()
-                excess[judge] = over[picked, pick].numpy()
+                executed[judge[found]] = actions[found]
+                raw[judge[found]] = raws[found]
+                judge, start, start_raw = judge[~found], start[~found], start_raw[~found]
+            if len(judge):
+                # One agent's action changed at a time from the safest option so far, until a
+                # joint action is within the allowance (executed); the least risk found where
+                # none is, the fallback.
+                actions, q = self._descend(joint[judge], start, start_raw, remaining[judge])
+                executed[judge] = actions
+                raw[judge] = safest[judge] = q.double().numpy()
+                allowance[judge] = np.maximum(self.allowance, safest[judge])
+                fallback[judge] = safest[judge] > self.allowance
             bound = self.calibrate(torch.from_numpy(raw)).double().numpy()
         self.last = Decision(
-            budget=self.budget.copy() if episode else allowance - np.nan_to_num(safest),
             bound=bound,
-            excess=excess,
             safest=safest,
             allowance=allowance,
             fallback=fallback,
             remaining=remaining.numpy(),
             raw=raw,
         )
-        if episode:
-            self.stats.budget_sum += float(np.maximum(self.budget, 0.0).sum())
-            self.budget -= excess
         return executed, bound, int(fallback.sum())
 
     def _decide_alone(
@@ -457,12 +363,9 @@ class BudgetShield(RiskFilter):
         with torch.inference_mode():
             bound = self.calibrate(torch.from_numpy(raw)).double().numpy()
         safest = np.fmax.reduce(least.reshape(e, a), axis=1)  # NaN where no agent searched
-        spent = np.fmax.reduce((chosen - least).reshape(e, a), axis=1)
         fell = fallback.reshape(e, a).any(axis=1)
         self.last = Decision(
-            budget=self.allowance - np.nan_to_num(spent),
             bound=bound,
-            excess=np.nan_to_num(spent),
             safest=safest,
             allowance=self.allowance + np.nan_to_num(safest),
             fallback=fell,
@@ -528,36 +431,3 @@ class BudgetShield(RiskFilter):
             target=self.allowance,
         )
         return actions.numpy(), q
-
-    def _choose(
-        self,
-        proposed: np.ndarray,
-        logits: torch.Tensor,
-        over: torch.Tensor,
-        safest: torch.Tensor,
-        budget: np.ndarray,
-    ) -> tuple[torch.Tensor, np.ndarray]:
-        """Per copy: the proposal if its excess fits, else the most likely joint action whose
-        excess fits, else the safest (the fallback).
-
-        Returns the row in `self.joint` of the executed joint action [E] and [E] whether the
-        copy fell back to the safest action for want of any other.
-        """
-        e = proposed.shape[0]
-        rows = torch.arange(e)
-        index = self._index(proposed)
-        allowed = over <= torch.from_numpy(budget)[:, None]  # [E, K]
-        # Joint log-probability of every option under the policy: sum over agents.
-        log_p = torch.log_softmax(logits, dim=-1)  # [E, A, n]
-        agent = torch.arange(self.n_agents)
-        score = log_p[:, agent, self.joint].sum(dim=-1).double()  # [E, K]
-        score = torch.where(allowed, score, torch.full_like(score, -math.inf))
-        best = torch.where(allowed.any(dim=1), score.argmax(dim=1), safest)
-        pick = torch.where(allowed[rows, index], index, best)
-        fallback = ((allowed.sum(dim=1) <= 1) & ~allowed[rows, index]).numpy()
-        return pick, fallback
-
-    def _index(self, actions: np.ndarray) -> torch.Tensor:
-        """Row of each joint action [E, A] in `self.joint` (agent 0 slowest-varying)."""
-        weights = self.n_actions ** np.arange(self.n_agents - 1, -1, -1)
-        return torch.from_numpy(np.asarray(actions, dtype=np.int64) @ weights)

@@ -14,9 +14,8 @@ slowly moving target copy values (s', h - 1), and V_m regresses on the minimum. 
 a complete, self-consistent model of the backup's risk; the shield takes the worst of them, so
 disagreement widens its bound.
 
-The minimum over joint actions (`backup`): `exhaustive` judges all n_actions ** A of them (exact,
-exponential in the team); `coordinate` descends one agent at a time from the joint action the
-replay recorded in that state (`search.coordinate_descent`, `sweeps` sweeps, at most
+The minimum over joint actions: a descent one agent at a time from the joint action the replay
+recorded in that state (`search.coordinate_descent`, `sweeps` sweeps, at most
 sweeps A (n_actions - 1) + 1 joint actions, linear in the team). The descent's minimum is an
 upper bound on the true one, so V_m errs towards more risk, never less. With Box actions
 (`box`) the minimum is over a candidate set: the joint action the replay recorded in that state
@@ -49,14 +48,13 @@ from src.algos.shield.ensemble import (
 )
 from src.algos.shield.optimizer_state import OptimizerState
 from src.algos.shield.replay import TransitionReplay
-from src.algos.shield.search import coordinate_descent, joint_actions
+from src.algos.shield.search import coordinate_descent
 from src.algos.shield.world_model import (
     EnsembleWorldModel,
     TeamWorldModel,
     WorldModel,
     predict_options,
 )
-from src.config.shield import BACKUPS
 from src.numerics import adam
 
 __all__ = ["RiskCritic"]
@@ -100,7 +98,6 @@ class RiskCritic(OptimizerState, nn.Module):
         tau: float,
         horizon: int,
         seed: int,
-        backup: str = "exhaustive",
         sweeps: int = 2,
         box: tuple[torch.Tensor, torch.Tensor] | None = None,
         candidates: int = 16,
@@ -108,13 +105,11 @@ class RiskCritic(OptimizerState, nn.Module):
         """Members drawn from a generator seeded with `seed`; the target starts as a copy.
 
         `horizon` is the longest h the critic is asked for (its input is h / horizon);
-        `backup` and `sweeps`: how the backup's minimum over joint actions is found. `box`:
-        the bounds (low, high) [n_actions] of Box actions of `n_actions` entries per agent,
-        whose backup judges the recorded action and `candidates` uniform draws in the Box."""
+        `sweeps`: the most sweeps over the agents of the backup's descent. `box`: the bounds
+        (low, high) [n_actions] of Box actions of `n_actions` entries per agent, whose backup
+        judges the recorded action and `candidates` uniform draws in the Box."""
         super().__init__()
-        if backup not in BACKUPS:
-            raise ValueError(f"backup must be one of {BACKUPS}, got {backup!r}")
-        self.backup, self.sweeps = backup, sweeps
+        self.sweeps = sweeps
         self.box, self.candidates = box, candidates
         self.n_agents, self.obs_dim, self.n_actions = n_agents, obs_dim, n_actions
         self.ensemble_size = ensemble_size
@@ -129,8 +124,6 @@ class RiskCritic(OptimizerState, nn.Module):
         self.target = copy.deepcopy(self.members).requires_grad_(False)
         self.register_buffer("obs_mean", torch.zeros(self.joint_dim))
         self.register_buffer("obs_std", torch.ones(self.joint_dim))
-        every = joint_actions(n_agents, n_actions) if box is None else torch.zeros(0, n_agents)
-        self.register_buffer("actions", every)
         self.optimizer = adam(self.members.parameters(), lr=learning_rate)
         # `_composed`'s cache, per net: (world model, version key, layers).
         self._composition: dict[str, tuple[Any, ...]] = {}
@@ -277,9 +270,9 @@ class RiskCritic(OptimizerState, nn.Module):
         """min over joint actions of member m's r + (1 - r)(1 - d) V_target(s', h - 1): [M, B].
 
         `joint_obs` is [M, B, J] (member m's states in row m), `remaining` [M, B] the h >= 1;
-        `start` [M, B, A]: where `backup: coordinate` starts its descent (joint action 0 when
-        None). Box actions: `start` [M, B, A, n_actions] the recorded actions, judged with
-        `candidates` uniform draws in the Box from `generator`.
+        `start` [M, B, A]: where the descent starts (joint action 0 when None). Box actions:
+        `start` [M, B, A, n_actions] the recorded actions, judged with `candidates` uniform
+        draws in the Box from `generator`.
         """
         m, b, _ = joint_obs.shape
         a = self.n_agents
@@ -295,9 +288,6 @@ class RiskCritic(OptimizerState, nn.Module):
             shape = (m, b, self.candidates, a, low.shape[0])
             drawn = low + (high - low) * torch.rand(shape, generator=generator)
             return q_of(torch.cat([start.unsqueeze(2), drawn], dim=2)).amin(dim=2)
-        if self.backup == "exhaustive":
-            n = self.actions.shape[0]
-            return q_of(self.actions.expand(m, b, n, a)).amin(dim=2)
         if start is None:
             start = torch.zeros(m, b, a, dtype=torch.int64)
         first = q_of(start.unsqueeze(2)).reshape(m * b)
@@ -333,8 +323,8 @@ class RiskCritic(OptimizerState, nn.Module):
             rows = replay.sample_train((m, batch_size), generator)
             # Both ends of real transitions, so states near the episode's end are covered.
             obs = torch.cat([rows["obs"], rows["next_obs"]], dim=1)  # [M, 2B, J]
-            # The descent of `backup: coordinate` starts from the joint action recorded in the
-            # state (and, after it, from the same one).
+            # The backup's descent starts from the joint action recorded in the state (and,
+            # after it, from the same one).
             start = torch.cat([rows["action"], rows["action"]], dim=1)  # [M, 2B, A]
             remaining = torch.randint(
                 1, self.horizon + 1, obs.shape[:2], generator=generator

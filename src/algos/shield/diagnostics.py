@@ -152,7 +152,6 @@ def true_deployed_risk(
     rollouts: int,
     seed: int,
     follower_seed: int,
-    budget: np.ndarray | None = None,
 ) -> np.ndarray:
     """True P(violation within horizon[e] steps) [E] of copy e of `env` taking joint action
     first[e] [E, A] now and then acting with `follower` (e.g. the deployed shielded policy,
@@ -161,18 +160,14 @@ def true_deployed_risk(
 
     `horizon`: steps counted, this one included (one number, or one per copy [E]); a violation
     in any of them counts, an episode that ends first does not. `episode_step` [E]: the
-    1-based step of `first` in its episode (the follower acts from the next one). `budget` [E]:
-    with the `episode` scope, the excess budget each copy's shield has left after `first`
-    (given to the follower's shield, `follower.action_filter`). `env` is not changed.
+    1-based step of `first` in its episode (the follower acts from the next one). `env` is not
+    changed.
     """
     e = env.num_envs
     window = np.repeat(_per_copy("horizon", horizon, e), rollouts)
     step = np.repeat(np.asarray(episode_step, dtype=np.int64).reshape(e), rollouts)
     sim = clone_env(env, np.repeat(np.arange(e), rollouts), seed=seed)
     follower.reset(len(window), follower_seed)
-    if budget is not None:
-        shield = follower.action_filter
-        shield.budget = np.repeat(np.asarray(budget, dtype=np.float64).reshape(e), rollouts)
 
     def follow(result: Any, alive: np.ndarray, ended: np.ndarray, depth: int) -> np.ndarray:
         # Every clone keeps acting (the follower's batch is fixed); only the live ones count.

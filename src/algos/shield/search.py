@@ -10,7 +10,7 @@ found, an upper bound on the least risk of all n ** A joint actions of A agents.
   the current one, for at most `sweeps` sweeps over the team. A row whose last A turns
   changed nothing has settled. Work per row: at most sweeps * A * (n - 1) joint actions
   judged, linear in the team, in up to sweeps * A calls of `risk`. Used by the safety
-  critic's backup (`RiskCritic`, `backup: coordinate`), which judges all its rows together.
+  critic's backup (`RiskCritic`), which judges all its rows together.
 - `best_change_descent` (greedy, the Gauss-Southwell rule): each step judges every one-agent
   change of a row (A * (n - 1) joint actions; after the first move, the (A - 1) (n - 1) of
   the agents that did not just move) and takes the least when it is lower. A row stops at its

@@ -374,9 +374,6 @@ class ShieldedIPPO(IPPO):
         row[M.SHIELD_NO_SAFE_ACTION] = float(stats.no_safe_action)
         row[M.SHIELD_MEAN_BOUND] = stats.mean_bound
         row[M.SHIELD_SECONDS] = stats.seconds
-        if cfg.risk_scope == "episode":
-            row[M.SHIELD_BUDGET] = stats.mean_budget
-            row[M.SHIELD_INFEASIBLE] = float(stats.infeasible_starts)
         row[M.SHIELD_MODEL_SECONDS] = time.perf_counter() - started
         # `update` is 0-based: after it, update + 1 updates are done.
         if not self.armed and update + 1 >= cfg.shield_patience:
@@ -441,7 +438,6 @@ class ShieldedIPPO(IPPO):
         state["critic"] = self.critic.state_dict()
         state["critic_extra"] = self.critic.extra_state()
         state["calibration"] = _calibration_state(self.shield.calibration)
-        state["budget"] = self.shield.budget.copy()
         state["ledger"] = self.ledger.state_dict()
         state["allowance"] = self.adaptive.value
         state["episodes_seen"] = self.episodes_seen
@@ -467,7 +463,6 @@ class ShieldedIPPO(IPPO):
         self.critic.load_state_dict(state["critic"])
         self.critic.load_extra_state(state["critic_extra"])
         self.shield.calibration = _calibration_from(state["calibration"])
-        self.shield.budget = np.array(state["budget"], dtype=np.float64)
         self.ledger.load_state_dict(state["ledger"])
         self.adaptive.value = float(state["allowance"])
         self.shield.allowance = self.adaptive.value

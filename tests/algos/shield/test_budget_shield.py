@@ -2,10 +2,12 @@
 
 With an exact model of the least risk-to-go (computed by dynamic programming on the true
 dynamics of a small hazard_grid), the shield's calibrated risk equals the true risk of every
-joint action in every state, and the shielded team keeps P(violation in the episode) within
-`max_risk` whatever the policy proposes. A collision of two individually safe moves is refused.
-The safety critic's value iteration finds the least risk-to-go of a small known model, and the
-calibration factor covers a miscalibrated model at its stated confidence.
+joint action in every state, and every joint action the shield executes keeps the risk-to-go
+within the allowance (or is one no single agent's change makes safer) whatever the policy
+proposes. A collision of two individually safe moves is refused. The safety critic's value
+iteration finds the least risk-to-go of a small known model, its backup's descent bounds the
+exact minimum from above, and the calibration factor covers a miscalibrated model at its
+stated confidence.
 """
 
 from __future__ import annotations
@@ -23,7 +25,6 @@ from src.algos.shield.critic import RiskCritic
 from src.algos.shield.replay import TransitionReplay
 from src.algos.shield.search import joint_actions
 from src.envs.registry import make_vector_env
-from src.stats import clopper_pearson_interval
 from tests.algos.shield.shield_toys import shield_config
 
 SIZE, N_AGENTS, N_ACTIONS = 5, 2, 5
@@ -81,8 +82,8 @@ def _env(num_envs: int, seed: int = 3) -> object:
 
 
 def _shield(model: ExactQ, **overrides: object) -> BudgetShield:
-    settings = {"risk_scope": "episode", "horizon": 300, **overrides}
-    config = shield_config(lookahead=1, ensemble_size=1, **settings)
+    settings = {"horizon": 300, **overrides}
+    config = shield_config(ensemble_size=1, **settings)
     return BudgetShield(
         config=config,
         world_model=model,
@@ -136,62 +137,11 @@ def test_certified_risk_is_the_true_risk_of_every_joint_action_in_every_state():
     assert checked == len(free) * (len(free) - 1)
 
 
-def _episodes(shield: BudgetShield | None, *, copies: int, seed: int) -> tuple[int, int, float]:
-    """Run one episode per copy from the same start with fresh random streams, uniformly
-    random proposals; returns (violations, episodes, mean fraction of agents overridden)."""
-    env = _env(copies)
-    state = env.get_state()
-    rng = np.random.default_rng(seed)
-    state["keys"] = rng.integers(0, 2**63, size=copies, dtype=np.int64).astype(np.uint64)
-    env.set_state(state)
-    obs = env.observe()
-    alive = np.ones(copies, dtype=bool)
-    violated = np.zeros(copies, dtype=bool)
-    changed, decisions = 0, 0
-    if shield is not None:
-        shield.reset(copies, seed)
-    logits = torch.zeros(copies, N_AGENTS, N_ACTIONS)
-    for t in range(env.max_steps):
-        proposed = rng.integers(0, N_ACTIONS, size=(copies, N_AGENTS))
-        actions = proposed
-        if shield is not None:
-            actions, intervened = shield.filter(
-                obs, proposed, logits, np.full(copies, t + 1, dtype=np.int64)
-            )
-            changed += int(intervened[alive].sum())
-            decisions += int(alive.sum()) * N_AGENTS
-        result = env.step(actions)
-        violated |= alive & (result.cost > 0).any(axis=1)
-        alive &= ~(result.terminated.any(axis=1) | result.truncated.any(axis=1) | violated)
-        if not alive.any():
-            break
-        obs = result.obs
-    return int(violated.sum()), copies, changed / max(decisions, 1)
-
-
-@pytest.mark.parametrize("max_risk", [0.1, 0.25])
-def test_the_shielded_team_keeps_the_episode_risk_within_max_risk(max_risk):
-    env = _env(1)
-    oracle = ExactQ(env)
-    start = oracle.model.state_index(env.get_state()["cell"][0])
-    floor = float(oracle.q[start].min())
-    assert floor <= max_risk, "the test layout must be feasible"
-    unshielded, n, _ = _episodes(None, copies=2000, seed=1)
-    shielded, n, share = _episodes(_shield(oracle, max_risk=max_risk), copies=2000, seed=1)
-    low, _ = clopper_pearson_interval(k=unshielded, n=n, confidence=0.99)
-    _, high = clopper_pearson_interval(k=shielded, n=n, confidence=0.99)
-    assert float(low) > 2 * max_risk  # random proposals alone are far riskier
-    assert float(high) >= shielded / n and shielded / n <= max_risk + 0.02
-    assert float(clopper_pearson_interval(k=shielded, n=n, confidence=0.999)[0]) <= max_risk
-    assert 0.0 < share < 1.0  # the shield lets some proposals through and overrides others
-
-
-@pytest.mark.parametrize("search", ["exhaustive", "coordinate"])
-def test_with_a_receding_allowance_every_executed_action_keeps_the_risk_to_go_allowed(search):
+def test_every_executed_action_keeps_the_risk_to_go_allowed_or_no_change_lowers_it():
     max_risk = 0.1
     env = _env(400)
     oracle = ExactQ(env)
-    shield = _shield(oracle, max_risk=max_risk, risk_scope="receding", search=search)
+    shield = _shield(oracle, max_risk=max_risk)
     shield.reset(400, 0)
     rng = np.random.default_rng(2)
     state = env.get_state()
@@ -210,19 +160,15 @@ def test_with_a_receding_allowance_every_executed_action_keeps_the_risk_to_go_al
         every = oracle.q_star(
             joint.repeat_interleave(len(options), dim=0), options.repeat(400, 1)
         ).reshape(400, -1)
-        if search == "exhaustive":
-            # Q*(s, a_executed) <= max(max_risk, V*(s)): the allowance, or the safest action.
-            assert np.all(taken <= np.maximum(max_risk, every.min(axis=1)) + 1e-9)
-        else:
-            # Within the allowance, or no change of one agent's action lowers the risk.
-            over = taken > max_risk + 1e-9
-            index = (executed * N_ACTIONS ** np.arange(N_AGENTS - 1, -1, -1)).sum(axis=1)
-            for agent in range(N_AGENTS):
-                weight = N_ACTIONS ** (N_AGENTS - 1 - agent)
-                base = index - executed[:, agent] * weight
-                neighbours = base[:, None] + np.arange(N_ACTIONS)[None, :] * weight
-                lowest = np.take_along_axis(every, neighbours, axis=1).min(axis=1)
-                assert np.all(taken[over] <= lowest[over] + 1e-9)
+        # Within the allowance, or no change of one agent's action lowers the risk.
+        over = taken > max_risk + 1e-9
+        index = (executed * N_ACTIONS ** np.arange(N_AGENTS - 1, -1, -1)).sum(axis=1)
+        for agent in range(N_AGENTS):
+            weight = N_ACTIONS ** (N_AGENTS - 1 - agent)
+            base = index - executed[:, agent] * weight
+            neighbours = base[:, None] + np.arange(N_ACTIONS)[None, :] * weight
+            lowest = np.take_along_axis(every, neighbours, axis=1).min(axis=1)
+            assert np.all(taken[over] <= lowest[over] + 1e-9)
         passed = oracle.q_star(joint, torch.from_numpy(proposed)) <= max_risk
         assert np.array_equal(executed[passed], proposed[passed])  # allowed proposals pass
         screened += int(np.isnan(shield.last.safest).sum())
@@ -231,11 +177,10 @@ def test_with_a_receding_allowance_every_executed_action_keeps_the_risk_to_go_al
     assert screened > 0 and judged > 0  # both paths of the decision were taken
 
 
-@pytest.mark.parametrize("scope", ["episode", "receding"])
-def test_a_collision_of_two_individually_safe_moves_is_refused(scope):
+def test_a_collision_of_two_individually_safe_moves_is_refused():
     env = _env(1)
     oracle = ExactQ(env)
-    shield = _shield(oracle, max_risk=0.3, risk_scope=scope)
+    shield = _shield(oracle, max_risk=0.3)
     state = env.get_state()
     free = set(np.flatnonzero(~state["hazard"][0]).tolist())
     # Two agents two cells apart on a row, with a free cell between them and free cells
@@ -366,10 +311,10 @@ def test_calibration_factor_covers_an_optimistic_model_at_its_confidence(mode, c
     )
 
 
-def test_coordinate_backup_bounds_the_exhaustive_one_from_above_and_mostly_meets_it():
+def test_the_backups_descent_bounds_the_exact_minimum_from_above_and_mostly_meets_it():
     # With the exact model as the 'world model' (every step ends the imagination, its risk is
-    # Q*), the backup target is min_a Q*(s, a): exact when exhaustive, the descent's least
-    # value when coordinate.
+    # Q*), the backup target is the descent's least Q*(s, a); the exact minimum over every
+    # joint action is Q*'s own.
     env = _env(1)
     oracle = ExactQ(env)
     state = env.get_state()
@@ -383,21 +328,19 @@ def test_coordinate_backup_bounds_the_exhaustive_one_from_above_and_mostly_meets
                 observations.append(env.observe().reshape(-1))
     obs = torch.from_numpy(np.stack(observations)).float().unsqueeze(0)  # [1, B, J]
     remaining = torch.full(obs.shape[:2], 5.0)
-    targets = {}
-    for backup in ("exhaustive", "coordinate"):
-        critic = _critic(backup=backup)
-        with torch.no_grad():
-            targets[backup] = critic.backup_targets(oracle, obs, remaining)[0]
-    exact, found = targets["exhaustive"].double(), targets["coordinate"].double()
+    with torch.no_grad():
+        found = _critic().backup_targets(oracle, obs, remaining)[0].double()
+    every = joint_actions(N_AGENTS, N_ACTIONS)  # [K, A]
+    states = obs[0].repeat_interleave(len(every), dim=0)
+    exact = oracle.q_star(states, every.repeat(obs.shape[1], 1)).reshape(obs.shape[1], -1)
+    exact = torch.from_numpy(exact.min(axis=1)).float().double()
     assert torch.all(found >= exact - 1e-7)
     assert (found <= exact + 1e-7).float().mean() >= 0.9
-    with pytest.raises(ValueError, match="backup"):
-        _critic(backup="beam")
 
 
-def test_lookahead_two_is_the_worst_member_of_the_two_step_recursion():
-    """q with `lookahead: 2` from the option-wise prediction equals the recursion written out
-    on repeated rows: r + (1 - r)(1 - d) min_b [r' + (1 - r')(1 - d') V(s'', h - 2)]."""
+def test_q_is_the_worst_member_of_the_one_step_recursion():
+    """q from the option-wise prediction equals the recursion written out on the members'
+    predicted successors: r + (1 - r)(1 - d) V(s', h - 1), the worst member's."""
     from src.algos.shield.world_model import TeamWorldModel
 
     a, d, n, members = 2, 4, 3, 2
@@ -421,11 +364,11 @@ def test_lookahead_two_is_the_worst_member_of_the_two_step_recursion():
         horizon=10,
         seed=1,
     )
-    with torch.no_grad():  # away from the critic's start near 0, so the tail matters
+    with torch.no_grad():  # away from the critic's start near 0, so the critic's value counts
         critic.members.biases[-1].fill_(-1.0)
         critic.members.weights[-1].normal_(0.0, 1.0, generator=torch.Generator().manual_seed(2))
     shield = BudgetShield(
-        config=shield_config(lookahead=2, ensemble_size=members, horizon=10),
+        config=shield_config(ensemble_size=members, horizon=10),
         world_model=model,
         critic=critic,
         n_agents=a,
@@ -436,20 +379,17 @@ def test_lookahead_two_is_the_worst_member_of_the_two_step_recursion():
     joint = torch.randn(5, a * d, generator=gen)
     actions = torch.randint(0, n, (5, a), generator=gen)
     remaining = torch.full((5,), 10.0)
-    every = joint_actions(a, n)  # [K, A]
     with torch.no_grad():
         q = shield.member_q(joint, actions, remaining)  # [M, 5]
         obs = joint.unsqueeze(0).expand(members, 5, a * d)
         after, r, done = model.predict(obs, actions.unsqueeze(0).expand(members, 5, a))
-        k = len(every)
-        after_k = after.repeat_interleave(k, dim=1)
-        second, r2, done2 = model.predict(after_k, every.repeat(5, 1).expand(members, -1, -1))
-        tail = r2.squeeze(-1) + (1 - r2.squeeze(-1)) * (1 - done2) * critic.values(second, 8)
-        inner = tail.view(members, 5, k).amin(dim=2)
-        expected = r.squeeze(-1) + (1 - r.squeeze(-1)) * (1 - done) * inner
+        value = critic.values(after, 9)
+        expected = r.squeeze(-1) + (1 - r.squeeze(-1)) * (1 - done) * value
+        raw = shield.raw_risk(joint, actions, remaining)
     torch.testing.assert_close(q, expected, atol=1e-5, rtol=1e-5)
-    assert (inner > 1e-3).all()  # the second step and the critic both count
-    # Rows of options naming their states (`state_index`) take the same two steps.
+    assert (value > 1e-3).all()  # the critic's value counts
+    torch.testing.assert_close(raw, q.amax(dim=0))
+    # Rows of options naming their states (`state_index`) give the same numbers.
     rows = torch.tensor([4, 0, 4, 2])
     with torch.no_grad():
         shared = shield.member_q_options(

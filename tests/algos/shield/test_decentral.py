@@ -102,9 +102,8 @@ class FixedOpponents:
 
 
 def _shield(oracle: ExactQ, opponents: FixedOpponents, **overrides: object) -> BudgetShield:
-    settings = {"risk_scope": "receding", "horizon": 300, "max_risk": 0.1, **overrides}
+    settings = {"horizon": 300, "max_risk": 0.1, **overrides}
     config = shield_config(
-        lookahead=1,
         ensemble_size=1,
         coordination="decentralised",
         **settings,
@@ -286,7 +285,7 @@ def test_row_keys_are_equal_exactly_for_equal_rows_also_beyond_an_int64() -> Non
                 assert (keys[x] == keys[y]) == bool((wide[x] == wide[y]).all())
 
 
-def test_decentralised_coordination_needs_an_opponent_model_and_a_receding_one_step_scope():
+def test_decentralised_coordination_needs_an_opponent_model_and_two_agents():
     env = _env(1)
     config = shield_config(coordination="decentralised")
     with pytest.raises(ValueError, match="opponent model"):
@@ -298,11 +297,9 @@ def test_decentralised_coordination_needs_an_opponent_model_and_a_receding_one_s
             obs_dim=model_obs_dim(),
             n_actions=N_ACTIONS,
         )
-    dims = {"n_agents": 2, "n_actions": 5, "max_steps": 100}
-    for key, value in (("risk_scope", "episode"), ("lookahead", 2)):
-        bad = shield_config(coordination="decentralised", **{key: value})
-        with pytest.raises(ValueError, match=f"{key}.*decentralised"):
-            bad.check_against(**dims)
+    config.check_against(n_agents=2, n_actions=5, max_steps=100)
+    with pytest.raises(ValueError, match="n_agents=1: must be at least 2 for coordination"):
+        config.check_against(n_agents=1, n_actions=5, max_steps=100)
     with pytest.raises(ValueError, match="coordination"):
         shield_config(coordination="anarchic")
 

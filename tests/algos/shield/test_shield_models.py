@@ -24,7 +24,7 @@ from src.algos.shield.replay import TransitionReplay
 from src.algos.shield.world_model import WM_VERSIONS, WorldModel, make_world_model
 from src.checks import ConfigError
 from src.config.run import RunConfig, make_run_config
-from src.config.shield import ShieldConfig
+from src.config.shield import RETIRED_KEYS, ShieldConfig
 from tests.algos.shield.shield_toys import N_ACTIONS, N_AGENTS, OBS_DIM, TinyGrid, shield_config
 
 CONFIG = shield_config(
@@ -248,11 +248,9 @@ def test_shield_config_rejects_bad_values():
         with pytest.raises(ValueError, match=key):
             RunConfig.from_dict(make_run_config(algo="shield", **{key: bad}))
     for key, bad in (
-        ("lookahead", 0),
         ("horizon", 0),
         ("wm_hidden", []),
         ("valid_fraction", 1.0),
-        ("backup", "beam"),
         ("imitation", -0.5),
     ):
         with pytest.raises(ValueError, match=key):
@@ -264,6 +262,19 @@ def test_shield_config_rejects_bad_values():
     )
     assert config.shield.horizon == 7
     assert config.ppo.gamma == 0.9
+
+
+@pytest.mark.parametrize("key", sorted(RETIRED_KEYS))
+def test_a_removed_shield_key_is_refused_in_one_line_naming_it(key: str) -> None:
+    """The options that lost on measurement are gone with their keys (docs/design.md, 6.3): a
+    run config that sets one, even to the behaviour that stayed, is refused naming it."""
+    kept = {"risk_scope": "receding", "search": "coordinate", "backup": "coordinate"}
+    for algo in ("shield", "shield_dec"):
+        with pytest.raises(ConfigError) as refused:
+            RunConfig.from_dict(make_run_config(algo=algo, algo_params={key: kept.get(key, 1)}))
+        assert str(refused.value).startswith(f"algo_params=['{key}']: unknown for {algo}")
+        assert "\n" not in str(refused.value)
+    assert key not in ShieldConfig.tunable_names()
 
 
 @pytest.mark.parametrize(

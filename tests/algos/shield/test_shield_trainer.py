@@ -175,6 +175,15 @@ def test_policy_file_rebuilds_the_deployed_shield(tmp_path: Path) -> None:
     old = {**state, "shield": {k: v for k, v in state["shield"].items() if k != "critic"}}
     with pytest.raises(ValueError, match="no 'critic': a run of the old v0 shield"):
         load_shield(old, config, net=net)
+    # A policy.pt whose shield config records keys that were removed is refused in one line
+    # naming each, even at the behaviour that stayed.
+    removed = {"risk_scope": "receding", "search": "coordinate", "backup": "coordinate"}
+    recorded = {**state["shield"], "config": {**state["shield"]["config"], **removed}}
+    with pytest.raises(ValueError) as refused:
+        load_shield({**state, "shield": recorded}, config, net=net)
+    message = str(refused.value)
+    assert "\n" not in message and message.endswith(": a run of an older code version")
+    assert all(f"{key}: removed (" in message for key in removed)
 
 
 def test_unknown_algo_params_are_rejected() -> None:
