@@ -40,10 +40,10 @@ def _imagined_rows(
     shield: ShieldConfig, *, copies: int, n_agents: int, n_actions: int, box: bool = False
 ) -> int:
     """Rows (member, state, joint action) of the shield's largest batch of model calls, on the
-    large side: every joint action of every copy judged (more than the one-agent changes and
-    the search's descent judge), or the decentralised shield's actions of every agent against
-    their completions of the others' (valued for every agent); the critic's backup of both
-    ends of its batch over every joint action (more than its descent judges). With Box
+    large side: per copy the proposal and its one-agent changes (a step of the search's
+    descent judges fewer), or the decentralised shield's actions of every agent against their
+    completions of the others' (valued for every agent); the critic's backup of both ends of
+    its batch over as many joint actions (a turn of its descent judges fewer). With Box
     actions (`box`), the joint actions judged are sampled: per copy the proposal,
     `candidates` and the cross-entropy search's rounds (each agent's proposal and
     `candidates` against `opponent_samples` completions when decentralised), and the
@@ -57,12 +57,12 @@ def _imagined_rows(
             decisions = copies * (options + CEM_ITERATIONS * CEM_SAMPLES)
         backup = 2 * shield.critic_batch_size * options
         return shield.ensemble_size * max(decisions, backup)
-    joint = n**a
+    options = 1 + a * (n - 1)
     if shield.coordination == "decentralised":
         decisions = copies * a * n * min(shield.opponent_samples, n ** (a - 1)) * a
     else:
-        decisions = copies * joint
-    backup = 2 * shield.critic_batch_size * joint
+        decisions = copies * options
+    backup = 2 * shield.critic_batch_size * options
     return shield.ensemble_size * max(decisions, backup)
 
 

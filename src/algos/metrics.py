@@ -35,8 +35,6 @@ SHIELD_MODEL_SECONDS = "shield/model_seconds"
 
 WALL_CLOCK_KEYS = ("wall_time", STEPS_PER_SECOND, SHIELD_SECONDS, SHIELD_MODEL_SECONDS)
 """Update metrics that measure time, not the run: a resumed or repeated run changes them."""
-SHIELD_BUDGET = "shield/budget"
-SHIELD_INFEASIBLE = "shield/infeasible_starts"
 SHIELD_CALIBRATION = "shield/calibration"
 SHIELD_ALLOWANCE = "shield/allowance"
 SHIELD_REALIZED = "shield/realized_risk"

@@ -1,14 +1,13 @@
 """The `shield` section of the run config: the shield, its world model, critic and opponent model.
 
 The knobs of `create_base_config` (`max_risk`, `shield_patience`, the modes, the credible
-delta and schedule, the versions) come from the base config; the rest (horizon, search,
+delta and schedule, the versions) come from the base config; the rest (horizon, search sweeps,
 model sizes and training, calibration and certificate) have defaults and may be set through
 `algo_params`.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
@@ -31,13 +30,10 @@ __all__ = [
     "CEM_ITERATIONS",
     "CEM_SAMPLES",
     "DEFAULT_CANDIDATES",
-    "MAX_JOINT_ACTIONS",
     "RETIRED_KEYS",
     "ShieldConfig",
 ]
 
-MAX_JOINT_ACTIONS = 4096
-"""Most joint actions the shield enumerates (n_actions ** n_agents)."""
 DEFAULT_CANDIDATES = 16
 """`ShieldConfig.candidates` unless set (Box actions only)."""
 CEM_ITERATIONS = 3
@@ -275,14 +271,11 @@ class ShieldConfig(Section):
         first = self.calibration_seed_offset + run_idx * self.calibration_episodes
         return range(first, first + self.calibration_episodes)
 
-    def check_against(
-        self, *, n_agents: int, n_actions: int, max_steps: int, box: bool = False
-    ) -> None:
+    def check_against(self, *, n_agents: int, max_steps: int, box: bool = False) -> None:
         """Refuse settings this env cannot meet, naming the key, the value and what would work.
 
-        Joint actions are enumerated by the shield (n_actions ** n_agents of them), and the
-        risk horizon may not be longer than the episode. Box actions (`box`) are sampled, not
-        enumerated: `check_box`.
+        The risk horizon may not be longer than the episode; Box actions (`box`) have their own
+        limits (`check_box`).
         """
         if self.horizon > max_steps:
             raise fail("horizon", self.horizon, f"at most the episode cap max_steps={max_steps}")
@@ -291,11 +284,3 @@ class ShieldConfig(Section):
         if box:
             self.check_box()
             return
-        joint = n_actions**n_agents
-        if joint > MAX_JOINT_ACTIONS:
-            raise fail(
-                "n_agents",
-                n_agents,
-                f"at most {int(math.log(MAX_JOINT_ACTIONS, n_actions))} for the shield "
-                f"({n_actions} actions each: {joint} joint actions, at most {MAX_JOINT_ACTIONS})",
-            )

@@ -706,7 +706,6 @@ def _check_run(
         try:
             run.shield.check_against(
                 n_agents=run.env.n_agents,
-                n_actions=n_actions,
                 max_steps=max_steps,
                 box=kind == "box",
             )

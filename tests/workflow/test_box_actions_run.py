@@ -12,9 +12,8 @@ import pandas as pd
 import pytest
 import yaml
 
-from src.analysis.export import EVAL_SCHEMA
-from src.analysis.files import read_parquet
 from src.core.io import load_from_file
+from src.schemas import EVAL_SCHEMA, read_parquet
 from tests.workflow.conftest import REPO, job_counts, snakemake
 
 pytestmark = pytest.mark.slow
@@ -29,8 +28,7 @@ def _box_config(results: Path) -> dict:
         experiment_tag="box", results_dir=str(results), envs=["spread"], algos=list(ALGOS)
     )
     config["env_params"] = {"spread": {"n_agents": 2, "max_steps": 10, "continuous_actions": True}}
-    # The shield on Box actions takes its critic's backup from sampled candidates.
-    shield = {"backup": "coordinate", "calibration_episodes": 4, "candidates": 8}
+    shield = {"calibration_episodes": 4, "candidates": 8}
     config["algo_params"] = {"shield": shield, "shield_dec": shield}
     config["base"].update(
         timesteps=2 * 32 * 3,

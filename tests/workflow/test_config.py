@@ -404,14 +404,19 @@ def test_a_bad_constraint_horizon_is_refused_naming_it(value: object, why: str) 
         check_workflow_config(config)
 
 
-def test_a_box_shield_is_sized_by_its_candidates_not_by_a_product_over_the_team():
-    """Six agents on continuous spread: the Box shield judges sampled joint actions (the
-    proposal, its candidates and the search's, whatever the team's size), so the default
-    memory fits; the Discrete shield enumerates 5 ** 6 joint actions and is refused."""
+def test_a_shield_is_sized_by_the_joint_actions_it_judges_not_by_a_product_over_the_team():
+    """Six agents on spread (5 ** 6 joint actions): the Discrete shield judges the proposal
+    and its one-agent changes, the Box shield sampled joint actions (the proposal, its
+    candidates and the search's), so both fit the default memory; the decentralised shield's
+    evaluation, every agent's actions against the others' completions, is refused naming
+    the memory it needs."""
     config = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
     config.update(envs=["spread"], algos=["shield"], num_runs=1)
     config["env_params"] = {"spread": {"n_agents": 6, "max_steps": 100}}
-    with pytest.raises(WorkflowConfigError, match="n_agents"):
-        check_workflow_config(copy.deepcopy(config))
+    check_workflow_config(copy.deepcopy(config))
     config["env_params"]["spread"]["continuous_actions"] = True
-    check_workflow_config(config)
+    check_workflow_config(copy.deepcopy(config))
+    config["env_params"]["spread"]["continuous_actions"] = False
+    config["algos"] = ["shield_dec"]
+    with pytest.raises(WorkflowConfigError, match="evaluate job of shield_dec on spread needs"):
+        check_workflow_config(config)

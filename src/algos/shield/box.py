@@ -68,10 +68,6 @@ class BoxShield(BudgetShield):
         self.low = torch.from_numpy(box.low).float()
         self.high = torch.from_numpy(box.high).float()
 
-    def _enumerated(self, n_agents: int, n_actions: int) -> torch.Tensor:
-        """No enumeration: Box joint actions are sampled."""
-        return torch.zeros(0, n_agents, dtype=torch.int64)
-
     def clip(self, raw: torch.Tensor) -> torch.Tensor:
         """Raw actions [..., k] clipped to the Box, as the env receives them."""
         return torch.maximum(torch.minimum(raw, self.high), self.low)

@@ -71,7 +71,7 @@ from src.algos.shield.decentral import (
 )
 from src.algos.shield.ensemble import every_member
 from src.algos.shield.opponent_model import OpponentModel
-from src.algos.shield.search import best_change_descent, joint_actions
+from src.algos.shield.search import best_change_descent
 from src.algos.shield.world_model import TeamWorldModel
 from src.config.shield import ShieldConfig
 
@@ -150,7 +150,6 @@ class BudgetShield(RiskFilter):
         self.opponent_weight = 0.0 if config.shield_opponent_mode == "model" else 1.0
         self.generator = torch.Generator().manual_seed(seed)
         self.n_agents, self.obs_dim, self.n_actions = n_agents, obs_dim, n_actions
-        self.joint = self._enumerated(n_agents, n_actions)  # [J, A]
         # A factor of the models' risk until the shield has labelled decisions, then g(q).
         self.calibration: float | CalibrationMap = 1.0
         # What the calibrated risk U of an executed action may be: adapted in training,
@@ -158,11 +157,6 @@ class BudgetShield(RiskFilter):
         self.allowance = config.max_risk
         self.stats = BudgetStats()
         self.last: Decision | None = None
-
-    def _enumerated(self, n_agents: int, n_actions: int) -> torch.Tensor:
-        """Every joint action [n_actions ** n_agents, n_agents] (`search.joint_actions`): the
-        options of the shield's own safest joint action (`diagnostics.backup_actions`)."""
-        return joint_actions(n_agents, n_actions)
 
     # ------------------------------------------------------------------ risks
 

@@ -297,9 +297,9 @@ def test_decentralised_coordination_needs_an_opponent_model_and_two_agents():
             obs_dim=model_obs_dim(),
             n_actions=N_ACTIONS,
         )
-    config.check_against(n_agents=2, n_actions=5, max_steps=100)
+    config.check_against(n_agents=2, max_steps=100)
     with pytest.raises(ValueError, match="n_agents=1: must be at least 2 for coordination"):
-        config.check_against(n_agents=1, n_actions=5, max_steps=100)
+        config.check_against(n_agents=1, max_steps=100)
     with pytest.raises(ValueError, match="coordination"):
         shield_config(coordination="anarchic")
 
