@@ -1,9 +1,25 @@
-"""The run folder contract: the name of every file of one run, written down once.
+"""The run folder contract: the name of every file of one run, written down once, and the one
+reader of the config the run recorded.
 
 A run folder (`{results_dir}/{tag}/runs/{env}/{algo}/run{idx}/`) is the interface between the
 workflow's stages: training writes it, evaluation, rendering, export and the wandb upload read
 it. Every stage, the workflow's path templates (`workflow/rules/common.smk`) and the
 benchmarks name its files through `RunFiles`.
+
+A run folder may come from elsewhere (results handed over to re-evaluate), so what it records
+is input like a config, and is read here only as a regular file inside the folder
+(`src.containment`), bounded and checked before anything is built from it:
+
+- `RunFiles.read_config()`: config.json as recorded, its size bounded before it is read
+  (`RUN_CONFIG_BYTES`) and its values after (`RUN_CONFIG_BOUNDS`: depth, count, text), with
+  the identity every reader needs (`env_name`, `algo`, `run_idx`);
+- `RunFiles.read_run_config()`: also the typed `RunConfig` it records, read back as it was
+  resolved when the run was made (`RunConfig.from_recorded`: no registry, custom entry or
+  version name is looked up again; a config.json of another code version is refused naming
+  the keys that differ); `recorded_run_config` reads the config a policy.pt records the same way.
+
+A refusal is one line naming the file: a `CorruptFileError` (a `ValueError`), for a bad value a
+`RunConfigError`, also the `ConfigError` naming the key and the value.
 
 >>> RunFiles("results/default/runs/hazard_grid/ippo/run0").policy.name
 'policy.pt'
@@ -15,9 +31,64 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import ClassVar
+from typing import Any, ClassVar
 
-__all__ = ["RunFiles"]
+from src.checks import ConfigError, is_int, nested_excess, shown
+from src.config.run import RunConfig
+from src.containment import regular_file
+from src.core.io import CorruptFileError, load_from_file
+
+__all__ = [
+    "RUN_CONFIG_BOUNDS",
+    "RUN_CONFIG_BYTES",
+    "RunConfigError",
+    "RunFiles",
+    "recorded_run_config",
+]
+
+RUN_CONFIG_BYTES = 4 * 1024**2
+"""The largest config.json read (a run's is a few kilobytes)."""
+RUN_CONFIG_BOUNDS = {"max_depth": 32, "max_items": 100_000, "max_text": 65_536}
+"""How deep, large and long the values of a recorded run config may be
+(`src.checks.nested_excess`)."""
+
+# A hint of the config checks for YAML files; recorded run configs are not YAML.
+_YAML_HINT = ", e.g. 3.0e-4 in YAML"
+
+
+class RunConfigError(CorruptFileError, ConfigError):
+    """A bad value in a run's recorded config (config.json, or the one a policy.pt records):
+    a `CorruptFileError` naming the file and a `ConfigError` naming the key and the value."""
+
+
+def _refused(path: Path, why: str) -> CorruptFileError:
+    return CorruptFileError(f"{path}: {why}", path=path, format=path.suffix)
+
+
+def _bounded(recorded: Any, path: Path) -> dict[str, Any]:
+    """`recorded`, a run config read from `path`, if it is a mapping within `RUN_CONFIG_BOUNDS`."""
+    if not isinstance(recorded, dict):
+        raise _refused(path, f"its run config is a {type(recorded).__name__}, not a mapping")
+    excess = nested_excess(recorded, **RUN_CONFIG_BOUNDS)
+    if excess is not None:
+        raise _refused(path, f"its run config {excess}")
+    return recorded
+
+
+def _typed(recorded: dict[str, Any], path: Path) -> RunConfig:
+    """`RunConfig.from_recorded(recorded)`, a refusal made one line naming `path`."""
+    try:
+        return RunConfig.from_recorded(recorded)
+    except (TypeError, ValueError, KeyError) as error:
+        why = " ".join(str(error).split()).replace(_YAML_HINT, "")[:500]
+        kind = RunConfigError if isinstance(error, ConfigError) else CorruptFileError
+        raise kind(f"{path}: {why}", path=path, format=path.suffix) from None
+
+
+def recorded_run_config(recorded: Any, path: str | Path) -> RunConfig:
+    """The typed run config `recorded` in the file `path` (the `config` entry of a policy.pt,
+    say), bounded and read as `RunFiles.read_run_config` reads config.json's."""
+    return _typed(_bounded(recorded, Path(path)), Path(path))
 
 
 @dataclass(frozen=True)
@@ -118,3 +189,41 @@ class RunFiles:
     def templates(cls, run_dir: str) -> dict[str, str]:
         """Every file as a path template under the run-folder template `run_dir`."""
         return {key: f"{run_dir}/{name}" for key, name in cls.NAMES.items()}
+
+    def read_config(self) -> dict[str, Any]:
+        """config.json as the run recorded it, bounded, with the identity every reader needs:
+        `env_name` and `algo` strings, `run_idx` an integer >= 0.
+
+        Raises `CorruptFileError` (a `ValueError`), one line naming the file and the value.
+        """
+        path = self.config
+        try:
+            size = regular_file(path.parent, path.name).stat().st_size
+        except FileNotFoundError:
+            size = 0  # load_from_file names the missing file
+        if size > RUN_CONFIG_BYTES:
+            raise _refused(
+                path, f"holds {size} bytes, more than the {RUN_CONFIG_BYTES} a run config may hold"
+            )
+        recorded = _bounded(load_from_file(path.parent, path.name), path)
+        missing = [key for key in ("env_name", "algo", "run_idx") if key not in recorded]
+        if missing:
+            raise _refused(path, f"lacks required keys: {missing}")
+        for key in ("env_name", "algo"):
+            if not isinstance(recorded[key], str):
+                raise _refused(path, f"{key}={shown(recorded[key])}: must be a string")
+        if not is_int(recorded["run_idx"]) or recorded["run_idx"] < 0:
+            raise _refused(
+                path, f"run_idx={shown(recorded['run_idx'])}: must be a JSON integer >= 0"
+            )
+        return recorded
+
+    def read_run_config(self) -> tuple[dict[str, Any], RunConfig]:
+        """(config.json as `read_config` reads it, the typed `RunConfig` it records).
+
+        Raises `CorruptFileError`, one line naming the file: a `RunConfigError` naming the key
+        and the value, or the keys that differ from this code's for a config.json of another
+        code version.
+        """
+        recorded = self.read_config()
+        return recorded, _typed(recorded, self.config)

@@ -12,18 +12,18 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from src.analysis.export import (
+from src.containment import open_regular
+from src.core.io import atomic_output
+from src.runfiles import RunFiles
+from src.schemas import (
     CERTIFICATE_COLUMNS,
     EVAL_SCHEMA,
     HISTORY_SCHEMA,
     UPDATES_SCHEMA,
     VIOLATING_EPISODES,
-    load_run_config,
+    read_parquet,
+    write_parquet,
 )
-from src.analysis.files import read_parquet, write_parquet
-from src.containment import open_regular
-from src.core.io import atomic_output
-from src.runfiles import RunFiles
 
 __all__ = ["ADDED_COLUMNS", "CONFIGS_METADATA_KEY", "RUN_TABLES", "aggregate", "load_table"]
 
@@ -37,7 +37,7 @@ RUN_TABLES: dict[str, pa.Schema] = {
 }
 
 # File name stem -> nullable columns added after files of that table were first written:
-# read as null from older files (`src.analysis.files.read_parquet`).
+# read as null from older files (`src.schemas.read_parquet`).
 ADDED_COLUMNS: dict[str, tuple[str, ...]] = {"eval": (*CERTIFICATE_COLUMNS, VIOLATING_EPISODES)}
 
 
@@ -86,7 +86,7 @@ def aggregate(run_dirs: Sequence[str | Path], tables_dir: str | Path) -> None:
     """Concatenate `eval`, `history` and `updates` of all runs into `tables_dir` (Parquet + CSV).
 
     Every run dir must hold `config.json`, `eval.parquet`, `history.parquet` and
-    `updates.parquet` with the schemas of `src.analysis.export` (files from before a column of
+    `updates.parquet` with the schemas of `src.schemas` (files from before a column of
     `ADDED_COLUMNS` existed are read with it null). Runs must be distinct
     (env, algo, run) triples. All inputs are read and checked before anything is written.
     """
@@ -97,7 +97,7 @@ def aggregate(run_dirs: Sequence[str | Path], tables_dir: str | Path) -> None:
     seen: dict[tuple[str, str, int], Path] = {}
     for run_dir in run_dirs:
         run_path = Path(run_dir)
-        config = load_run_config(run_path)
+        config = RunFiles(run_path).read_config()
         identity = (config["env_name"], config["algo"], int(config["run_idx"]))
         if identity in seen:
             raise ValueError(f"run {identity} appears twice: {seen[identity]} and {run_path}")

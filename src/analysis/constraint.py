@@ -47,8 +47,8 @@ import pandas as pd
 import pyarrow as pa
 
 from src.analysis.aggregate import CONFIGS_METADATA_KEY
-from src.analysis.export import VIOLATING_EPISODES
 from src.config.base import recorded_constraint_horizon
+from src.schemas import VIOLATING_EPISODES
 from src.stats import between_run_interval, clopper_pearson_interval, exact_mcnemar, holm_adjust
 
 __all__ = [

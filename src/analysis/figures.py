@@ -61,7 +61,6 @@ from src.analysis.style import (
     algo_color,
     figure_title,
     new_figure,
-    plt,
     policy_label,
     policy_linestyle,
     save_figure,
@@ -69,6 +68,7 @@ from src.analysis.style import (
 from src.containment import remove_tree
 from src.core.io import create_dir
 from src.core.logging import log
+from src.plotting import plt
 
 __all__ = [
     "FIGURE_NAMES",

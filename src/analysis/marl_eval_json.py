@@ -39,15 +39,9 @@ import numpy as np
 import pyarrow as pa
 
 from src.algos.registry import algorithm_names, get_algorithm
-from src.analysis.export import (
-    EVAL_EPISODES_SCHEMA,
-    HISTORY_SCHEMA,
-    UPDATES_SCHEMA,
-    load_run_config,
-)
-from src.analysis.files import read_parquet
 from src.core.io import save_to_file
 from src.runfiles import RunFiles
+from src.schemas import EVAL_EPISODES_SCHEMA, HISTORY_SCHEMA, UPDATES_SCHEMA, read_parquet
 
 __all__ = [
     "ABSOLUTE_METRICS",
@@ -156,7 +150,7 @@ def run_entries(run_dir: str | Path) -> tuple[str, int, dict[str, dict[str, Any]
     Reads config.json, history.parquet, updates.parquet and eval_episodes.parquet.
     """
     files = RunFiles(run_dir)
-    config = load_run_config(run_dir)
+    config = files.read_config()
     horizons = [int(h) for h in config.get("final_policy_eval_horizons", [])]
     history = read_parquet(files.history, HISTORY_SCHEMA)
     updates = read_parquet(files.updates, UPDATES_SCHEMA)

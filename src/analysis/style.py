@@ -12,15 +12,11 @@ import zlib
 from collections.abc import Iterable
 from pathlib import Path
 
-import matplotlib
-
-matplotlib.use("Agg")  # figures are written to files by workflow jobs without a display
-
-import matplotlib.pyplot as plt
 from matplotlib.figure import Figure
 
 from src.algos.registry import algorithm_names, get_algorithm
 from src.core.io import atomic_output
+from src.plotting import plt
 
 __all__ = [
     "ALGO_COLORS",

@@ -78,7 +78,7 @@ import pandas as pd
 import pyarrow as pa
 
 from src.algos import metrics as M
-from src.analysis.export import CERTIFICATE_COLUMNS, VIOLATING_EPISODES, updates_table
+from src.analysis.export import updates_table
 from src.analysis.video_page import MAX_VIDEOS, run_videos
 from src.containment import (
     ContainmentError,
@@ -95,6 +95,7 @@ from src.core.logging import log
 from src.core.wandb import episode_rows, log_history, start_run
 from src.records import load_history
 from src.runfiles import RunFiles
+from src.schemas import CERTIFICATE_COLUMNS, VIOLATING_EPISODES
 
 __all__ = [
     "UPLOAD_LATER",

@@ -17,7 +17,20 @@ custom: dict                             # only for a task or algorithm given by
 implementation versions that apply to the algorithm, the `algo_params` against the sections
 the algorithm's spec names) and builds the typed sections: `env`, `ppo`, `evaluation`, and
 `lagrange` or `shield` where the algorithm has them. Trainers, evaluation and analysis read
-the sections and check nothing again. `to_dict` gives back the flat form (config.json).
+the sections and check nothing again.
+
+`to_dict` gives back the flat form, which a run records (config.json, and the `config` entry
+of policy.pt), together with what `from_dict` resolved (`RECORDED_KEYS`):
+
+```
+shielded: bool                           # the algorithm's actions pass through a shield
+sections: {name: {field: value}}         # every tunable field of each section, defaults too
+```
+
+`RunConfig.from_recorded` reads that form back as it was resolved when the run was made,
+without looking anything up again (no algorithm registry, custom entry or version name):
+every value is checked by its rule, and a recording of another code version, with keys this
+code does not know or without keys it needs, is refused naming them.
 """
 
 from __future__ import annotations
@@ -28,8 +41,22 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from src.algos.registry import RETIRED_VERSIONS, get_algorithm, versions_of
-from src.checks import ConfigError, check_int, check_mapping, check_str, fail
-from src.config.base import REQUIRED_BASE_KEYS, create_base_config, recorded_constraint_horizon
+from src.checks import (
+    ConfigError,
+    check_bool,
+    check_int,
+    check_mapping,
+    check_str,
+    fail,
+    shown,
+)
+from src.config.base import (
+    BASE_CHECKS,
+    OPTIONAL_CHECKS,
+    REQUIRED_BASE_KEYS,
+    create_base_config,
+    recorded_constraint_horizon,
+)
 from src.config.evaluation import EvalConfig
 from src.config.lagrange import LagrangeConfig
 from src.config.ppo import PPOConfig
@@ -39,6 +66,7 @@ from src.custom import recorded_entries
 
 __all__ = [
     "OPTIONAL_RUN_KEYS",
+    "RECORDED_KEYS",
     "RUN_KEYS",
     "SECTIONS",
     "EnvConfig",
@@ -56,6 +84,10 @@ OPTIONAL_RUN_KEYS = ("custom",)
 MAX_THREADS = 256
 # Keys config.json adds after training (provenance); they are not part of the config.
 METADATA_KEYS = ("git_commit", "git_dirty", "package_versions", "kernels")
+# Keys to_dict adds from what from_dict resolved through the algorithm's spec: whether its
+# actions pass through a shield, and every tunable field of each of its sections. A recording
+# is read back from them (from_recorded); from_dict, which resolves them, passes over them.
+RECORDED_KEYS = ("shielded", "sections")
 # Section name (as in AlgorithmSpec.sections) -> its dataclass.
 SECTIONS: dict[str, type[Section]] = {
     "ppo": PPOConfig,
@@ -82,7 +114,8 @@ class EnvConfig:
 
 @dataclass(frozen=True, kw_only=True)
 class RunConfig:
-    """One training run, typed. Build it with `from_dict` (which checks it)."""
+    """One training run, typed. Build it with `from_dict` (which checks it), or read a run's
+    recording back with `from_recorded`."""
 
     algo: str
     """Algorithm name, a key of `src.algos.registry.ALGORITHMS`."""
@@ -104,6 +137,8 @@ class RunConfig:
     """The constraint's multiplier (algorithms with the `lagrange` section)."""
     shield: ShieldConfig | None = None
     """The shield (algorithms with the `shield` section)."""
+    shielded: bool = False
+    """Whether the algorithm's actions pass through a shield (its spec's `shielded`)."""
     base: Mapping[str, Any] = field(default_factory=dict)
     """The base config (`create_base_config` output), for to_dict and wandb."""
     algo_params: Mapping[str, Any] = field(default_factory=dict)
@@ -145,8 +180,20 @@ class RunConfig:
         """The implementation version `key` (e.g. `lag_version`) of the base config."""
         return str(self.base[key])
 
+    @property
+    def eval_modes(self) -> tuple[bool, ...]:
+        """Shield settings the final policy is evaluated with: on and off, or just off."""
+        return (True, False) if self.shielded else (False,)
+
+    def sections(self) -> dict[str, Section]:
+        """The algorithm's sections by name (`SECTIONS`): `ppo`, and `lagrange` or `shield`
+        where it has them."""
+        held = {"ppo": self.ppo, "lagrange": self.lagrange, "shield": self.shield}
+        return {name: section for name, section in held.items() if section is not None}
+
     def to_dict(self) -> dict[str, Any]:
-        """The flat form: the base config plus the run keys (what config.json holds)."""
+        """The flat form a run records (config.json): the base config, the run keys and what
+        `from_dict` resolved (`RECORDED_KEYS`)."""
         return {
             **dict(self.base),
             "algo": self.algo,
@@ -157,11 +204,14 @@ class RunConfig:
             "threads": self.threads,
             "checkpoint_every": self.checkpoint_every,
             **({"custom": dict(self.custom)} if self.custom else {}),
+            "shielded": self.shielded,
+            "sections": {name: section.tunables() for name, section in self.sections().items()},
         }
 
     @classmethod
     def from_dict(cls, config: Mapping[str, Any] | RunConfig) -> RunConfig:
-        """Check a flat run config (e.g. config.json) and build the typed sections.
+        """Check a flat run config (e.g. a workflow's run) and build the typed sections, as
+        the algorithm's spec names them.
 
         Raises `ConfigError` whose message is one line naming the key and the value.
         """
@@ -172,33 +222,12 @@ class RunConfig:
         missing = [key for key in (*RUN_KEYS, *REQUIRED_BASE_KEYS) if key not in config]
         if missing:
             raise ConfigError(f"run config lacks the keys {missing}")
-        given = {
-            k: v
-            for k, v in config.items()
-            if k not in RUN_KEYS and k not in OPTIONAL_RUN_KEYS and k not in METADATA_KEYS
-        }
-        horizons = given.get("final_policy_eval_horizons")
-        if isinstance(horizons, list):
-            given["final_policy_eval_horizons"] = tuple(horizons)
-        base = create_base_config(**given)
-
+        base = _base_of(config)
         custom = _check_custom(config.get("custom", {}), base["env_name"], config["algo"])
         try:
             spec = get_algorithm(config["algo"])
         except ValueError as error:
             raise ConfigError(f"algo={config['algo']!r}: {error}") from None
-        run_idx = check_int("run_idx", config["run_idx"], low=0)
-        seed = check_int("seed", config["seed"], low=0)
-        if seed != base["seed_offset"] + run_idx:
-            raise fail("seed", seed, f"seed_offset + run_idx = {base['seed_offset'] + run_idx}")
-        env_params = check_mapping("env_params", config["env_params"])
-        for key in ("n_agents", "num_envs"):
-            if key in env_params:
-                raise ConfigError(
-                    f"env_params.{key}={env_params[key]!r}: must not be set there; "
-                    f"{key} is a base-config key"
-                )
-        algo_params = check_mapping("algo_params", config["algo_params"])
         for key in spec.version_keys:
             if base[key] not in versions_of(key):
                 known = ", ".join(sorted(versions_of(key)))
@@ -207,7 +236,7 @@ class RunConfig:
                     f"{key}={base[key]!r}: unknown {key} {base[key]!r} for {spec.name}; "
                     f"known: {known}" + (f" ({retired})" if retired else "")
                 )
-
+        algo_params = check_mapping("algo_params", config["algo_params"])
         sections = {name: SECTIONS[name] for name in spec.sections}
         tunable = {name for section in sections.values() for name in section.tunable_names()}
         unknown = sorted(set(algo_params) - tunable)
@@ -230,9 +259,85 @@ class RunConfig:
                 "for another value"
             )
         params = {**algo_params, **spec.fixed}
-        built = {name: section.from_parts(base, params) for name, section in sections.items()}
-        return cls(
+        return cls._built(
+            config,
+            base,
             algo=spec.name,
+            shielded=spec.shielded,
+            sections={name: section.from_parts(base, params) for name, section in sections.items()},
+            algo_params=algo_params,
+            custom=custom,
+        )
+
+    @classmethod
+    def from_recorded(cls, recorded: Mapping[str, Any]) -> RunConfig:
+        """The run config a run recorded (`to_dict`: its config.json, or the `config` entry of
+        its policy.pt), as it was resolved when the run was made.
+
+        Nothing is looked up again: the algorithm's sections and `shielded` are the recorded
+        ones, the custom entries and version names are taken as recorded (they were checked
+        when the run was made, and the code that rebuilds a policy checks them again). Every
+        value is checked by its rule: the base by `create_base_config`, each section by its
+        own, the identity and settings as `from_dict` checks them, and each `algo_params`
+        entry must be what its section holds.
+
+        Raises `ConfigError`, one line: naming the key and the value, or for a recording of
+        another code version (keys this code does not know, or without keys it needs) the
+        keys that differ.
+        """
+        if not isinstance(recorded, Mapping):
+            raise ConfigError(f"a run config must be a mapping, got {type(recorded).__name__}")
+        _check_recorded_keys(recorded)
+        base = _base_of(recorded)
+        sections = {
+            name: SECTIONS[name].from_parts(base, values)
+            for name, values in check_mapping("sections", recorded["sections"]).items()
+        }
+        algo_params = check_mapping("algo_params", recorded["algo_params"])
+        held = {key: value for part in sections.values() for key, value in part.tunables().items()}
+        for key, value in algo_params.items():
+            given = list(value) if isinstance(value, tuple) else value
+            if given != held[key]:
+                raise ConfigError(
+                    f"algo_params.{key}={shown(value)}: its section records {shown(held[key])}"
+                )
+        return cls._built(
+            recorded,
+            base,
+            algo=check_str("algo", recorded["algo"]),
+            shielded=check_bool("shielded", recorded["shielded"]),
+            sections=sections,
+            algo_params=algo_params,
+            custom=check_mapping("custom", recorded.get("custom", {})),
+        )
+
+    @classmethod
+    def _built(
+        cls,
+        config: Mapping[str, Any],
+        base: dict[str, Any],
+        *,
+        algo: str,
+        shielded: bool,
+        sections: Mapping[str, Section],
+        algo_params: dict[str, Any],
+        custom: dict[str, Any],
+    ) -> RunConfig:
+        """The run config of the flat `config` whose base is `base` and whose algorithm makes
+        the rest (`algo` ... `custom`); checks the identity and settings."""
+        run_idx = check_int("run_idx", config["run_idx"], low=0)
+        seed = check_int("seed", config["seed"], low=0)
+        if seed != base["seed_offset"] + run_idx:
+            raise fail("seed", seed, f"seed_offset + run_idx = {base['seed_offset'] + run_idx}")
+        env_params = check_mapping("env_params", config["env_params"])
+        for key in ("n_agents", "num_envs"):
+            if key in env_params:
+                raise ConfigError(
+                    f"env_params.{key}={env_params[key]!r}: must not be set there; "
+                    f"{key} is a base-config key"
+                )
+        return cls(
+            algo=algo,
             run_idx=run_idx,
             seed=seed,
             threads=check_int("threads", config["threads"], low=1, high=MAX_THREADS),
@@ -244,13 +349,64 @@ class RunConfig:
                 n_agents=base["n_agents"],
                 params=env_params,
             ),
-            ppo=built["ppo"],
+            ppo=sections["ppo"],
             evaluation=EvalConfig.from_parts(base, {}),
-            lagrange=built.get("lagrange"),
-            shield=built.get("shield"),
+            lagrange=sections.get("lagrange"),
+            shield=sections.get("shield"),
+            shielded=shielded,
             base=base,
             algo_params=algo_params,
             custom=custom,
+        )
+
+
+def _base_of(config: Mapping[str, Any]) -> dict[str, Any]:
+    """The base config of a flat run config: its keys but the run's, through
+    `create_base_config`."""
+    given = {
+        key: value
+        for key, value in config.items()
+        if key not in (*RUN_KEYS, *OPTIONAL_RUN_KEYS, *METADATA_KEYS, *RECORDED_KEYS)
+    }
+    horizons = given.get("final_policy_eval_horizons")
+    if isinstance(horizons, list):
+        given["final_policy_eval_horizons"] = tuple(horizons)
+    return create_base_config(**given)
+
+
+def _check_recorded_keys(recorded: Mapping[str, Any]) -> None:
+    """Refuse a recording whose keys are not those this code records: with keys it does not
+    know (top-level, a section or its field as `sections.NAME.FIELD`, an `algo_params` entry
+    that no recorded section has) or without keys it needs."""
+    known = {*BASE_CHECKS, *OPTIONAL_CHECKS, *RUN_KEYS, *OPTIONAL_RUN_KEYS, *RECORDED_KEYS}
+    unknown = [str(key) for key in recorded if key not in {*known, *METADATA_KEYS}]
+    missing = [key for key in (*BASE_CHECKS, *RUN_KEYS, *RECORDED_KEYS) if key not in recorded]
+    sections = recorded.get("sections")
+    if isinstance(sections, Mapping):
+        fields: set[str] = set()
+        for name, values in sections.items():
+            if name not in SECTIONS:
+                unknown.append(f"sections.{name}")
+                continue
+            if not isinstance(values, Mapping):
+                raise fail(f"sections.{name}", values, "a mapping of the section's fields")
+            names = SECTIONS[name].tunable_names()
+            fields.update(names)
+            unknown += [f"sections.{name}.{key}" for key in values if key not in names]
+            missing += [f"sections.{name}.{key}" for key in names if key not in values]
+        if "ppo" not in sections:
+            missing.append("sections.ppo")
+        params = recorded.get("algo_params")
+        if isinstance(params, Mapping):
+            unknown += [f"algo_params.{key}" for key in params if key not in fields]
+    if unknown or missing:
+        differ = [
+            f"{kind} keys {shown(keys)}"
+            for kind, keys in (("unknown", unknown), ("missing", missing))
+            if keys
+        ]
+        raise ConfigError(
+            f"recorded by another code version: {', '.join(differ)}; rerun the training"
         )
 
 

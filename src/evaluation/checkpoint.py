@@ -31,16 +31,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NoReturn
 
-from src.algos.registry import get_algorithm
 from src.algos.shield.calibration import Certificate, load_certificate
-from src.analysis.export import EVAL_SCHEMA, table_with_config
-from src.analysis.files import write_parquet
 from src.config.base import SEED_MAX
 from src.config.run import RunConfig
 from src.containment import ContainmentError, regular_file
 from src.core.io import PersistenceError
-from src.evaluation.run_inputs import check_policy, read_run_config
+from src.evaluation.run_inputs import check_policy
 from src.runfiles import RunFiles
+from src.schemas import EVAL_SCHEMA, table_with_config, write_parquet
 
 __all__ = ["EVALUATION_METADATA_KEY", "CheckpointRequest", "UsageError", "main", "parse_request"]
 
@@ -144,8 +142,8 @@ def _read_run(run_dir: Path) -> tuple[dict[str, Any], RunConfig, Certificate | N
                 f"RUN_DIR {run_dir} has no {path.name}: not a trained run folder"
             ) from None
     # Bounded and checked, the policy's recorded shapes too, before anything is built.
-    raw, config = read_run_config(run_dir)
-    if get_algorithm(config.algo).entry is not None or raw.get("custom"):
+    raw, config = files.read_run_config()
+    if config.custom:
         raise UsageError(
             f"{run_dir} is a run of a task or algorithm given by import path; this command "
             "evaluates runs of the built-in ones only"
@@ -195,9 +193,8 @@ def parse_request(argv: Sequence[str] | None = None) -> CheckpointRequest:
         raise UsageError(f"--horizons must be >= 1, got {bad[0]}")
     if len(set(horizons)) != len(horizons):
         raise UsageError(f"--horizons must be distinct, got {' '.join(map(str, horizons))}")
-    spec = get_algorithm(config.algo)
-    modes = tuple(spec.eval_modes) if args.shield is None else SHIELD_MODES[args.shield]
-    if True in modes and not spec.shielded:
+    modes = config.eval_modes if args.shield is None else SHIELD_MODES[args.shield]
+    if True in modes and not config.shielded:
         raise UsageError(f"--shield {args.shield}: {config.algo} has no shield")
     if args.num_envs is not None and args.num_envs < 1:
         raise UsageError(f"--num-envs must be >= 1, got {args.num_envs}")
@@ -218,17 +215,19 @@ def parse_request(argv: Sequence[str] | None = None) -> CheckpointRequest:
 
 def run(request: CheckpointRequest) -> int:
     """Evaluate the request and write its file; the number of rows written."""
-    from src.evaluation.evaluate import evaluate_policy  # torch and the envs: after the checks
+    # torch and the envs: after the checks
+    from src.algos.policy import load_actor
+    from src.evaluation.evaluate import evaluate_policy
 
+    certificate = request.certificate
     rows, _ = evaluate_policy(
-        request.run_dir,
+        {mode: load_actor(request.run_dir, shielded=mode) for mode in request.modes},
         request.config,
         seeds=request.seeds,
         horizons=request.horizons,
-        modes=request.modes,
         batch_size=request.num_envs,
         actor_seed=request.first_seed,
-        certificate=request.certificate,
+        certificate=None if certificate is None else certificate.to_dict(),
     )
     table = table_with_config(rows, EVAL_SCHEMA, request.raw_config)
     metadata = dict(table.schema.metadata or {})

@@ -6,17 +6,16 @@ and disjoint between runs (pooled episodes are independent layouts), run in batc
 copies of one `VectorEnv`; the hidden training cap is lifted to the largest horizon. Each row
 keeps, besides the counts, the indices i of its violating episodes (`violating_episodes`), so
 that two algorithms' run r can be compared episode by episode on the same seeds. Shielded
-algorithms are evaluated twice (their spec's `eval_modes`): with the shield (deployed policy)
+algorithms are evaluated twice (the run config's `eval_modes`): with the shield (deployed policy)
 and without it (base policy). Every row of a run carries the certificate of its deployed
 shield (`src.algos.shield.calibration.Certificate`, read from policy.pt; null columns for runs
 without one). On request the episodes themselves are kept too (`eval_episodes.parquet`: return,
 cost, first violation and the shield's interventions of each, `EVAL_EPISODES_SCHEMA`), and the
-certificate as a small record of its own (`certificate.json`,
-`src.evaluation.certificate_record`).
+certificate as a small record of its own (`certificate.json`, `src.schemas.certificate_record`).
 
-`evaluate_policy` is the evaluation itself on any reset seeds and horizons (the command
-`python -m src.evaluation.checkpoint` evaluates a saved run with it); `evaluate_run` runs it on
-the run config's own seeds and horizons.
+`evaluate_policy` is the evaluation itself of a policy's actors on any reset seeds and horizons
+(the command `python -m src.evaluation.checkpoint` evaluates a saved run with it);
+`evaluate_run` reads a run folder and runs it on the run config's own seeds and horizons.
 """
 
 from __future__ import annotations
@@ -29,27 +28,27 @@ import numpy as np
 import pandas as pd
 
 from src.algos.policy import load_actor
-from src.algos.registry import get_algorithm
-from src.algos.shield.calibration import Certificate, load_certificate
-from src.analysis.export import (
-    EVAL_EPISODES_SCHEMA,
-    EVAL_SCHEMA,
-    certificate_columns,
-    table_with_config,
-)
-from src.analysis.files import write_parquet
+from src.algos.shield.calibration import load_certificate
 from src.config.base import VERSION_KEYS
 from src.config.run import RunConfig
 from src.envs.registry import make_vector_env
-from src.evaluation.certificate_record import certificate_record, write_certificate_record
 from src.evaluation.episodes import (
     EpisodeBatch,
     first_violation_steps,
     horizon_summary,
     sums_within_horizons,
 )
-from src.evaluation.run_inputs import check_eval_memory, check_policy, read_run_config
+from src.evaluation.run_inputs import check_eval_memory, check_policy
 from src.runfiles import RunFiles
+from src.schemas import (
+    EVAL_EPISODES_SCHEMA,
+    EVAL_SCHEMA,
+    certificate_columns,
+    certificate_record,
+    table_with_config,
+    write_certificate_record,
+    write_parquet,
+)
 
 __all__ = ["collect_episodes", "episode_rows", "evaluate_policy", "evaluate_run"]
 
@@ -245,19 +244,20 @@ def episode_rows(
 
 
 def evaluate_policy(
-    run_dir: str | Path,
+    actors: Mapping[bool, ActorLike],
     config: RunConfig,
     *,
     seeds: Sequence[int],
     horizons: Sequence[int],
-    modes: Sequence[bool],
     batch_size: int,
     actor_seed: int,
-    certificate: Certificate | None,
+    certificate: Mapping[str, Any] | None,
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """Evaluate the run's final policy on `seeds` (one episode each) for every shield mode of
-    `modes` (True: the shield filters the actions): (rows of eval.parquet, one per mode and
-    horizon; rows of eval_episodes.parquet, one per mode and episode).
+    """Evaluate a run's final policy on `seeds` (one episode each) in every shield mode of
+    `actors` (mode -> the policy acting in it, `src.algos.policy.load_actor`; True: the shield
+    filters the actions): (rows of eval.parquet, one per mode and horizon, each with the
+    deployed shield's `certificate` as a dict, `Certificate.to_dict`; rows of
+    eval_episodes.parquet, one per mode and episode). No actor: no rows.
 
     The hidden training cap is lifted to the largest horizon; the episodes run `batch_size`
     env copies at a time, the policy's generator of batch b seeded `actor_seed + b *
@@ -267,11 +267,9 @@ def evaluate_policy(
     horizons = [int(h) for h in horizons]
     max_steps = max(horizons)
     params = config.env.constructor_params(max_steps=max_steps)
-    certificate_dict = None if certificate is None else certificate.to_dict()
     rows: list[pd.DataFrame] = []
     episodes: list[pd.DataFrame] = []
-    for shielded in modes:
-        actor = load_actor(run_dir, shielded=shielded)
+    for shielded, actor in actors.items():
         batch = collect_episodes(
             make_vec=lambda copies: make_vector_env(
                 config.env_name, num_envs=copies, seed=None, **params
@@ -285,7 +283,7 @@ def evaluate_policy(
         summary = horizon_summary(
             batch, horizons, confidence=config.evaluation.final_policy_eval_confidence
         )
-        rows.append(_rows(config, summary, shielded=shielded, certificate=certificate_dict))
+        rows.append(_rows(config, summary, shielded=shielded, certificate=certificate))
         episodes.append(episode_rows(config, batch, shielded=shielded, seeds=seeds))
     if not rows:
         return (
@@ -304,20 +302,23 @@ def evaluate_run(
 ) -> pd.DataFrame:
     """Evaluate a run's final policy and write `eval.parquet` (one row per horizon and shield mode).
 
-    Reads the run's config.json and policy.pt (the policy, and once the shield's certificate:
-    `src.algos.shield.calibration.load_certificate`), both checked first
-    (`src.evaluation.run_inputs`: bounded values, the policy's recorded shapes, the
-    evaluation's memory estimate within the job's). With `final_policy_eval_episodes: 0`
+    Reads the run's config.json (the run config it records, `src.runfiles.RunFiles.
+    read_run_config`) and policy.pt (the policy in each of the run config's `eval_modes`, and
+    once the shield's certificate, `src.algos.shield.calibration.load_certificate`), both
+    checked first (bounded values; `src.evaluation.run_inputs`: the policy's recorded shapes,
+    the evaluation's memory estimate within the job's). With `final_policy_eval_episodes: 0`
     the file is written with the schema and no rows. Returns the table as a DataFrame with
-    the columns of `src.analysis.export.EVAL_SCHEMA`.
+    the columns of `src.schemas.EVAL_SCHEMA`.
 
     `episodes_out`: also write the episodes (`eval_episodes.parquet`, `EVAL_EPISODES_SCHEMA`,
     the run's config as metadata); `certificate_out`: also write the certificate record
-    (`certificate.json`, `src.evaluation.certificate_record`). Every file is computed before
-    the first is written, each atomically.
+    (`certificate.json`, `src.schemas.certificate_record`). Every file is computed before the
+    first is written, each atomically.
     """
-    raw, config = read_run_config(run_dir)
+    files = RunFiles(run_dir)
+    raw, config = files.read_run_config()
     settings = config.evaluation
+    actors: dict[bool, ActorLike] = {}
     certificate = None
     if settings.episodes > 0 or certificate_out is not None:
         # Before the policy's certificate is read or its network built: its recorded shapes,
@@ -325,26 +326,22 @@ def evaluate_run(
         shape = check_policy(run_dir, config)
         if settings.episodes > 0:
             obs_dim, n_actions, box = shape or (1, 1, False)
-            check_eval_memory(
-                config, RunFiles(run_dir).config, obs_dim=obs_dim, n_actions=n_actions, box=box
-            )
+            check_eval_memory(config, files.config, obs_dim=obs_dim, n_actions=n_actions, box=box)
+            actors = {mode: load_actor(run_dir, shielded=mode) for mode in config.eval_modes}
         certificate = load_certificate(run_dir)
-    result = pd.DataFrame(columns=EVAL_SCHEMA.names)
-    episodes = pd.DataFrame(columns=EVAL_EPISODES_SCHEMA.names)
-    if settings.episodes > 0:
-        result, episodes = evaluate_policy(
-            run_dir,
-            config,
-            seeds=settings.seeds(config.run_idx),
-            horizons=settings.horizons,
-            modes=get_algorithm(config.algo).eval_modes,
-            batch_size=settings.batch_size,
-            actor_seed=settings.first_seed(config.run_idx),
-            certificate=certificate,
-        )
+    certificate_dict = None if certificate is None else certificate.to_dict()
+    result, episodes = evaluate_policy(
+        actors,
+        config,
+        seeds=settings.seeds(config.run_idx),
+        horizons=settings.horizons,
+        batch_size=settings.batch_size,
+        actor_seed=settings.first_seed(config.run_idx),
+        certificate=certificate_dict,
+    )
     table = table_with_config(result, EVAL_SCHEMA, raw)
     episode_table = table_with_config(episodes, EVAL_EPISODES_SCHEMA, raw)
-    record = None if certificate_out is None else certificate_record(raw, certificate)
+    record = None if certificate_out is None else certificate_record(raw, certificate_dict)
     write_parquet(table, out_path)
     if episodes_out is not None:
         write_parquet(episode_table, episodes_out)

@@ -1,27 +1,26 @@
 """What evaluating or rendering a run reads from its folder, checked before anything is built.
 
 A run folder may come from elsewhere (results handed over to re-evaluate), so its
-`config.json` and `policy.pt` are input like a config. Before a network is built or an episode
-played:
+`config.json` and `policy.pt` are input like a config. config.json is read bounded and typed
+by `src.runfiles.RunFiles.read_run_config`; before a network is built or an episode played:
 
-- `read_run_config(run_dir)`: config.json, bounded (`src.analysis.export.load_run_config`:
-  size, depth, count, text), as a `RunConfig`; a bad value is refused in one line naming the
-  file and the value.
-- `check_policy(run_dir, config)`: the run's policy.pt. Its own config is bounded like
-  config.json's (a few kilobytes of shared references in a pickle can stand for billions of
-  values) and agrees with the run config in every value that sizes a network (the agents,
-  the PPO and shield hidden sizes, the shield's ensemble); its recorded network (`network`:
-  `obs_dim`, `n_agents`, `n_actions`, `hidden_sizes`) is the run config's and no larger than
-  the weights the file holds; the networks the config builds fit in half the job's memory
-  (`src.containment.archive_limit`). Returns the recorded (obs_dim, n_actions).
+- `check_policy(run_dir, config)`: the run's policy.pt. Its own config is read like
+  config.json's (`src.runfiles.recorded_run_config`: bounded, since a few kilobytes of shared
+  references in a pickle can stand for billions of values) and agrees with the run config in
+  every value that sizes a network (the agents, the PPO and shield hidden sizes, the shield's
+  ensemble); its recorded network (`network`: `obs_dim`, `n_agents`, `n_actions`,
+  `hidden_sizes`) is the run config's and no larger than the weights the file holds; the
+  networks the config builds fit in half the job's memory (`src.containment.archive_limit`).
+  Returns the recorded (obs_dim, n_actions).
 - `check_eval_memory(config, path, ...)`: the evaluation's estimated peak memory
   (`src.resources.eval_memory_mb`, the estimate the workflow checks its config with) within
   the job's `mem_mb` (the machine's memory outside a workflow job), so a config.json asking
   400,000 episodes at horizon 5,000 is refused as the same values in a workflow config are.
 
 Every refusal is a `CorruptFileError` (a `ValueError`), one line naming the file: a workflow
-job ends with that line, without a traceback. A bad value of the config is a `RunConfigError`,
-also the `src.checks.ConfigError` that names the key and the value.
+job ends with that line, without a traceback. A bad value of a recorded config is a
+`src.runfiles.RunConfigError`, also the `src.checks.ConfigError` that names the key and the
+value.
 """
 
 from __future__ import annotations
@@ -31,28 +30,19 @@ from pathlib import Path
 from typing import Any
 
 from src.algos.actions import POLICY_KEY
-from src.analysis.export import RUN_CONFIG_BOUNDS, load_run_config
-from src.checks import ConfigError, is_int, nested_excess, shown
+from src.checks import is_int, shown
 from src.config.run import RunConfig
 from src.containment import archive_limit, memory_bound
 from src.core.io import CorruptFileError, load_from_file_if_exists
 from src.resources import eval_memory_mb, mlp_params, train_memory_mb
-from src.runfiles import RunFiles
+from src.runfiles import RunFiles, recorded_run_config
 
-__all__ = [
-    "MAX_LAYERS",
-    "RunConfigError",
-    "check_eval_memory",
-    "check_policy",
-    "read_run_config",
-]
+__all__ = ["MAX_LAYERS", "check_eval_memory", "check_policy"]
 
 MAX_LAYERS = 64
 """The most hidden layers a recorded network may have."""
 
 _MB = 1024.0**2
-# A hint of the config checks for YAML files; run configs are JSON.
-_YAML_HINT = ", e.g. 3.0e-4 in YAML"
 
 
 def _listed(value: Any) -> str:
@@ -62,27 +52,6 @@ def _listed(value: Any) -> str:
 
 def _refused(path: Path, why: str) -> CorruptFileError:
     return CorruptFileError(f"{path}: {why}", path=path, format=path.suffix)
-
-
-class RunConfigError(CorruptFileError, ConfigError):
-    """A bad value in a run folder's config (config.json, or the one a policy.pt records):
-    a `CorruptFileError` naming the file and a `ConfigError` naming the key and the value."""
-
-
-def _config_of(raw: Mapping[str, Any], path: Path) -> RunConfig:
-    """`RunConfig.from_dict(raw)`, a bad value refused in one line naming `path`."""
-    try:
-        return RunConfig.from_dict(raw)
-    except (TypeError, ValueError, KeyError) as error:
-        why = " ".join(str(error).split()).replace(_YAML_HINT, "")[:500]
-        kind = RunConfigError if isinstance(error, ConfigError) else CorruptFileError
-        raise kind(f"{path}: {why}", path=path, format=path.suffix) from None
-
-
-def read_run_config(run_dir: str | Path) -> tuple[dict[str, Any], RunConfig]:
-    """(config.json as read, as a `RunConfig`) of the run folder `run_dir`, both checked."""
-    raw = load_run_config(run_dir)
-    return raw, _config_of(raw, RunFiles(run_dir).config)
 
 
 def _sizes(config: RunConfig) -> dict[str, Any]:
@@ -142,13 +111,7 @@ def check_policy(run_dir: str | Path, config: RunConfig) -> tuple[int, int, bool
     if not isinstance(state, Mapping):
         raise _refused(path, f"holds a {type(state).__name__}, not a dict of policy state")
     if "config" in state:
-        own = state["config"]
-        excess = nested_excess(own, **RUN_CONFIG_BOUNDS)
-        if excess is not None:
-            raise _refused(path, f"its run config {excess}")
-        if not isinstance(own, Mapping):
-            raise _refused(path, f"its entry 'config' is a {type(own).__name__}, not a dict")
-        expected, recorded = _sizes(config), _sizes(_config_of(own, path))
+        expected, recorded = _sizes(config), _sizes(recorded_run_config(state["config"], path))
         for key, value in expected.items():
             if recorded.get(key) != value:
                 raise _refused(

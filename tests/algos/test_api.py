@@ -17,13 +17,14 @@ from src.algos.policy import load_actor
 from src.algos.registry import get_algorithm
 from src.algos.train import build_trainer, make_vector_env_for, train_run
 from src.analysis.aggregate import aggregate
-from src.analysis.export import UPDATE_METRIC_KEYS, export_run
+from src.analysis.export import export_run
 from src.analysis.tables import make_summary
 from src.config.run import RunConfig, make_run_config
 from src.core.io import load_from_file
 from src.custom import register_algorithm
 from src.evaluation.evaluate import evaluate_run
 from src.runfiles import RunFiles
+from src.schemas import UPDATE_METRIC_KEYS
 from tests.tiny_runs import tiny_run_config
 
 REPO = Path(__file__).resolve().parents[2]

@@ -12,11 +12,11 @@ import pandas as pd
 
 from src.algos import metrics
 from src.algos.registry import algorithm_names, get_algorithm
-from src.analysis.export import EVAL_SCHEMA, certificate_columns, export_run, table_with_config
-from src.analysis.files import write_parquet
+from src.analysis.export import export_run
 from src.config.base import VERSION_KEYS
-from src.config.run import make_run_config
+from src.config.run import RunConfig, make_run_config
 from src.evaluation.episodes import EpisodeBatch, horizon_summary
+from src.schemas import EVAL_SCHEMA, certificate_columns, table_with_config, write_parquet
 
 HORIZONS = (1, 10, 50, 100, 200)
 # Per algorithm: how risky the synthetic policy is and how much return it gets.
@@ -28,9 +28,10 @@ def _shielded(algo: str) -> bool:
 
 
 def make_config(env: str, algo: str, run: int, *, episodes: int = 50) -> dict:
-    """A resolved run config (flat form), as the workflow writes it into config.json: the
-    constraint covers the episode cap, 100 steps (evaluated up to 200)."""
-    return make_run_config(
+    """A resolved run config (flat form), as training writes it into config.json
+    (`RunConfig.to_dict`): the constraint covers the episode cap, 100 steps (evaluated up to
+    200)."""
+    flat = make_run_config(
         env_name=env,
         algo=algo,
         run_idx=run,
@@ -43,6 +44,7 @@ def make_config(env: str, algo: str, run: int, *, episodes: int = 50) -> dict:
         final_policy_eval_seed_offset=1_000_000,
         final_policy_eval_confidence=0.95,
     )
+    return RunConfig.from_dict(flat).to_dict()
 
 
 def make_history(env: str, algo: str, run: int, *, episodes: int = 60, seed: int = 0) -> list[dict]:

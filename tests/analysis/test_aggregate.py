@@ -11,7 +11,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from src.analysis.aggregate import CONFIGS_METADATA_KEY, RUN_TABLES, aggregate, load_table
-from src.analysis.export import CERTIFICATE_COLUMNS
+from src.schemas import CERTIFICATE_COLUMNS
 from tests.analysis.synthetic import make_certificate, write_experiment, write_run_dir
 
 

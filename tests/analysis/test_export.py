@@ -9,16 +9,16 @@ import pyarrow.parquet as pq
 import pytest
 
 from src.algos import metrics
-from src.analysis.export import (
+from src.analysis.export import export_run
+from src.schemas import (
     EVAL_SCHEMA,
     HISTORY_SCHEMA,
     UPDATE_METRIC_KEYS,
     UPDATES_SCHEMA,
     config_from_metadata,
-    export_run,
+    read_parquet,
     table_with_config,
 )
-from src.analysis.files import read_parquet
 from tests.analysis.synthetic import make_config, make_history, make_updates, write_run_dir
 
 

@@ -14,16 +14,7 @@ import pytest
 from scipy.stats import trim_mean
 
 from src.algos.train import train_run
-from src.analysis.export import (
-    EVAL_EPISODES_SCHEMA,
-    EVAL_SCHEMA,
-    UPDATES_SCHEMA,
-    export_run,
-    history_table,
-    table_with_config,
-    updates_table,
-)
-from src.analysis.files import read_parquet, write_parquet
+from src.analysis.export import export_run, history_table, updates_table
 from src.analysis.marl_eval_json import (
     ABSOLUTE_METRICS,
     ENVIRONMENT,
@@ -35,6 +26,14 @@ from src.analysis.style import policy_label
 from src.core.io import save_to_file
 from src.evaluation.evaluate import evaluate_run
 from src.runfiles import RunFiles
+from src.schemas import (
+    EVAL_EPISODES_SCHEMA,
+    EVAL_SCHEMA,
+    UPDATES_SCHEMA,
+    read_parquet,
+    table_with_config,
+    write_parquet,
+)
 from tests.tiny_runs import tiny_run_config
 
 pytestmark = pytest.mark.slow

@@ -12,7 +12,6 @@ import yaml
 
 from src.analysis.aggregate import aggregate, load_table
 from src.analysis.constraint import compare_policies, run_configs
-from src.analysis.export import certificate_columns
 from src.analysis.figures import FIGURE_NAMES, make_figures
 from src.analysis.floor import Floor, write_floor
 from src.analysis.results_doc import (
@@ -34,6 +33,7 @@ from src.analysis.results_doc import (
 )
 from src.analysis.tables import NO_FLOOR, make_summary
 from src.containment import ContainmentError
+from src.schemas import certificate_columns
 from tests.analysis.synthetic import make_certificate, write_experiment
 
 

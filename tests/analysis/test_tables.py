@@ -11,7 +11,6 @@ import pandas as pd
 import pytest
 
 from src.analysis.aggregate import aggregate
-from src.analysis.export import certificate_columns
 from src.analysis.tables import (
     final_training_metrics,
     make_summary,
@@ -19,6 +18,7 @@ from src.analysis.tables import (
     summary_frame,
     summary_markdown,
 )
+from src.schemas import certificate_columns
 from src.stats import clopper_pearson_interval
 from tests.analysis.synthetic import HORIZONS, make_certificate, write_experiment
 

@@ -14,7 +14,6 @@ import pandas as pd
 import pytest
 
 from src.analysis import wandb_upload
-from src.analysis.export import certificate_columns
 from src.analysis.wandb_upload import (
     credentials_available,
     upload_experiment,
@@ -24,6 +23,7 @@ from src.analysis.wandb_upload import (
 from src.config.workflow import resolve_run_config, validate_workflow_config
 from src.core.io import save_to_file
 from src.records import EpisodeLog
+from src.schemas import certificate_columns
 from tests.analysis.synthetic import make_certificate
 from tests.wandb_file import find_run_files, read_history, read_records, read_summary
 

@@ -14,11 +14,10 @@ import pytest
 from src.algos.policy import load_actor
 from src.algos.shield.calibration import certificate_of, load_certificate
 from src.algos.train import train_run
-from src.analysis.export import CERTIFICATE_COLUMNS, EVAL_SCHEMA
-from src.analysis.files import read_parquet
 from src.checks import ConfigError
 from src.core.io import load_from_file, save_to_file
 from src.evaluation.evaluate import evaluate_run
+from src.schemas import CERTIFICATE_COLUMNS, EVAL_SCHEMA, read_parquet
 from tests.tiny_runs import tiny_run_config
 
 pytestmark = pytest.mark.slow

@@ -14,11 +14,10 @@ import pyarrow.parquet as pq
 import pytest
 
 from src.algos.train import train_run
-from src.analysis.export import EVAL_SCHEMA, config_from_metadata
-from src.analysis.files import read_parquet
 from src.evaluation.checkpoint import EVALUATION_METADATA_KEY, main
 from src.evaluation.evaluate import evaluate_run
 from src.runfiles import RunFiles
+from src.schemas import EVAL_SCHEMA, config_from_metadata, read_parquet
 from tests.tiny_runs import tiny_run_config
 
 pytestmark = pytest.mark.slow

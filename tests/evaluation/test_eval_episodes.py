@@ -13,11 +13,16 @@ import pytest
 
 from src.algos.shield.calibration import Certificate, load_certificate
 from src.algos.train import train_run
-from src.analysis.export import EVAL_EPISODES_SCHEMA, EVAL_SCHEMA, config_from_metadata
-from src.analysis.files import read_parquet
-from src.evaluation.certificate_record import RECORD_KEYS, certificate_record
 from src.evaluation.evaluate import collect_episodes, evaluate_run
 from src.runfiles import RunFiles
+from src.schemas import (
+    CERTIFICATE_RECORD_KEYS,
+    EVAL_EPISODES_SCHEMA,
+    EVAL_SCHEMA,
+    certificate_record,
+    config_from_metadata,
+    read_parquet,
+)
 from tests.tiny_runs import tiny_run_config
 
 pytestmark = pytest.mark.slow
@@ -147,7 +152,7 @@ def _strict_json(path: Path) -> dict:
 def test_the_certificate_record_of_a_shield_run(runs: dict[str, Path]) -> None:
     run_dir = runs["shield"]
     record = _strict_json(RunFiles(run_dir).certificate)
-    assert list(record) == list(RECORD_KEYS)
+    assert list(record) == list(CERTIFICATE_RECORD_KEYS)
     certificate = load_certificate(run_dir)
     assert certificate is not None and certificate.episodes == 4
     config = json.loads(RunFiles(run_dir).config.read_text())
@@ -177,9 +182,9 @@ def test_the_certificate_record_of_a_shield_run(runs: dict[str, Path]) -> None:
 
 def test_a_run_without_a_shield_has_a_record_saying_so(runs: dict[str, Path]) -> None:
     record = _strict_json(RunFiles(runs["ippo"]).certificate)
-    assert list(record) == list(RECORD_KEYS)
+    assert list(record) == list(CERTIFICATE_RECORD_KEYS)
     assert record["has_certificate"] is False and record["shielded"] is False
-    certificate_fields = set(RECORD_KEYS) - {
+    certificate_fields = set(CERTIFICATE_RECORD_KEYS) - {
         "env",
         "algo",
         "run",
@@ -206,8 +211,14 @@ def test_a_shield_that_tested_nothing_has_n_zero_and_no_p_value() -> None:
         p_value=math.nan,
         first_seed=123,
     )
-    config = {"env_name": "hazard_grid", "algo": "shield", "run_idx": 2, "git_commit": "abc"}
-    record = certificate_record(config, certificate)
+    config = {
+        "env_name": "hazard_grid",
+        "algo": "shield",
+        "run_idx": 2,
+        "shielded": True,
+        "git_commit": "abc",
+    }
+    record = certificate_record(config, certificate.to_dict())
     assert (record["n"], record["k"], record["p_value"], record["certified"]) == (
         0,
         None,

@@ -13,10 +13,10 @@ import pytest
 
 import src.evaluation.evaluate as evaluate_module
 from src.algos.shield.calibration import Certificate
-from src.analysis.export import CERTIFICATE_COLUMNS, EVAL_SCHEMA, config_from_metadata
 from src.config.run import RunConfig
 from src.envs.base import StepResult
 from src.evaluation.evaluate import collect_episodes, evaluate_run
+from src.schemas import CERTIFICATE_COLUMNS, EVAL_SCHEMA, config_from_metadata
 from tests.analysis.synthetic import make_certificate, make_config
 
 N_AGENTS = 2

@@ -9,12 +9,12 @@ import pytest
 
 from src.algos.train import train_run
 from src.analysis.aggregate import aggregate, load_table
-from src.analysis.export import EVAL_SCHEMA, HISTORY_SCHEMA, config_from_metadata, export_run
+from src.analysis.export import export_run
 from src.analysis.figures import FIGURE_NAMES, make_figures
-from src.analysis.files import read_parquet
 from src.analysis.tables import make_summary
 from src.evaluation.evaluate import evaluate_run
 from src.evaluation.render import POSTER_NAME, render_run
+from src.schemas import EVAL_SCHEMA, HISTORY_SCHEMA, config_from_metadata, read_parquet
 from tests.tiny_runs import tiny_run_config
 
 pytestmark = pytest.mark.slow

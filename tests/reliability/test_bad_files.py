@@ -402,7 +402,7 @@ def test_damaged_checkpoint_is_named_and_no_policy_is_written(
 def test_flipped_byte_in_a_run_table_never_reads_as_other_numbers(trained_run: Path, name: str):
     """A flipped byte in a run's table: an error naming it, never other numbers."""
     from src.analysis.aggregate import RUN_TABLES
-    from src.analysis.files import read_parquet
+    from src.schemas import read_parquet
 
     path = trained_run / name
     schema = RUN_TABLES[name.removesuffix(".parquet")]

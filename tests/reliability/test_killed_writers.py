@@ -70,7 +70,8 @@ def test_save_to_file_killed_before_publishing(tmp_path: Path):
 def test_analysis_writer_killed_before_publishing(tmp_path: Path, writer: str):
     import pyarrow as pa
 
-    from src.analysis.files import write_parquet, write_text
+    from src.analysis.files import write_text
+    from src.schemas import write_parquet
 
     name = "summary.md" if writer == "write_text" else "history.parquet"
     target = tmp_path / name
@@ -84,7 +85,7 @@ def test_analysis_writer_killed_before_publishing(tmp_path: Path, writer: str):
     else:
         write_parquet(table, target)
         code = (
-            "import sys\nimport pyarrow as pa\nfrom src.analysis.files import write_parquet\n"
+            "import sys\nimport pyarrow as pa\nfrom src.schemas import write_parquet\n"
             "write_parquet(pa.table({'x': [4]}), sys.argv[1])\n"
         )
     before = target.read_bytes()

@@ -77,8 +77,12 @@ def test_a_policy_recording_a_huge_network_is_refused_before_building_it(
     # A record the run config agrees with (the largest it accepts: 16 layers of 4096, 2 GB
     # of weights) does not help: the file holds far fewer weights.
     wide = [4096] * 16
-    _rewrite_config(trained_run, algo_params={"hidden_sizes": wide})
+    recorded = json.loads((trained_run / "config.json").read_text())
+    sections = recorded["sections"]
+    sections["ppo"]["hidden_sizes"] = wide
+    _rewrite_config(trained_run, algo_params={"hidden_sizes": wide}, sections=sections)
     state["config"]["algo_params"] = {"hidden_sizes": wide}
+    state["config"]["sections"] = sections
     state["network"]["hidden_sizes"] = wide
     save_to_file(state, trained_run, "policy.pt")
     with memory_budget(1000), pytest.raises(CorruptFileError) as refused:

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from src.config.ppo import PPOConfig
 from src.config.workflow import (
     WorkflowConfigError,
     check_workflow_config,
@@ -100,6 +101,9 @@ def test_resolved_run_config_matches_create_base_config():
         "algo_params": {"hidden_sizes": [32, 32]},
         "threads": 1,
         "checkpoint_every": 10,
+        # What the resolution gave: ippo's one section, every tunable field recorded.
+        "shielded": False,
+        "sections": {"ppo": PPOConfig.from_parts(base, {}).tunables() | {"hidden_sizes": [32, 32]}},
     }
     assert resolved == base | extras
 

@@ -13,14 +13,14 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 
-from src.analysis.export import (
+from src.code_inputs import import_closure
+from src.schemas import (
     EVAL_EPISODES_SCHEMA,
     EVAL_SCHEMA,
     HISTORY_SCHEMA,
     UPDATES_SCHEMA,
+    read_parquet,
 )
-from src.analysis.files import read_parquet
-from src.code_inputs import import_closure
 from tests.wandb_file import read_history
 from tests.workflow.conftest import REPO, WorkflowRun, job_counts, snakemake
 
