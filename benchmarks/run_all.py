@@ -1,19 +1,15 @@
 """Run the benchmark modules: ``python -m benchmarks.run_all [names...]`` (``make bench``).
 
 Each name in :data:`BENCHMARKS` is a module ``benchmarks.<name>`` with a ``main()`` that
-measures and writes its section of ``benchmarks/BENCHMARKS.md``. Without names, all run.
+measures and writes its section of ``benchmarks/BENCHMARKS.md``. Without names, all run; like
+every benchmark they report single-core numbers (``benchmarks/__init__.py`` pins the thread
+pools before NumPy loads).
 """
 
 from __future__ import annotations
 
-import os
-
-# Benchmarks report single-core numbers: pin the BLAS/OpenMP pools before anything imports NumPy.
-for _variable in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
-    os.environ[_variable] = "1"
-
-import importlib  # noqa: E402 - must follow the thread pinning above
-import sys  # noqa: E402
+import importlib
+import sys
 
 BENCHMARKS: tuple[str, ...] = ("envs", "mamujoco", "evaluation", "algos", "shield", "paper_grid")
 """Benchmark modules under ``benchmarks/``, run in this order."""
