@@ -1,29 +1,19 @@
 """Do the shields' certificates hold on reset seeds the project never uses?
 
-For every shield run of a results folder (every shielded algorithm, `shield` and
-`shield_dec`), the deployed policy (policy and shield with the
-certified allowance, as evaluated) plays `--episodes` episodes of its certificate's horizon
-(the constraint horizon) from reset seeds `--seed-offset + 10,000 k + i` (k counts the runs),
-by default the range `src.seeds.CERTIFICATE_CHECK`, which the workflow keeps every config's
-training, calibration and evaluation seeds out of (once a check has looked at a range, the
-next check takes a new one). It reports per run the
-certificate (allowance, calibration violations, p-value) and the fresh episodes' violations
-with a one-sided 95% Clopper-Pearson upper bound, and per env the pooled rate of the certified
-runs: a certificate that holds has a fresh rate at most `max_risk` (up to the fresh sample's
-own error); with probability delta a certificate may be wrong. It also runs every tested
-allowance again on the calibration seeds, with an episode loop of its own rather than the
-trainer's (the certificate must come out the same; the exit code is 1 otherwise) and times
-that against the run's evaluation: the certificate's cost next to the evaluation's.
+Every shield run's deployed policy plays episodes of its certificate's horizon from reset seeds
+of `src.seeds.CERTIFICATE_CHECK` (or `--seed-offset`), that no training, calibration or
+evaluation uses: per run its certificate and the fresh violations with a 95% upper bound, per
+env the pooled rate of the certified runs against `max_risk`. Every tested allowance is run
+again on the calibration seeds with an episode loop of its own (the certificate must come out
+the same; exit code 1 otherwise), timed against its peer, the run's evaluation.
 
-Run: `python -m benchmarks.certificate_check --results results/default [--write]`.
+Run: `python -m benchmarks.certificate_check --results results/default [--write]`. Results go
+to `benchmarks/out/certificate_check.json` and the certificate_check section of BENCHMARKS.md.
 """
 
 from __future__ import annotations
 
-import argparse
-import json
 import math
-import os
 import tempfile
 import time
 from collections.abc import Sequence
@@ -33,20 +23,25 @@ from typing import Any
 import numpy as np
 import torch
 
-from benchmarks.common import machine_info, write_section
+from benchmarks.common import (
+    BENCHMARKS_MD,
+    OUT,
+    Clock,
+    arguments,
+    play,
+    save_results,
+    table,
+    violating,
+)
 from src.algos.policy import load_actor
 from src.algos.registry import shielded_algos
 from src.algos.shield.budget import BudgetShield
 from src.algos.shield.calibration import Certificate, fixed_sequence_test, load_certificate
 from src.containment import inside
 from src.envs.registry import make_vector_env
-from src.evaluation.episodes import first_violation_steps
-from src.evaluation.evaluate import collect_episodes, evaluate_run
+from src.evaluation.evaluate import evaluate_run
 from src.seeds import CERTIFICATE_CHECK, CHECK_STRIDE
 from src.stats import clopper_pearson_upper
-
-ROOT = Path(__file__).resolve().parents[1]
-OUT = ROOT / "benchmarks" / "out"
 
 
 def check_run(run_dir: Path, *, episodes: int, first_seed: int) -> dict[str, Any]:
@@ -58,30 +53,19 @@ def check_run(run_dir: Path, *, episodes: int, first_seed: int) -> dict[str, Any
     certificate = load_certificate(run_dir)
     if certificate is None:
         raise ValueError(f"{run_dir}/policy.pt holds no certificate")
-    config = actor.config
-    params = config.env.constructor_params(max_steps=certificate.horizon)
-    seeds = list(range(first_seed, first_seed + episodes))
-    batch = collect_episodes(
-        make_vec=lambda copies: make_vector_env(
-            config.env_name, num_envs=copies, seed=None, **params
-        ),
-        actor=actor,
-        seeds=seeds,
-        max_steps=certificate.horizon,
-        batch_size=min(episodes, 500),
-        actor_seed=first_seed,
+    seeds = range(first_seed, first_seed + episodes)
+    batch = play(
+        actor, actor.config, seeds, max_steps=certificate.horizon, batch_size=min(episodes, 500)
     )
-    violations = int((first_violation_steps(batch.violation, batch.length) > 0).sum())
-    upper = float(clopper_pearson_upper(k=violations, n=episodes, delta=0.05))
+    violations = violating(batch)
     reproduced, calibration_seconds = replay_calibration(run_dir, certificate)
     started = time.perf_counter()
     with tempfile.TemporaryDirectory() as scratch:
         evaluate_run(run_dir, Path(scratch) / "eval.parquet")
-    evaluation_seconds = time.perf_counter() - started
     return {
         "run": str(run_dir),
-        "env": config.env_name,
-        "algo": config.algo,
+        "env": actor.config.env_name,
+        "algo": actor.config.algo,
         "max_risk": certificate.max_risk,
         "horizon": certificate.horizon,
         "certified": certificate.certified,
@@ -92,11 +76,11 @@ def check_run(run_dir: Path, *, episodes: int, first_seed: int) -> dict[str, Any
         "fresh_episodes": episodes,
         "fresh_violations": violations,
         "fresh_rate": violations / episodes,
-        "fresh_upper": upper,
+        "fresh_upper": float(clopper_pearson_upper(k=violations, n=episodes, delta=0.05)),
         "fresh_return": float(batch.reward.sum(axis=1).mean()),
         "reproduced": reproduced,
         "calibration_seconds": calibration_seconds,
-        "evaluation_seconds": evaluation_seconds,
+        "evaluation_seconds": time.perf_counter() - started,
     }
 
 
@@ -175,69 +159,72 @@ def shield_runs(results: Path) -> list[Path]:
 def markdown(records: Sequence[dict[str, Any]], command: str, machine: dict[str, Any]) -> str:
     """The section of BENCHMARKS.md."""
     horizons = ", ".join(str(h) for h in sorted({r["horizon"] for r in records}))
-    lines = [
-        "## Certificates on fresh seeds",
-        "",
-        f"`{command}` ({machine['date']}, {machine['processor']}, {machine['cpus']} CPUs). "
-        "Every shield run's deployed policy plays episodes of its certificate's horizon H "
-        f"({horizons} steps) from reset seeds that no training, calibration or evaluation "
-        "uses and no check looked at before (`src.seeds`); a certificate says, per run, "
-        "P(violation within H steps) <= max_risk at 1 - delta = 95%. *Reproduced*: every "
-        "tested allowance run again on the calibration seeds gives the recorded violations; "
-        "*calibration s*: the time of those runs (the certificate's cost, one thread), "
-        "*evaluation s*: the run's whole evaluation (`evaluate_run`, shield on and off), "
-        "measured side by side.",
-        "",
-        "| run | certificate | allowance | calibration violations | p-value | reproduced | "
-        "fresh violations | fresh rate [95% upper] | fresh return | calibration s | "
-        "evaluation s | ratio |",
-        "|---|---|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|",
-    ]
-    for r in records:
-        verdict = "certified" if r["certified"] else "no certificate"
-        ratio = r["calibration_seconds"] / r["evaluation_seconds"]
-        lines.append(
-            f"| {r['run']} | {verdict} | {r['allowance']:.4g} | {r['calibration']} | "
-            f"{r['p_value']:.3g} | {'yes' if r['reproduced'] else 'NO'} | "
-            f"{r['fresh_violations']}/{r['fresh_episodes']} | "
-            f"{r['fresh_rate']:.3f} [{r['fresh_upper']:.3f}] | {r['fresh_return']:.1f} | "
-            f"{r['calibration_seconds']:.1f} | {r['evaluation_seconds']:.1f} | {ratio:.2f} |"
-        )
-    lines += [
-        "",
-        "| env, algorithm | certified runs | pooled fresh rate of certified runs | max_risk "
-        "| calibration s | evaluation s | ratio |",
-        "|---|---:|---:|---:|---:|---:|---:|",
-    ]
-    pairs = sorted({(r["env"], r["algo"]) for r in records})
-    groups = [
-        (f"{env}, {algo}", [r for r in records if (r["env"], r["algo"]) == (env, algo)])
-        for env, algo in pairs
-    ]
-    for env, mine in [*groups, ("all", list(records))]:
+    groups = {
+        f"{env}, {algo}": [r for r in records if (r["env"], r["algo"]) == (env, algo)]
+        for env, algo in sorted({(r["env"], r["algo"]) for r in records})
+    }
+    pooled = []
+    for label, mine in [*groups.items(), ("all", list(records))]:
         certified = [r for r in mine if r["certified"]]
         k = sum(r["fresh_violations"] for r in certified)
         n = sum(r["fresh_episodes"] for r in certified)
-        rate = f"{k}/{n} = {k / n:.3f}" if n else "–"
         calibration = sum(r["calibration_seconds"] for r in mine)
         evaluation = sum(r["evaluation_seconds"] for r in mine)
-        limit = ", ".join(sorted({str(r["max_risk"]) for r in mine}))
-        lines.append(
-            f"| {env} | {len(certified)}/{len(mine)} | {rate} | {limit} | {calibration:.1f} | "
-            f"{evaluation:.1f} | {calibration / evaluation:.2f} |"
+        pooled.append(
+            f"{label} | {len(certified)}/{len(mine)} | {f'{k}/{n} = {k / n:.3f}' if n else '–'} | "
+            f"{', '.join(sorted({str(r['max_risk']) for r in mine}))} | {calibration:.1f} | "
+            f"{evaluation:.1f} | {calibration / evaluation:.2f}"
         )
-    return "\n".join(lines)
+    return "\n".join(
+        [
+            "## Certificates on fresh seeds",
+            "",
+            f"`{command}` ({machine['date']}, {machine['processor']}, {machine['cpus']} CPUs). "
+            "Every shield run's deployed policy plays episodes of its certificate's horizon H "
+            f"({horizons} steps) from reset seeds that no training, calibration or evaluation "
+            "uses and no check looked at before (`src.seeds`); a certificate says, per run, "
+            "P(violation within H steps) <= max_risk at 1 - delta = 95%. *Reproduced*: every "
+            "tested allowance run again on the calibration seeds gives the recorded violations; "
+            "*calibration s*: the time of those runs (the certificate's cost, one thread), "
+            "*evaluation s*: the run's whole evaluation (`evaluate_run`, shield on and off), "
+            "measured side by side.",
+            "",
+            *table(
+                "run | certificate | allowance | calibration violations | p-value | reproduced | "
+                "fresh violations | fresh rate [95% upper] | fresh return | calibration s | "
+                "evaluation s | ratio",
+                "llrrrlrrrrrr",
+                (
+                    f"{r['run']} | {'certified' if r['certified'] else 'no certificate'} | "
+                    f"{r['allowance']:.4g} | {r['calibration']} | {r['p_value']:.3g} | "
+                    f"{'yes' if r['reproduced'] else 'NO'} | "
+                    f"{r['fresh_violations']}/{r['fresh_episodes']} | "
+                    f"{r['fresh_rate']:.3f} [{r['fresh_upper']:.3f}] | {r['fresh_return']:.1f} | "
+                    f"{r['calibration_seconds']:.1f} | {r['evaluation_seconds']:.1f} | "
+                    f"{r['calibration_seconds'] / r['evaluation_seconds']:.2f}"
+                    for r in records
+                ),
+            ),
+            "",
+            *table(
+                "env, algorithm | certified runs | pooled fresh rate of certified runs | max_risk "
+                "| calibration s | evaluation s | ratio",
+                "lrrrrrr",
+                pooled,
+            ),
+        ]
+    )
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Command line: check every shield run of `--results`, print Markdown, save JSON."""
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def main(argv: Sequence[str] | None = None, *, out: Path = OUT, path: Path = BENCHMARKS_MD) -> int:
+    """Command line: check every shield run of `--results`, print Markdown, save JSON (into
+    `out`; with `--write` the section of `path` too)."""
+    parser = arguments(__doc__, write=True)
     parser.add_argument("--results", type=Path, required=True, help="a results folder")
     parser.add_argument("--episodes", type=int, default=1000, help="fresh episodes per run")
     parser.add_argument("--seed-offset", type=int, default=CERTIFICATE_CHECK.first)
-    parser.add_argument("--write", action="store_true", help="write its BENCHMARKS.md section")
     args = parser.parse_args(argv)
-    load = list(os.getloadavg())
+    clock = Clock()
     runs = shield_runs(args.results)
     if not runs:
         parser.error(f"{args.results} holds no shield run with a policy.pt")
@@ -258,14 +245,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"python -m benchmarks.certificate_check --results {args.results} "
         f"--episodes {args.episodes} --seed-offset {args.seed_offset}"
     )
-    text = markdown(records, command, machine_info(load))
-    print(text)
-    OUT.mkdir(parents=True, exist_ok=True)
-    tmp = OUT / ".certificate_check.json.tmp"
-    tmp.write_text(json.dumps({"records": records}, indent=2) + "\n")
-    os.replace(tmp, OUT / "certificate_check.json")
-    if args.write:
-        write_section("certificate_check", text)
+    machine = clock.machine()
+    text = markdown(records, command, machine)
+    results = {"records": records, "machine": machine}
+    save_results("certificate_check", results, text, quick=not args.write, out=out, path=path)
     return 0 if all(r["reproduced"] for r in records) else 1
 
 

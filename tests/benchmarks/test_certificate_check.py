@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -12,6 +13,7 @@ import torch
 
 import src.algos.shield.trainer as trainer_module
 from benchmarks import certificate_check
+from benchmarks.common import markers
 from src.algos.shield.calibration import Certificate, load_certificate
 from src.algos.train import train_run
 from src.core.io import save_to_file
@@ -45,6 +47,18 @@ def test_the_certificate_is_reproduced_and_checked_on_fresh_seeds(results: Path)
     assert 0 <= record["fresh_violations"] <= 8 and record["fresh_episodes"] == 8
     assert record["fresh_rate"] <= record["fresh_upper"] <= 1
     assert record["calibration_seconds"] > 0 and record["evaluation_seconds"] > 0
+
+
+def test_the_command_checks_every_run_and_writes_the_section(results: Path, tmp_path: Path):
+    path = tmp_path / "BENCHMARKS.md"
+    argv = ["--results", str(results), "--episodes", "4", "--seed-offset", "9000000", "--write"]
+    assert certificate_check.main(argv, out=tmp_path, path=path) == 0
+    section = path.read_text().split(markers("certificate_check")[0])[1]
+    assert section.startswith("\n## Certificates on fresh seeds\n")
+    assert f"| {results}/runs/hazard_grid/shield/run0 |" in section and "| yes | " in section
+    assert "| hazard_grid, shield | " in section and "| all | " in section
+    saved = json.loads((tmp_path / "certificate_check.json").read_text())
+    assert [r["fresh_episodes"] for r in saved["records"]] == [4]
 
 
 def test_a_changed_certificate_is_not_reproduced(results: Path):

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from benchmarks import shield as bench
-from benchmarks.common import markers, write_section
+from benchmarks.common import experiment, markers, run_config, write_section
 
 TINY = bench.Sizes(
     passive=1,
@@ -51,15 +51,16 @@ def test_matmuls_are_recorded_with_their_flops_and_replayed():
 
 
 def test_run_config_follows_the_experiment():
-    experiment = bench.default_experiment()
-    config = bench.run_config(experiment, "intersection", "shield")
-    base = experiment["base"]
+    default = experiment()
+    config = run_config(default, "intersection", "shield")
+    base = default["base"]
     assert config["num_envs"] == base["num_envs"] and config["rollouts"] == base["rollouts"]
-    assert config["n_agents"] == experiment["env_params"]["intersection"]["n_agents"]
+    assert config["n_agents"] == default["env_params"]["intersection"]["n_agents"]
     assert config["shield_version"] == base["shield_version"]
-    assert config["algo_params"] == experiment["algo_params"]["shield"]
-    small = bench.run_config(experiment, "hazard_grid", "ippo", patience=1, num_envs=4)
-    assert small["shield_patience"] == 1 and small["num_envs"] == 4
+    assert config["algo_params"] == default["algo_params"]["shield"]
+    small = TINY.run_config(default, "hazard_grid", "ippo")
+    assert small["shield_patience"] == 1 and small["num_envs"] == 4 and small["rollouts"] == 8
+    assert small["timesteps"] == base["timesteps"]  # the rest as configured
     assert small["algo_params"] == {}
 
 

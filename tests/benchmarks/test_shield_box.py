@@ -17,7 +17,7 @@ def test_a_tiny_run_measures_each_row_and_writes_the_section(tmp_path: Path):
             shield_box.measure(algo, 4, sizes, tmp_path)
             for algo in ("ippo", "shield", "shield_dec")
         ]
-        deployed = [shield_box.deployed(tmp_path / "shield-4", c, sizes) for c in (4, 8)]
+        deployed = [shield_box.deploy(tmp_path / "shield-4", c, sizes) for c in (4, 8)]
     finally:
         torch.set_num_threads(threads)
     for row in rows:
@@ -27,7 +27,8 @@ def test_a_tiny_run_measures_each_row_and_writes_the_section(tmp_path: Path):
         assert 0.0 <= row["fallback_share"] <= 1.0 and isinstance(row["certified"], bool)
     for row in deployed:
         assert 0.0 <= row["override_share"] <= 1.0 and row["filter_s_per_1000"] > 0
-    info = {"date": "today", "processor": "cpu", "cpus": 2}
-    text = shield_box.markdown(rows, sizes, info) + shield_box.deployed_markdown(deployed, sizes)
+    text = shield_box.markdown(rows, sizes, deployed)
     assert text.count("\n| shield") == 2 and "| shield_dec | 4 |" in text
-    assert "| 8 | " in text
+    assert "| ippo | - |" in text and "| - | - | - | - |" in text
+    assert "| 8 | " in text and "deployed with each count" in text
+    assert "deployed with each count" not in shield_box.markdown(rows, sizes, [])

@@ -8,29 +8,29 @@ import pytest
 import torch
 
 from benchmarks import shield_levers as levers
-from benchmarks.shield import default_experiment, run_config
+from benchmarks.common import experiment, run_config
 from src.config.run import RunConfig
 
 
-def _shield_settings(experiment: dict, env: str = "intersection") -> dict:
-    return RunConfig.from_dict(run_config(experiment, env, "shield")).shield.to_dict()
+def _shield_settings(config: dict, env: str = "intersection") -> dict:
+    return RunConfig.from_dict(run_config(config, env, "shield")).shield.to_dict()
 
 
 def test_each_lever_changes_its_settings_and_keeps_the_rest():
-    experiment = default_experiment()
-    before = _shield_settings(experiment)
+    default = experiment()
+    before = _shield_settings(default)
     for name, change in levers.LEVERS.items():
-        after = _shield_settings(levers.lever_experiment(experiment, name))
+        after = _shield_settings(levers.lever_experiment(default, name))
         changed = {k for k in before if before[k] != after[k]}
         assert changed == set(change), name
         for key, value in change.items():
             assert list(after[key]) == value if isinstance(value, list) else after[key] == value
-    assert _shield_settings(experiment) == before  # the experiment itself is not changed
+    assert _shield_settings(default) == before  # the experiment itself is not changed
 
 
 def test_an_unknown_lever_is_named():
     with pytest.raises(ValueError, match="unknown lever 'bigger'"):
-        levers.lever_experiment(default_experiment(), "bigger")
+        levers.lever_experiment(experiment(), "bigger")
     with pytest.raises(ValueError, match="unknown lever"):
         levers.benchmark(levers.QUICK, levers=["default", "bigger"], envs=["hazard_grid"])
 
@@ -42,7 +42,7 @@ def test_a_tiny_run_trains_certifies_and_evaluates_each_lever():
             levers.QUICK,
             levers=["default", "ensemble_2"],
             envs=["hazard_grid"],
-            experiment=levers.quick_experiment(),
+            config=levers.quick_experiment(),
         )
     finally:
         torch.set_num_threads(threads)
@@ -57,7 +57,7 @@ def test_a_tiny_run_trains_certifies_and_evaluates_each_lever():
         assert 0 <= row["violating_off"] <= 1 and row["horizon"] == levers.QUICK.eval_steps
         assert 0 <= row["training_overridden_share"] <= 1
         assert row["certificate"] and row["episodes"] == levers.QUICK.eval_episodes
-        assert row["max_risk"] == default_experiment()["base"]["max_risk"]
+        assert row["max_risk"] == experiment()["base"]["max_risk"]
 
 
 def _row(env: str, lever: str, ratio: float, eval_ratio: float, violating: float) -> dict:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import functools
 import json
 from pathlib import Path
 from typing import Any
@@ -12,10 +11,11 @@ import pytest
 import torch
 
 from benchmarks import shield_truth
-from benchmarks.common import write_section
+from benchmarks.common import markers
 from src.algos.policy import load_actor
 from src.algos.shield import diagnostics
 from src.algos.shield.diagnostics import backup_actions, true_deployed_risk, true_plan_risk
+from src.algos.shield.search import joint_actions
 from src.algos.train import train_run
 from src.envs import make_vector_env
 from tests.tiny_runs import tiny_run_config
@@ -104,17 +104,15 @@ def test_backup_risk_counts_only_the_window() -> None:
 
 
 def test_sampled_steps_leave_every_window_before_the_cap() -> None:
-    steps = shield_truth.sample_steps(horizon=10, scope="receding", count=9, cap=100)
+    steps = shield_truth.sample_steps(horizon=10, count=9, cap=100)
     assert steps[0] == 1 and steps[-1] == 91 and len(steps) == 9
     assert (np.diff(steps) > 0).all()
-    # The episode scope's window ends at step `horizon`: only steps up to it have one.
-    assert shield_truth.sample_steps(
-        horizon=10, scope="episode", count=20, cap=100
-    ).tolist() == list(range(1, 11))
+    # More steps asked than there are: each step once.
+    assert shield_truth.sample_steps(horizon=10, count=20, cap=20).tolist() == list(range(1, 12))
     with pytest.raises(ValueError, match="horizon <= 100"):
-        shield_truth.sample_steps(horizon=101, scope="receding", count=2, cap=100)
+        shield_truth.sample_steps(horizon=101, count=2, cap=100)
     # A 200-step constraint leaves windows up to step 191.
-    assert shield_truth.sample_steps(horizon=10, scope="receding", count=2, cap=200)[-1] == 191
+    assert shield_truth.sample_steps(horizon=10, count=2, cap=200)[-1] == 191
 
 
 @pytest.fixture(scope="module")
@@ -166,7 +164,7 @@ def test_check_run_of_a_tiny_run(run_dir: Path, monkeypatch: pytest.MonkeyPatch)
     # Decisions with a whole 4-step window before the run's constraint horizon, its episode
     # cap of 10 steps: 1..7.
     assert steps == [1, 4, 7] and record["horizon"] == 4
-    # Receding scope: every copy is a decision at every sampled step.
+    # Every copy is a decision at every sampled step.
     assert record["decisions"] == episodes * len(steps)
     per = {k: np.asarray(v, dtype=np.float64) for k, v in record["per_decision"].items()}
     assert all(len(v) == record["decisions"] for v in per.values())
@@ -210,33 +208,28 @@ def test_backup_actions_share_one_call_per_distinct_state(
     obs = env.reset(seed=[0, 1, 2])
     rows = obs[[0, 1, 0, 2, 1]]
     remaining = np.array([4, 4, 4, 4, 2])
-    k = shield.joint.shape[0]
+    every = joint_actions(shield.n_agents, shield.n_actions)
+    k = every.shape[0]
     with torch.inference_mode():
         joint = torch.from_numpy(rows.reshape(len(rows), -1))
         risks = shield.certified(
             joint.repeat_interleave(k, dim=0),
-            shield.joint.repeat(len(rows), 1),
+            every.repeat(len(rows), 1),
             torch.from_numpy(remaining).float().repeat_interleave(k),
         ).view(len(rows), k)
-    expected = shield.joint[risks.argmin(dim=1)].numpy()
+    expected = every[risks.argmin(dim=1)].numpy()
     # Four distinct (state, remaining) rows, judged two at a time.
     monkeypatch.setattr(diagnostics, "BACKUP_BLOCK_ROWS", 2 * k)
     assert (backup_actions(shield, rows, remaining) == expected).all()
 
 
-def test_write_replaces_the_section(
-    run_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_write_replaces_the_section(run_dir: Path, tmp_path: Path) -> None:
     markdown = tmp_path / "BENCHMARKS.md"
-    start, end = "<!-- shield_truth:start -->", "<!-- shield_truth:end -->"
+    start, end = markers("shield_truth")
     markdown.write_text(f"# Benchmarks\n\n{start}\nold table\n{end}\n\nafter\n")
-    monkeypatch.setattr(shield_truth, "OUT", tmp_path / "out")
-    monkeypatch.setattr(
-        shield_truth, "write_section", functools.partial(write_section, path=markdown)
-    )
     args = ["--runs", str(run_dir), str(run_dir), "--episodes", "2", "--steps", "1"]
     args += ["--rollouts", "3", "--backup-rollouts", "0", "--write"]
-    assert shield_truth.main(args) == 0
+    assert shield_truth.main(args, out=tmp_path / "out", path=markdown) == 0
     text = markdown.read_text()
     assert "old table" not in text and text.endswith("after\n")
     block = text.split(start)[1].split(end)[0]
