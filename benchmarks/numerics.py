@@ -1,24 +1,18 @@
 """What the common floating-point code path costs, and whether it gives the same bits elsewhere.
 
-Both measurements run side by side with a reference commit (`--against`, by default the last
-commit that pinned MKL's AVX2 branch), checked out in a temporary worktree; every child
-process imports `src` from its own tree.
+Against its peer, a reference commit (`--against`, by default the last that pinned MKL's AVX2
+branch) checked out in a temporary worktree, each child process importing `src` from its own
+tree: the CPU seconds of training run 0 of every task and algorithm of the default experiment
+in both trees, one after the other; with `--emulate CPU...`, the short runs of
+`tests/reliability/fingerprints.py` trained here and inside `qemu-x86_64 -cpu CPU` with each
+tree's code, and how many hash alike.
 
-1. Training CPU time: run 0 of every task and algorithm of the default experiment
-   (config/config.yaml, its whole budget and certificate), trained in a child process in this
-   tree and in the reference's, one after the other per run, `--repeats` times; the ratio of
-   the CPU seconds of `train_run` (this tree / reference), per run and over all of them.
-2. With `--emulate CPU...`: the short runs of tests/reliability/fingerprints.py matching
-   `--runs`, trained on this machine and inside `qemu-x86_64 -cpu CPU` (e.g. `EPYC-Rome`, an
-   AMD EPYC without AVX-512; `Haswell`, an Intel CPU without it), in both trees: how many
-   runs hash alike on the emulated CPU and here.
-
-Run: `python -m benchmarks.numerics [--emulate EPYC-Rome Haswell] [--write]`.
+Run: `python -m benchmarks.numerics [--emulate EPYC-Rome Haswell] [--write]`. Results go to
+`benchmarks/out/numerics.json` and, with `--write`, the numerics section of BENCHMARKS.md.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import platform
@@ -29,10 +23,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from benchmarks.common import machine_info, positive_int, save_results
+from benchmarks.common import CONFIG, ROOT, Clock, arguments, positive_int, save_results, table
 from src.numerics import PINNED
 
-ROOT = Path(__file__).resolve().parents[1]
 REFERENCE = "60e3090"
 """The last commit whose pin was `MKL_CBWR=AVX2` (with torch's foreach Adam)."""
 FINGERPRINTS = ROOT / "tests" / "reliability" / "fingerprints.py"
@@ -139,8 +132,17 @@ def cpu_model() -> str:
 
 def markdown(results: dict[str, Any], reference: str) -> str:
     """The section of BENCHMARKS.md."""
-    cost = results["cost"]
+    cost, agreement = results["cost"], results["agreement"]
     total = {name: sum(row[name] for row in cost.values()) for name in ("common", "reference")}
+    rows = [
+        f"{run} | {row['reference']:.1f} | {row['common']:.1f} | "
+        f"{row['common'] / row['reference']:.2f}"
+        for run, row in cost.items()
+    ]
+    rows.append(
+        f"**all** | {total['reference']:.1f} | {total['common']:.1f} | "
+        f"**{total['common'] / total['reference']:.2f}**"
+    )
     lines = [
         "## Numerics",
         "",
@@ -155,17 +157,8 @@ def markdown(results: dict[str, Any], reference: str) -> str:
         f"(`python -m benchmarks.numerics`; {results['cpu_model']}, "
         f"{results['machine']['date']}).",
         "",
-        "| run | reference s | common s | ratio |",
-        "|---|---:|---:|---:|",
+        *table("run | reference s | common s | ratio", "lrrr", rows),
     ]
-    for run, row in cost.items():
-        ratio = row["common"] / row["reference"]
-        lines.append(f"| {run} | {row['reference']:.1f} | {row['common']:.1f} | {ratio:.2f} |")
-    ratio = total["common"] / total["reference"]
-    lines.append(
-        f"| **all** | {total['reference']:.1f} | {total['common']:.1f} | **{ratio:.2f}** |"
-    )
-    agreement = results["agreement"]
     if agreement:
         lines += [
             "",
@@ -174,38 +167,37 @@ def markdown(results: dict[str, Any], reference: str) -> str:
             "and inside `qemu-x86_64` emulating another CPU, with each tree's code; runs whose "
             "histories, update metrics and weights hash alike.",
             "",
-            "| code | emulated CPU | runs alike | MKL_CBWR | probe here / there |",
-            "|---|---|---:|---|---|",
+            *table(
+                "code | emulated CPU | runs alike | MKL_CBWR | probe here / there",
+                "llrll",
+                (
+                    f"{'common' if key.startswith('common/') else f'reference `{reference}`'} | "
+                    f"{key.split('/', 1)[1]} | {row['same']} of {row['runs']} | "
+                    f"{row['kernels_here'].get('MKL_CBWR')} | "
+                    f"{row['kernels_here'].get('fingerprint', '-')} / "
+                    f"{row['kernels_there'].get('fingerprint', '-')}"
+                    for key, row in agreement.items()
+                ),
+            ),
         ]
-        for key, row in agreement.items():
-            name, cpu = key.split("/", 1)
-            code = "common" if name == "common" else f"reference `{reference}`"
-            here, there = row["kernels_here"], row["kernels_there"]
-            probe = f"{here.get('fingerprint', '-')} / {there.get('fingerprint', '-')}"
-            lines.append(
-                f"| {code} | {cpu} | {row['same']} of {row['runs']} | "
-                f"{here.get('MKL_CBWR')} | {probe} |"
-            )
     return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> None:
     """Measure against `--against` and print, save and (`--write`) record the section."""
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = arguments(__doc__, write=True)
     parser.add_argument("--against", default=REFERENCE, help="the reference commit")
-    parser.add_argument("--config", type=Path, default=ROOT / "config" / "config.yaml")
+    parser.add_argument("--config", type=Path, default=CONFIG)
     parser.add_argument("--repeats", type=positive_int, default=1)
     parser.add_argument("--emulate", nargs="*", default=[], help="qemu CPU models")
     parser.add_argument("--runs", nargs="+", default=["*"], help="short runs to emulate")
-    parser.add_argument("--write", action="store_true", help="write BENCHMARKS.md's section")
     args = parser.parse_args(argv)
-    load = list(os.getloadavg())
+    clock = Clock()
     with tempfile.TemporaryDirectory() as tmp:
         reference = Path(tmp) / "reference"
+        git = ["git", "-C", str(ROOT), "worktree"]
         added = subprocess.run(
-            ["git", "-C", str(ROOT), "worktree", "add", "--detach", str(reference), args.against],
-            capture_output=True,
-            text=True,
+            [*git, "add", "--detach", str(reference), args.against], capture_output=True, text=True
         )
         if added.returncode != 0:
             why = added.stderr.strip().splitlines()[-1:] or ["git failed"]
@@ -219,13 +211,10 @@ def main(argv: list[str] | None = None) -> None:
                 runs=args.runs,
             )
         finally:
-            subprocess.run(
-                ["git", "-C", str(ROOT), "worktree", "remove", "--force", str(reference)],
-                check=False,
-                capture_output=True,
-            )
+            remove = [*git, "remove", "--force", str(reference)]
+            subprocess.run(remove, check=False, capture_output=True)
     results.update(
-        repeats=args.repeats, runs=args.runs, machine=machine_info(load), cpu_model=cpu_model()
+        repeats=args.repeats, runs=args.runs, machine=clock.machine(), cpu_model=cpu_model()
     )
     save_results("numerics", results, markdown(results, args.against), quick=not args.write)
 

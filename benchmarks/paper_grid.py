@@ -1,100 +1,62 @@
 """Cost of the paper grid (`config/paper.yaml`): CPU-hours per job, per seed group, in total.
 
-The paper config is resolved as the workflow resolves it: `check_workflow_config` fills the
-schema's defaults (e.g. `shield_version` v0, `wm_version` v0, `lag_version` pid) and checks
-the config, then `resolve_run_config` builds the run config of run 0 of every (env, algo), the
-dict the train rule passes to `train_run`. For every (env, algo), in this one process with
-torch on one thread, CPU time measured with `time.process_time()`:
+Run 0 of every (env, algo), resolved as the workflow resolves it, measured briefly in this
+process on one thread: training's CPU seconds per update, unarmed and armed (the measured run
+arms early so that both phases are measured), plus a fixed rest; `evaluate_run` on one batch,
+scaled to the config's episodes; `render_run` with its encoder; a fresh job's start-up. The
+projection costs every run as run 0 and schedules every job of the grid on 8 cores (longest
+ready job first, evaluation and render after training).
 
-1. train: `train_run` with that run config and a reduced `timesteps` (checkpoints and the run
-   folder's files included). The process's CPU time is read after every policy update (a
-   training callback); the difference between two readings is the CPU time of one update.
-   Updates with the shield armed (the trainer's `shield/armed` metric) and without it form two
-   phases, each costed by the mean of its updates; the first update (env reset, first calls)
-   is left out of its phase's mean when that phase has others. What the run spent beyond the
-   phase means (set-up, the first update's extra, the final writes) is a fixed cost per job.
-   `ippo` and `ippo_lag` train `--updates` updates (one phase). `shield` trains
-   `--measure-patience` updates unarmed, then `--armed-updates` armed: the measured run arms
-   after `--measure-patience` updates instead of the config's `shield_patience`, so that the
-   short run measures both phases (arming at 64 would measure only the unarmed one). The
-   armed updates measured are the first ones, with the policy still far from the shield's
-   corrections, when the filter searches most often. The projected job still
-   arms at the config's `shield_patience`: `min(patience, updates)` unarmed updates, the rest
-   armed, plus the fixed cost. `shield/seconds` (filter) and `shield/model_seconds` (model
-   fits) are the trainer's wall-clock metrics, reported only as a breakdown of armed updates.
-2. evaluate: `evaluate_run` on the run folder, as the evaluate rule runs it, with one batch of
-   `--eval-episodes` episodes (shielded algorithms: with the shield on and off), scaled
-   linearly to the config's `final_policy_eval_episodes`. The shield's cost is per copy-step;
-   the unshielded policies' small cost per episode is a little higher in a batch smaller than
-   the workflow's batches of 100, so theirs is slightly overestimated.
-3. render: `render_run` with the config's `render.episodes`, CPU time of this process and of
-   its finished children (the video encoder).
-4. job start-up: a fresh interpreter importing the jobs' modules, measured once, added to
-   every train, evaluate and render job.
-
-Every run (seed) of a pair is costed as run 0. The wall time on 8 cores comes from a list
-schedule of every job of the grid, longest ready job first, each evaluate and render job after
-its train job, each train job holding `threads` cores (as Snakemake grants them) for its
-single-thread CPU time; the same schedule with one core per train job is given too. Export,
-aggregate, figures, report and the wandb upload are not measured.
-
-Run: `python -m benchmarks.paper_grid` (or `python -m benchmarks.run_all paper_grid`); the
-default budget takes about 3 minutes on a quiet 2-core machine, most of it the `intersection`
-shield. `--quick` is a smoke test on `hazard_grid` with smaller updates (its numbers estimate
-nothing). Results go to `benchmarks/out/paper_grid.json` (`paper_grid_quick.json`) and, except
-with `--quick`, the section between the paper_grid markers of BENCHMARKS.md.
+Run: `python -m benchmarks.paper_grid` (about 3 minutes); `--quick` a smoke run on
+`hazard_grid`. Results go to `benchmarks/out/paper_grid.json` and the paper_grid section of
+BENCHMARKS.md.
 """
 
 from __future__ import annotations
 
+import heapq
+import json
 import os
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
-for _variable in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
-    os.environ.setdefault(_variable, "1")
+import torch
 
-import argparse  # noqa: E402 - must follow the thread pinning above
-import copy  # noqa: E402
-import heapq  # noqa: E402
-import json  # noqa: E402
-import resource  # noqa: E402
-import subprocess  # noqa: E402
-import sys  # noqa: E402
-import tempfile  # noqa: E402
-import time  # noqa: E402
-from collections.abc import Callable, Mapping, Sequence  # noqa: E402
-from dataclasses import dataclass  # noqa: E402
-from pathlib import Path  # noqa: E402
-from typing import Any  # noqa: E402
-
-import torch  # noqa: E402
-import yaml  # noqa: E402
-
-from benchmarks.common import machine_info, write_section  # noqa: E402
-from src.algos.ippo import IPPO  # noqa: E402
-from src.algos.metrics import SHIELD_ARMED, SHIELD_MODEL_SECONDS, SHIELD_SECONDS  # noqa: E402
-from src.algos.registry import get_algorithm  # noqa: E402
-from src.algos.train import train_run  # noqa: E402
-from src.config.base import VERSION_KEYS  # noqa: E402
-from src.config.run import RunConfig  # noqa: E402
-from src.config.workflow import check_workflow_config, resolve_run_config  # noqa: E402
-from src.core.logging import configure_logging  # noqa: E402
-from src.evaluation.evaluate import evaluate_run  # noqa: E402
-from src.evaluation.render import render_run  # noqa: E402
-from src.runfiles import RunFiles  # noqa: E402
-
-ROOT = Path(__file__).resolve().parents[1]
-OUT = ROOT / "benchmarks" / "out"
-PAPER_CONFIG = ROOT / "config" / "paper.yaml"
-SECTION = "paper_grid"
-SECTION_HEADING = "## Paper grid cost"
-SECTION_INTRO = (
-    "CPU-hours and 8-core wall time of the full `config/paper.yaml` grid, extrapolated from "
-    "short measured runs of every (env, algo) with the workflow's run configs "
-    "(`benchmarks/paper_grid.py`)."
+from benchmarks.common import (
+    OUT,
+    PAPER,
+    ROOT,
+    AfterUpdate,
+    Clock,
+    arguments,
+    armed_updates,
+    cpu_seconds,
+    met,
+    save_results,
+    table,
+    workflow_config,
 )
+from src.algos.ippo import IPPO
+from src.algos.metrics import SHIELD_ARMED, SHIELD_MODEL_SECONDS, SHIELD_SECONDS
+from src.algos.registry import get_algorithm
+from src.algos.train import train_run
+from src.config.base import VERSION_KEYS
+from src.config.run import RunConfig
+from src.config.workflow import resolve_run_config
+from src.core.logging import configure_logging
+from src.evaluation.evaluate import evaluate_run
+from src.evaluation.render import render_run
+from src.runfiles import RunFiles
+
 TARGET_CPU_HOURS = 10.0  # the budget for the whole paper grid, shield_dec included
 CORES = 8  # cores of the machine the grid is planned for
-# The measured budget of the full run (about 3 minutes on a quiet 2-core machine).
 BUDGET: dict[str, int | None] = {
     "updates": 16,  # updates of an algorithm without a shield
     "measure_patience": 3,  # unarmed shield updates before the measured run arms
@@ -102,7 +64,6 @@ BUDGET: dict[str, int | None] = {
     "eval_episodes": 20,  # evaluation episodes, one batch (the shield's cost is per copy-step)
     "render_episodes": None,  # None: the config's render.episodes
 }
-# --quick: a smoke test. The workflow config's values it replaces, and its budget.
 QUICK_OVERRIDES: dict[str, Any] = {
     "envs": ["hazard_grid"],
     # Episodes short enough that the measured runs finish some (a run that finishes none is
@@ -111,6 +72,7 @@ QUICK_OVERRIDES: dict[str, Any] = {
     "env_params": {"hazard_grid": {"n_agents": 3, "max_steps": 32}},
     "algo_params": {"shield": {"critic_steps": 2, "model_epochs": 2.0}},
 }
+"""--quick: the workflow config's values it replaces."""
 QUICK_BUDGET: dict[str, int | None] = {
     "updates": 3,
     "measure_patience": 2,
@@ -118,28 +80,11 @@ QUICK_BUDGET: dict[str, int | None] = {
     "eval_episodes": 5,
     "render_episodes": 1,
 }
-# Modules a job imports before its work starts (the scripts of the train, evaluate, render rules).
 JOB_IMPORTS = "import src.algos.train, src.evaluation.evaluate, src.evaluation.render"
+"""Modules a job imports before its work starts (the scripts of the train, evaluate, render
+rules)."""
 
-
-# ---------------------------------------------------------------- the workflow's config
-
-
-def load_workflow_config(
-    path: Path = PAPER_CONFIG, overrides: Mapping[str, Any] | None = None
-) -> dict[str, Any]:
-    """The workflow config at `path` with defaults filled and checked, as the workflow does it.
-
-    `overrides` (only `--quick` has them) replace top-level keys before the check; a mapping
-    is merged into the config's mapping of the same key, one level deep.
-    """
-    config = yaml.safe_load(path.read_text())
-    for key, value in (overrides or {}).items():
-        if isinstance(value, Mapping):
-            config[key] = {**config.get(key, {}), **value}
-        else:
-            config[key] = copy.deepcopy(value)
-    return check_workflow_config(config, check_components=True)
+# ---------------------------------------------------------------- measuring
 
 
 def measured_config(
@@ -153,26 +98,6 @@ def measured_config(
     if patience is not None:
         flat["shield_patience"] = patience
     return RunConfig.from_dict(flat).to_dict()
-
-
-# ---------------------------------------------------------------- measuring
-
-
-class UpdateClock:
-    """A training callback reading this process's CPU time after every policy update."""
-
-    def __init__(self) -> None:
-        """No readings yet."""
-        self.marks: list[float] = []
-        self.armed: list[bool] = []
-
-    def on_epoch_end(self, trainer: IPPO, epoch: int) -> None:
-        """Nothing mid-update."""
-
-    def on_update_end(self, trainer: IPPO) -> None:
-        """CPU seconds so far and whether the shield filtered this update's rollout."""
-        self.marks.append(time.process_time())
-        self.armed.append(bool(trainer.updates[-1].get(SHIELD_ARMED) or False))
 
 
 def phase_costs(
@@ -196,8 +121,7 @@ def phase_costs(
         means[name] = sum(intervals[i] for i in members) / len(members) if members else None
     costed = sum(means["armed" if flag else "unarmed"] or 0.0 for flag in armed)
     return {
-        "unarmed": means["unarmed"],
-        "armed": means["armed"],
+        **means,
         "fixed": max(0.0, finished - started - costed),
         "intervals": intervals,
         "unarmed_updates": armed.count(False),
@@ -205,95 +129,71 @@ def phase_costs(
     }
 
 
-def cpu_with_children() -> float:
-    """CPU seconds of this process and of its children that have finished."""
+def children_cpu() -> float:
+    """CPU seconds of this process's children that have finished."""
     children = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return time.process_time() + children.ru_utime + children.ru_stime
+    return children.ru_utime + children.ru_stime
 
 
 def startup_seconds() -> float:
     """CPU seconds of a fresh interpreter importing the modules of the workflow's jobs."""
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    subprocess.run(
-        [sys.executable, "-c", JOB_IMPORTS],
-        cwd=ROOT,
-        check=True,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
-    )
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    before = children_cpu()
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    subprocess.run([sys.executable, "-c", JOB_IMPORTS], cwd=ROOT, check=True, env=env)
+    return children_cpu() - before
+
+
+def _mean_of(rows: Sequence[Mapping[str, Any]], key: str) -> float | None:
+    """Mean of `key` over `rows` (None when no row has it)."""
+    values = [float(row[key]) for row in rows if row.get(key) is not None]
+    return sum(values) / len(values) if values else None
 
 
 def measure_pair(
-    workflow: Mapping[str, Any],
-    env: str,
-    algo: str,
-    *,
-    updates: int,
-    measure_patience: int,
-    armed_updates: int,
-    eval_episodes: int,
-    render_episodes: int,
-    work_dir: Path,
+    workflow: Mapping[str, Any], env: str, algo: str, budget: Mapping[str, int], work_dir: Path
 ) -> dict[str, Any]:
-    """Train, evaluate and render run 0 of (env, algo) on the measured budget; CPU seconds.
+    """Train, evaluate and render run 0 of (env, algo) on the measured `budget`; CPU seconds.
 
     A shield arms after `min(measure_patience, shield_patience)` updates of the measured run
     and trains `armed_updates` armed updates; other algorithms train `updates` updates.
     """
     target = resolve_run_config(workflow, env, algo, 0)
     patience = arm_at = None
-    measured = updates
+    measured = budget["updates"]
     if target.shield is not None:
         patience = target.shield.shield_patience
-        arm_at = min(measure_patience, patience)
-        measured = arm_at + armed_updates
-    eval_episodes = min(eval_episodes, target.evaluation.episodes)
+        arm_at = min(budget["measure_patience"], patience)
+        measured = arm_at + budget["armed_updates"]
+    eval_episodes = min(budget["eval_episodes"], target.evaluation.episodes)
     config = measured_config(target, updates=measured, eval_episodes=eval_episodes, patience=arm_at)
     run_dir = work_dir / env / algo / "run0"
-    clock = UpdateClock()
+    files = RunFiles(run_dir)
+    marks: list[float] = []  # the CPU clock after every update
+    armed: list[bool] = []  # whether the shield filtered the update's rollout
+
+    def read(trainer: IPPO) -> None:
+        marks.append(time.process_time())
+        armed.append(bool(trainer.updates[-1].get(SHIELD_ARMED) or False))
+
     train_started = time.process_time()
-    train_run(config, run_dir, progress=False, callbacks=[clock], threads=1)
+    train_run(config, run_dir, progress=False, callbacks=[AfterUpdate(read)], threads=1)
     train_finished = time.process_time()
-    costs = phase_costs(train_started, clock.marks, clock.armed, train_finished)
+    costs = phase_costs(train_started, marks, armed, train_finished)
     if patience is not None and costs["armed"] is None:
         raise RuntimeError(f"{env}/{algo}: the shield never armed in {measured} updates")
-    files = RunFiles(run_dir)
-    rows = json.loads(files.updates_json.read_text())
-    armed_rows = [row for row in rows if row.get(SHIELD_ARMED)]
-
-    started = time.process_time()
-    evaluate_run(run_dir, files.eval)
-    eval_seconds = time.process_time() - started
-
-    started = cpu_with_children()
-    render_run(run_dir, files.videos, episodes=render_episodes)
-    render_seconds = cpu_with_children() - started
-
+    eval_seconds, _ = cpu_seconds(evaluate_run, run_dir, files.eval)
+    started = time.process_time() + children_cpu()  # the video encoder included
+    render_run(run_dir, files.videos, episodes=budget["render_episodes"])
+    render_seconds = time.process_time() + children_cpu() - started
+    armed = armed_updates(run_dir)
     return {
         "env": env,
         "algo": algo,
-        "run_config": {
-            key: target.to_dict()[key]
-            for key in (
-                "n_agents",
-                "num_envs",
-                "rollouts",
-                "timesteps",
-                "learning_epochs",
-                "mini_batches",
-                "threads",
-                "checkpoint_every",
-                "final_policy_eval_episodes",
-                "env_params",
-                "algo_params",
-            )
-        },
+        "run_config": target.to_dict(),
         "versions": {key: target.version(key) for key in get_algorithm(algo).version_keys},
         "updates": target.ppo.num_updates,
         "patience": patience,
         "eval_episodes": target.evaluation.episodes,
-        "eval_modes": len(get_algorithm(algo).eval_modes),
         "render_episodes": int(workflow["render"]["episodes"]),
         "measured": {
             "updates": measured,
@@ -302,18 +202,12 @@ def measure_pair(
             "train_seconds": train_finished - train_started,
             "eval_episodes": eval_episodes,
             "eval_seconds": eval_seconds,
-            "render_episodes": render_episodes,
+            "render_episodes": budget["render_episodes"],
             "render_seconds": render_seconds,
-            "filter_wall_seconds_per_armed_update": _mean_of(armed_rows, SHIELD_SECONDS),
-            "model_wall_seconds_per_armed_update": _mean_of(armed_rows, SHIELD_MODEL_SECONDS),
+            "filter_wall_seconds_per_armed_update": _mean_of(armed, SHIELD_SECONDS),
+            "model_wall_seconds_per_armed_update": _mean_of(armed, SHIELD_MODEL_SECONDS),
         },
     }
-
-
-def _mean_of(rows: Sequence[Mapping[str, Any]], key: str) -> float | None:
-    """Mean of `key` over `rows` (None when no row has it)."""
-    values = [float(row[key]) for row in rows if row.get(key) is not None]
-    return sum(values) / len(values) if values else None
 
 
 # ---------------------------------------------------------------- extrapolating
@@ -459,73 +353,51 @@ def totals(
 # ---------------------------------------------------------------- the benchmark
 
 
-def benchmark(
-    *,
-    config_path: Path = PAPER_CONFIG,
-    quick: bool = False,
-    budget: Mapping[str, int | None] = BUDGET,
-    progress: Callable[[str], None] | None = None,
-) -> dict[str, Any]:
-    """Measure every (env, algo) of the config and project the grid (module docstring).
-
-    `budget` holds `updates`, `measure_patience`, `armed_updates`, `eval_episodes` and
-    `render_episodes` (None: the config's); `quick` applies `QUICK_OVERRIDES` to the config;
-    `progress` gets one line per measured pair (default: printed at once).
-    """
-    say = progress or (lambda line: print(line, flush=True))
+def benchmark(*, quick: bool = False) -> dict[str, Any]:
+    """Measure every (env, algo) of the paper config (`quick`: with `QUICK_OVERRIDES`, on
+    `QUICK_BUDGET`) and project the grid."""
     torch.set_num_threads(1)
-    load_before = os.getloadavg()
-    started = time.perf_counter()
-    workflow = load_workflow_config(config_path, QUICK_OVERRIDES if quick else None)
-    budget = dict(budget)
-    if budget.get("render_episodes") is None:
-        budget["render_episodes"] = int(workflow["render"]["episodes"])
-    if min(int(value) for value in budget.values()) < 1:
-        raise ValueError(f"every measured budget must be >= 1, got {budget}")
+    clock = Clock()
+    workflow = workflow_config(PAPER, QUICK_OVERRIDES if quick else None)
+    budget = dict(QUICK_BUDGET if quick else BUDGET)
+    budget["render_episodes"] = budget["render_episodes"] or int(workflow["render"]["episodes"])
     startup = startup_seconds()
     pairs = []
     with tempfile.TemporaryDirectory() as tmp:
         for env in workflow["envs"]:
             for algo in workflow["algos"]:
-                pair_started = time.perf_counter()
-                pair = measure_pair(workflow, env, algo, **budget, work_dir=Path(tmp))
+                pair_clock = Clock()
+                pair = measure_pair(workflow, env, algo, budget, Path(tmp))
                 pair["projected"] = project_pair(
                     pair, startup=startup, num_runs=workflow["num_runs"]
                 )
                 pairs.append(pair)
-                say(
+                print(
                     f"{env}/{algo}: {pair['measured']['updates']} updates measured in "
-                    f"{time.perf_counter() - pair_started:.0f} s; "
-                    f"{pair['projected']['run_cpu_hours']:.2f} CPU-h per run"
+                    f"{pair_clock.wall:.0f} s; {pair['projected']['run_cpu_hours']:.2f} CPU-h per "
+                    "run",
+                    flush=True,
                 )
-    first = pairs[0]["run_config"]
+    first, base = pairs[0]["run_config"], workflow["base"]
     return {
-        "config": str(
-            config_path.relative_to(ROOT) if config_path.is_relative_to(ROOT) else config_path
-        ),
+        "config": str(PAPER.relative_to(ROOT)),
         "quick": quick,
         "quick_overrides": QUICK_OVERRIDES if quick else None,
         "experiment": {
-            "envs": list(workflow["envs"]),
-            "algos": list(workflow["algos"]),
-            "num_runs": workflow["num_runs"],
-            "threads": workflow["threads"],
-            "timesteps": first["timesteps"],
-            "num_envs": first["num_envs"],
-            "rollouts": first["rollouts"],
-            "learning_epochs": first["learning_epochs"],
-            "mini_batches": first["mini_batches"],
-            "shield_patience": workflow["base"]["shield_patience"],
-            "eval_episodes": workflow["base"]["final_policy_eval_episodes"],
-            "eval_horizons": list(workflow["base"]["final_policy_eval_horizons"]),
+            **{key: workflow[key] for key in ("envs", "algos", "num_runs", "threads")},
+            **{key: first[key] for key in ("timesteps", "num_envs", "rollouts")},
+            **{key: first[key] for key in ("learning_epochs", "mini_batches")},
+            "shield_patience": base["shield_patience"],
+            "eval_episodes": base["final_policy_eval_episodes"],
+            "eval_horizons": list(base["final_policy_eval_horizons"]),
             "render_episodes": workflow["render"]["episodes"],
-            "versions": {key: workflow["base"][key] for key in VERSION_KEYS},
+            "versions": {key: base[key] for key in VERSION_KEYS},
         },
         "budget": budget,
         "startup_seconds": startup,
         "pairs": pairs,
         "totals": totals(pairs, num_runs=workflow["num_runs"], threads=workflow["threads"]),
-        "machine": {**machine_info(load_before), "seconds": time.perf_counter() - started},
+        "machine": {**clock.machine(), "seconds": clock.wall},
     }
 
 
@@ -544,6 +416,12 @@ def render_markdown(r: Mapping[str, Any]) -> str:
     command = "python -m benchmarks.paper_grid" + (" --quick" if r["quick"] else "")
     versions = ", ".join(f"`{key}` {value}" for key, value in x["versions"].items())
     updates = r["pairs"][0]["updates"]
+    split = [
+        f"{p['env']} {_number(p['measured']['filter_wall_seconds_per_armed_update'])} s filter + "
+        f"{_number(p['measured']['model_wall_seconds_per_armed_update'])} s model fits"
+        for p in r["pairs"]
+        if p["measured"]["filter_wall_seconds_per_armed_update"] is not None
+    ]
     lines = [
         f"`{command}` on {m['date']}: {m['platform']}, {m['cpus']} CPUs, Python "
         f"{m['python']}, torch {m['torch']} on {_count(m['torch_threads'], 'thread')}; "
@@ -574,25 +452,27 @@ def render_markdown(r: Mapping[str, Any]) -> str:
         f"{_count(b['render_episodes'], 'episode')}; job start-up "
         f"{r['startup_seconds']:.1f} CPU-s.",
         "",
-        "| env | algo | CPU-s / update, unarmed | CPU-s / update, armed | train CPU-h | "
-        "evaluate CPU-h | render CPU-s | CPU-h / run | CPU-h / "
-        f"{x['num_runs']} runs |",
-        "|---|---|---:|---:|---:|---:|---:|---:|---:|",
-    ]
-    for pair in r["pairs"]:
-        s, p = pair["measured"], pair["projected"]
-        lines.append(
-            f"| {pair['env']} | {pair['algo']} | {_number(s['unarmed'])} | "
-            f"{_number(s['armed'])} | {p['train_seconds'] / 3600:.2f} | "
-            f"{p['eval_seconds'] / 3600:.3f} | {p['render_seconds']:.0f} | "
-            f"{p['run_cpu_hours']:.2f} | {p['seeds_cpu_hours']:.2f} |"
-        )
-    lines.append(f"| **total** | | | | | | | | **{t['cpu_hours']:.1f}** |")
-    met = "met" if t["within_target"] else "NOT met"
-    lines += [
+        *table(
+            "env | algo | CPU-s / update, unarmed | CPU-s / update, armed | train CPU-h | "
+            f"evaluate CPU-h | render CPU-s | CPU-h / run | CPU-h / {x['num_runs']} runs",
+            "llrrrrrrr",
+            [
+                *(
+                    f"{p['env']} | {p['algo']} | {_number(p['measured']['unarmed'])} | "
+                    f"{_number(p['measured']['armed'])} | "
+                    f"{p['projected']['train_seconds'] / 3600:.2f} | "
+                    f"{p['projected']['eval_seconds'] / 3600:.3f} | "
+                    f"{p['projected']['render_seconds']:.0f} | "
+                    f"{p['projected']['run_cpu_hours']:.2f} | "
+                    f"{p['projected']['seeds_cpu_hours']:.2f}"
+                    for p in r["pairs"]
+                ),
+                ["**total**", *[""] * 7, f"**{t['cpu_hours']:.1f}**"],
+            ],
+        ),
         "",
         f"- Total: {t['cpu_hours']:.1f} CPU-hours over {t['jobs']} jobs (target <= "
-        f"{t['target_cpu_hours']:.0f}): {met}.",
+        f"{t['target_cpu_hours']:.0f}): {met(t['within_target'])}.",
         f"- Wall time on {t['cores']} cores: {t['wall_hours']:.1f} h with each train job "
         f"holding {t['train_cores']} cores (`threads: {x['threads']}`), "
         f"{t['wall_hours_one_core_per_train_job']:.1f} h with one core per train job "
@@ -601,7 +481,12 @@ def render_markdown(r: Mapping[str, Any]) -> str:
         "- Per-update CPU seconds: differences of `time.process_time()` read after every "
         "update (checkpoints included), mean over each phase without the first update; "
         "`ippo` and `ippo_lag` have no shield, so all their updates are in the unarmed column."
-        + _breakdown(r["pairs"]),
+        + (
+            " The shield's own wall-clock metrics per armed update (`shield/seconds`, "
+            "`shield/model_seconds`): " + "; ".join(split) + "."
+            if split
+            else ""
+        ),
         "- Not measured: export, aggregate, figures, report and wandb upload (one small job "
         "per run or per experiment); how the cost of an update changes later in a run (the "
         "armed phase is measured right after arming, with models fitted on "
@@ -612,68 +497,28 @@ def render_markdown(r: Mapping[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def _breakdown(pairs: Sequence[Mapping[str, Any]]) -> str:
-    """The shield's wall-clock split of an armed update (filter, model fits), if measured."""
-    parts = [
-        f"{pair['env']} {_number(pair['measured']['filter_wall_seconds_per_armed_update'])} s "
-        f"filter + {_number(pair['measured']['model_wall_seconds_per_armed_update'])} s "
-        "model fits"
-        for pair in pairs
-        if pair["measured"]["filter_wall_seconds_per_armed_update"] is not None
-    ]
-    if not parts:
-        return ""
-    return (
-        " The shield's own wall-clock metrics per armed update (`shield/seconds`, "
-        "`shield/model_seconds`): " + "; ".join(parts) + "."
-    )
-
-
-def write_json(results: Mapping[str, Any], path: Path) -> None:
-    """Write `results` to `path` atomically (parent folders created)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(results, indent=2) + "\n")
-    os.replace(tmp, path)
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     """Command line: measure, print the Markdown, save JSON, update BENCHMARKS.md.
 
     `argv` None means the defaults (`benchmarks.run_all` calls `main()` without arguments).
     """
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--config", type=Path, default=PAPER_CONFIG, help="workflow config")
-    for key, help_text in (
-        ("updates", "measured updates of ippo and ippo_lag"),
-        ("measure_patience", "unarmed shield updates before the measured run arms"),
-        ("armed_updates", "measured armed shield updates"),
-        ("eval_episodes", "measured evaluation episodes"),
-        ("render_episodes", "rendered episodes (default: the config's)"),
-    ):
-        flag = "--" + key.replace("_", "-")
-        parser.add_argument(flag, type=int, default=BUDGET[key], dest=key, help=help_text)
+    parser = arguments(__doc__, quick=True)
     parser.add_argument("--out", type=Path, default=OUT, help="folder of the JSON result")
-    parser.add_argument("--quick", action="store_true", help="tiny budget, no markdown update")
-    parser.add_argument(
-        "--render-only", action="store_true", help="rewrite the section from the saved JSON"
-    )
     args = parser.parse_args(list(argv) if argv is not None else [])
-    if args.render_only:
-        saved = json.loads((args.out / "paper_grid.json").read_text())
-        write_section(SECTION, render_markdown(saved), heading=SECTION_HEADING, intro=SECTION_INTRO)
-        return 0
-    budget = QUICK_BUDGET if args.quick else {key: getattr(args, key) for key in BUDGET}
-    if any(value is not None and value < 1 for value in budget.values()):
-        raise SystemExit(f"every measured budget must be >= 1, got {budget}")
     # The trainer's per-update log lines would bury the table.
     configure_logging(console_enabled=False, file_enabled=False)
-    results = benchmark(config_path=args.config.resolve(), quick=args.quick, budget=budget)
-    markdown = render_markdown(results)
-    print(markdown)
-    write_json(results, args.out / ("paper_grid_quick.json" if args.quick else "paper_grid.json"))
-    if not args.quick:
-        write_section(SECTION, markdown, heading=SECTION_HEADING, intro=SECTION_INTRO)
+    results = benchmark(quick=args.quick)
+    save_results(
+        "paper_grid",
+        results,
+        render_markdown(results),
+        quick=args.quick,
+        out=args.out,
+        heading="## Paper grid cost",
+        intro="CPU-hours and 8-core wall time of the full `config/paper.yaml` grid, "
+        "extrapolated from short measured runs of every (env, algo) with the workflow's run "
+        "configs (`benchmarks/paper_grid.py`).",
+    )
     return 0
 
 

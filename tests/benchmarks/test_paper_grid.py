@@ -6,14 +6,13 @@ import json
 
 import pytest
 
-from benchmarks.common import BENCHMARKS_MD
+from benchmarks.common import BENCHMARKS_MD, workflow_config
 from benchmarks.paper_grid import (
     QUICK_BUDGET,
     QUICK_OVERRIDES,
     Job,
     grid_jobs,
     list_schedule,
-    load_workflow_config,
     main,
     measured_config,
     phase_costs,
@@ -145,7 +144,7 @@ def test_grid_totals():
 
 
 def test_the_measured_config_is_the_workflow_run_config_with_a_shorter_run():
-    workflow = load_workflow_config()
+    workflow = workflow_config()
     # The schema's defaults are filled as the workflow fills them.
     assert workflow["base"]["shield_version"] == "v0"
     assert workflow["base"]["lag_version"] == "pid"

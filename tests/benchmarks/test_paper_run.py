@@ -7,7 +7,7 @@ import json
 import pytest
 
 from benchmarks.common import BENCHMARKS_MD
-from benchmarks.paper_run import main, result_path, table
+from benchmarks.paper_run import main, result_path, table_markdown
 
 
 def test_quick_run_records_the_training_and_refuses_to_measure_a_trained_run(tmp_path):
@@ -51,11 +51,11 @@ def _result(algo: str, cpu: float, certificate: str | None = None) -> dict:
 
 
 def test_table_reports_each_algorithm_against_ippo_and_the_target():
-    text = table([_result("ippo", 100.0), _result("shield", 250.0, "certified")])
+    text = table_markdown([_result("ippo", 100.0), _result("shield", 250.0, "certified")])
     assert "| shield |" in text and "| 2.50 |" in text and "certified" in text
     assert "2.50x, met" in text
     assert "Not measured: ippo_lag." in text
-    over = table([_result("ippo", 100.0), _result("shield", 400.0)])
+    over = table_markdown([_result("ippo", 100.0), _result("shield", 400.0)])
     assert "4.00x, NOT met" in over
 
 

@@ -11,7 +11,6 @@ import yaml
 
 from benchmarks.risk_floor import (
     N_ACTIONS,
-    binomial_interval,
     build_model,
     decode_joint_actions,
     effective_slip_prob,
@@ -27,6 +26,7 @@ from benchmarks.risk_floor import (
     witness_rows,
 )
 from src.envs import make_vector_env
+from src.stats import clopper_pearson_interval
 
 # The DP models terminating episodes: the tests build the original tasks.
 ORIGINAL = {"slip_mode": "any", "continuing": False, "neighbour_view": 0}
@@ -233,7 +233,7 @@ def test_optimal_policy_rolled_out_in_the_env_matches_the_dp(require_completion)
             seed=e,
             require_completion=require_completion,
         )
-        low, high = binomial_interval(k, n, 0.999)
+        low, high = clopper_pearson_interval(k=k, n=n, confidence=0.999)
         assert low <= value <= high, (e, value, k / n)
         exact = evaluate_policy(
             model, solution.policy, env.max_steps, require_completion=require_completion
@@ -256,17 +256,17 @@ def test_given_stochastic_policy_is_evaluated_exactly():
     floor = solve_min_risk(model, env.max_steps).value
     assert np.all(value >= floor - 1e-12)
     k, n = monte_carlo_risk(env, model, policy, rollouts=20_000, seed=7)
-    low, high = binomial_interval(k, n, 0.999)
+    low, high = clopper_pearson_interval(k=k, n=n, confidence=0.999)
     assert low <= value[start] <= high, (value[start], k / n)
     # The same policy given per step equals the stationary one.
     per_step = np.broadcast_to(policy, (env.max_steps, *policy.shape))
     assert np.allclose(evaluate_policy(model, per_step, env.max_steps), value)
 
 
-def test_partial_floors_are_lower_bounds_of_the_joint_floor():
+def test_layouts_with_the_same_hazards_and_goals_share_a_solve():
     env = make_vector_env(
         "intersection",
-        num_envs=2,
+        num_envs=3,
         seed=None,
         size=6,
         n_agents=3,
@@ -275,11 +275,14 @@ def test_partial_floors_are_lower_bounds_of_the_joint_floor():
         max_steps=15,
         **ORIGINAL,
     )
-    env.reset(seed=[10, 11])
-    floors, kept = layout_floors(env, keep=[0])
+    env.reset(seed=[10, 11, 10])
+    floors, kept = layout_floors(env, keep=[0], completion=True)
+    assert floors[0].solve == floors[2].solve and floors[0].joint == floors[2].joint
+    assert set(kept) == {0} and all(0.0 <= f.completion <= 1.0 for f in floors)
     for floor in floors:
-        assert 0.0 < floor.hazard_only <= floor.joint + 1e-12
-        assert floor.best_pair <= floor.joint + 1e-12
+        model = model_from_env(env, floor.layout)
+        start = env.get_state()["cell"][floor.layout]
+        assert floor.joint == pytest.approx(float(solve_min_risk(model, 15).risk(start)))
     # V_h grows with the horizon h.
     model = kept[0].model
     values = [solve_min_risk(model, h).value for h in (1, 5, 15)]

@@ -6,16 +6,22 @@ import copy
 from pathlib import Path
 
 import pytest
-import yaml
 
 from benchmarks import tuning
-from src.config.workflow import WorkflowConfigError, check_workflow_config
+from benchmarks.common import experiment
+from src.config.workflow import (
+    SCHEMA_PATH,
+    WorkflowConfigError,
+    check_workflow_config,
+    resolve_run_config,
+    validate_workflow_config,
+)
 from src.seeds import TUNING
 
 
 @pytest.fixture()
 def config() -> dict:
-    return yaml.safe_load(tuning.CONFIG.read_text())
+    return experiment()
 
 
 def test_a_variant_plays_the_tuning_seeds(config: dict) -> None:
@@ -78,8 +84,13 @@ def test_an_option_of_the_base_config_is_set_there(config: dict) -> None:
     assert config["base"]["shield_opponent_mode"] == "monotone_floor"  # the config unchanged
 
 
-def test_every_group_names_known_algorithms_and_envs(config: dict) -> None:
+def test_every_variant_is_a_config_the_workflow_runs(config: dict) -> None:
+    """Known envs and algorithms, and settings the run config accepts (no deleted option)."""
     for group in tuning.GROUPS.values():
         for env, variants in group.items():
             assert env in config["envs"]
             assert {algo for algo, _ in variants} <= set(config["algos"])
+            for algo, params in variants:
+                variant = tuning.variant_config(config, env, algo, params)
+                validate_workflow_config(variant, SCHEMA_PATH, load_components=True)
+                resolve_run_config(variant, env, algo, 0)
