@@ -72,8 +72,8 @@ def backup_actions(shield: Any, obs: np.ndarray, remaining: np.ndarray) -> np.nd
         axis=1,
     )
     distinct, inverse = np.unique(rows, axis=0, return_inverse=True)
-    joint = joint_actions(shield.n_agents, shield.n_actions)  # [K, A]
-    k = joint.shape[0]
+    every = joint_actions(shield.n_agents, shield.n_actions)  # [K, A]
+    k = every.shape[0]
     # Blocks of about BACKUP_BLOCK_ROWS judged rows: small batches run faster than one huge one.
     block = max(1, BACKUP_BLOCK_ROWS // k)
     picks = []
@@ -85,11 +85,11 @@ def backup_actions(shield: Any, obs: np.ndarray, remaining: np.ndarray) -> np.nd
             left = torch.from_numpy(np.ascontiguousarray(part[:, -1]))
             risks = shield.certified(
                 joint.repeat_interleave(k, dim=0),
-                joint.repeat(u, 1),
+                every.repeat(u, 1),
                 left.repeat_interleave(k),
             ).view(u, k)
             picks.append(risks.argmin(dim=1))
-    return joint[torch.cat(picks)].numpy()[inverse.reshape(-1)]
+    return every[torch.cat(picks)].numpy()[inverse.reshape(-1)]
 
 
 def true_plan_risk(
