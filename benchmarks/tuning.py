@@ -7,7 +7,8 @@ workflow refuses for any claim): each run's violation rate within the constraint
 mean with the between-run interval, the mean return against its peer, the env's `ippo`, and
 the training CPU seconds per run.
 
-Run: `python -m benchmarks.tuning [--group tuning|shield_options] [--env ...] [--write]`.
+Run: `python -m benchmarks.tuning [--group tuning|shield_options|shield_settings] [--env ...]
+[--write]`.
 Results go to `benchmarks/out/<group>.json` and, with `--write`, the group's section of
 BENCHMARKS.md (the rows of shield options since deleted stay there as measured).
 """
@@ -78,6 +79,24 @@ GROUPS: dict[str, Variants] = {
             ("shield_dec", {}),
             ("shield_dec", {"shield_opponent_mode": "model"}),
             ("shield_dec", {"shield_opponent_mode": "uniform"}),
+        ],
+    },
+    # The shield's numeric settings against other values, one at a time (the same section).
+    "shield_settings": {
+        "intersection": [
+            ("ippo", {}),
+            ("shield", {}),
+            ("shield", {"imitation": 0.0}),
+            ("shield", {"intervention_penalty": 0.0}),
+            ("shield", {"horizon": 5}),
+            ("shield", {"horizon": 20}),
+            ("shield", {"search_sweeps": 1}),
+            ("shield", {"search_sweeps": 4}),
+            ("shield", {"calibration_bins": 4}),
+            ("shield", {"calibration_bins": 16}),
+            ("shield_dec", {}),
+            ("shield_dec", {"opponent_samples": 4}),
+            ("shield_dec", {"opponent_samples": 16}),
         ],
     },
 }
