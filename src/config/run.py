@@ -15,9 +15,10 @@ custom: dict                             # only for a task or algorithm given by
 
 `RunConfig.from_dict` checks what the base does not (the identity, the settings, the
 implementation versions that apply to the algorithm, the `algo_params` against the sections
-the algorithm's spec names) and builds the typed sections: `env`, `ppo`, `evaluation`, and
-`lagrange` or `shield` where the algorithm has them. Trainers, evaluation and analysis read
-the sections and check nothing again.
+the algorithm's spec names; a retired version name or a removed shield key,
+`RETIRED_VERSIONS` and `RETIRED_KEYS`, is refused with what became of it) and builds the
+typed sections: `env`, `ppo`, `evaluation`, and `lagrange` or `shield` where the algorithm
+has them. Trainers, evaluation and analysis read the sections and check nothing again.
 
 `to_dict` gives back the flat form, which a run records (config.json, and the `config` entry
 of policy.pt), together with what `from_dict` resolved (`RECORDED_KEYS`):
@@ -61,7 +62,7 @@ from src.config.evaluation import EvalConfig
 from src.config.lagrange import LagrangeConfig
 from src.config.ppo import PPOConfig
 from src.config.section import Section
-from src.config.shield import ShieldConfig
+from src.config.shield import RETIRED_KEYS, ShieldConfig
 from src.custom import recorded_entries
 
 __all__ = [
@@ -240,6 +241,13 @@ class RunConfig:
         sections = {name: SECTIONS[name] for name in spec.sections}
         tunable = {name for section in sections.values() for name in section.tunable_names()}
         unknown = sorted(set(algo_params) - tunable)
+        # A key the code no longer reads is named as removed, with what became of it.
+        removed = [key for key in unknown if key in RETIRED_KEYS and "shield" in sections]
+        if removed:
+            raise ConfigError(
+                f"algo_params={removed}: removed from the shield: "
+                + "; ".join(f"{key} ({RETIRED_KEYS[key]})" for key in removed)
+            )
         if unknown:
             # The field meant, when one is close (difflib), for each unknown one.
             meant = [

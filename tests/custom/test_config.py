@@ -148,7 +148,8 @@ CASES = [
     ),
     (  # a shield key whose option lost on measurement names nothing now (docs/design.md, 6.3)
         lambda: tiny_config(["walk"], ["shield"], algo_params={"shield": {"lookahead": 1}}),
-        "config key 'algo_params.shield' = ['lookahead']: unknown for shield",
+        "config key 'algo_params.shield' = ['lookahead']: removed from the shield: lookahead "
+        "(the critic values the first imagined step's successor; more imagined steps are gone)",
     ),
     (
         lambda: tiny_config(["walk", "maze"], ["ippo"]),

@@ -267,14 +267,28 @@ def test_shield_config_rejects_bad_values():
 @pytest.mark.parametrize("key", sorted(RETIRED_KEYS))
 def test_a_removed_shield_key_is_refused_in_one_line_naming_it(key: str) -> None:
     """The options that lost on measurement are gone with their keys (docs/design.md, 6.3): a
-    run config that sets one, even to the behaviour that stayed, is refused naming it."""
+    run config that sets one, even to the behaviour that stayed, is refused naming it as
+    removed with what became of it; an algorithm without a shield never had it."""
     kept = {"risk_scope": "receding", "search": "coordinate", "backup": "coordinate"}
     for algo in ("shield", "shield_dec"):
         with pytest.raises(ConfigError) as refused:
             RunConfig.from_dict(make_run_config(algo=algo, algo_params={key: kept.get(key, 1)}))
-        assert str(refused.value).startswith(f"algo_params=['{key}']: unknown for {algo}")
-        assert "\n" not in str(refused.value)
+        assert str(refused.value) == (
+            f"algo_params=['{key}']: removed from the shield: {key} ({RETIRED_KEYS[key]})"
+        )
+    with pytest.raises(ConfigError, match=rf"^algo_params=\['{key}'\]: unknown for ippo;"):
+        RunConfig.from_dict(make_run_config(algo="ippo", algo_params={key: kept.get(key, 1)}))
     assert key not in ShieldConfig.tunable_names()
+
+
+def test_removed_shield_keys_are_named_before_unknown_ones() -> None:
+    given = {"lookahead": 1, "search": "coordinate", "horizn": 5}
+    with pytest.raises(ConfigError) as refused:
+        RunConfig.from_dict(make_run_config(algo="shield", algo_params=given))
+    assert str(refused.value) == (
+        "algo_params=['lookahead', 'search']: removed from the shield: "
+        f"lookahead ({RETIRED_KEYS['lookahead']}); search ({RETIRED_KEYS['search']})"
+    )
 
 
 @pytest.mark.parametrize(
