@@ -2,7 +2,9 @@
 
 `ALGORITHMS` maps an `algo` name to an `AlgorithmSpec`: what the rest of the pipeline may
 expect of it (capabilities). Code outside this module asks the spec (`shielded`,
-`eval_modes`, `multiplier`, `sections`, `version_keys`) instead of comparing algorithm names.
+`multiplier`, `sections`, `version_keys`) instead of comparing algorithm names; a run config
+records `shielded`, and the shield modes its final policy is evaluated in are
+`RunConfig.eval_modes`.
 `versions_of(key)` returns the known values of one `*_version` key of the run config.
 
 This module is a leaf: it imports no algorithm, so the config layer and the analysis code
@@ -104,11 +106,6 @@ class AlgorithmSpec:
     fixed: Mapping[str, Any] = field(default_factory=dict)
     """Section fields the algorithm fixes (what sets it apart from another algorithm with the
     same trainer); its `algo_params` may not set them."""
-
-    @property
-    def eval_modes(self) -> tuple[bool, ...]:
-        """Shield settings its final policy is evaluated with: on and off, or just off."""
-        return (True, False) if self.shielded else (False,)
 
 
 ALGORITHMS: dict[str, AlgorithmSpec] = {

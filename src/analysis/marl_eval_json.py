@@ -147,22 +147,23 @@ def run_entries(run_dir: str | Path) -> tuple[str, int, dict[str, dict[str, Any]
     """(task, run index, {policy: run entry}) of one run folder: its training steps (shared by
     a shielded algorithm's two policies) and each policy's `absolute_metrics`.
 
-    Reads config.json, history.parquet, updates.parquet and eval_episodes.parquet.
+    Reads config.json (the run config it records, `RunFiles.read_run_config`: its horizons
+    and the shield modes its final policy was evaluated in, `RunConfig.eval_modes`),
+    history.parquet, updates.parquet and eval_episodes.parquet.
     """
     files = RunFiles(run_dir)
-    config = files.read_config()
-    horizons = [int(h) for h in config.get("final_policy_eval_horizons", [])]
+    _, config = files.read_run_config()
+    horizons = list(config.evaluation.horizons)
     history = read_parquet(files.history, HISTORY_SCHEMA)
     updates = read_parquet(files.updates, UPDATES_SCHEMA)
     episodes = read_parquet(files.eval_episodes, EVAL_EPISODES_SCHEMA)
     steps = _update_means(history, updates, horizons)
-    algo = str(config["algo"])
     policies = {}
-    for shielded in get_algorithm(algo).eval_modes:
+    for shielded in config.eval_modes:
         entry: dict[str, Any] = {key: dict(value) for key, value in steps}
         entry[ABSOLUTE_METRICS] = _absolute(episodes, shielded, horizons)
-        policies[policy_name(algo, shielded)] = entry
-    return str(config["env_name"]), int(config["run_idx"]), policies
+        policies[policy_name(config.algo, shielded)] = entry
+    return config.env_name, config.run_idx, policies
 
 
 def _common_metrics(data: Mapping[str, Any]) -> set[str]:

@@ -26,7 +26,8 @@ def test_every_algorithm_builds_a_trainer(name):
     assert set(spec.sections) <= set(SECTIONS) and "ppo" in spec.sections
     for key in spec.version_keys:
         assert config.version(key) in versions_of(key)
-    assert spec.eval_modes == ((True, False) if spec.shielded else (False,))
+    assert config.shielded == spec.shielded
+    assert config.eval_modes == ((True, False) if spec.shielded else (False,))
     if spec.shielded:
         return  # the shield's own tests train it; it needs its config keys and models
     config = toy_config(algo=name, timesteps=4 * 16)

@@ -23,6 +23,7 @@ from src.analysis.marl_eval_json import (
     write_marl_eval,
 )
 from src.analysis.style import policy_label
+from src.config.run import RunConfig, make_run_config
 from src.core.io import save_to_file
 from src.evaluation.evaluate import evaluate_run
 from src.runfiles import RunFiles
@@ -245,12 +246,8 @@ def _synthetic_run(
     episodes (`replaced`: their shield interventions, None: not reported)."""
     run_dir = root / "run0"
     run_dir.mkdir(parents=True)
-    config = {
-        "env_name": "hazard_grid",
-        "algo": "ippo",
-        "run_idx": 0,
-        "final_policy_eval_horizons": horizons,
-    }
+    flat = make_run_config(final_policy_eval_episodes=2, final_policy_eval_horizons=tuple(horizons))
+    config = RunConfig.from_dict(flat).to_dict()
     save_to_file(config, run_dir, "config.json")
     files = RunFiles(run_dir)
     write_parquet(history_table(history, config), files.history)
@@ -310,7 +307,7 @@ def test_a_metric_some_run_lacks_is_left_out_of_all(tmp_path: Path) -> None:
     reported = _synthetic_run(tmp_path / "a", history=history, horizons=[1, 5])
     silent = _synthetic_run(tmp_path / "b", history=history, replaced=None, horizons=[5, 9])
     config = json.loads(RunFiles(silent).config.read_text())
-    save_to_file({**config, "run_idx": 1}, silent, "config.json")
+    save_to_file({**config, "run_idx": 1, "seed": config["seed"] + 1}, silent, "config.json")
     data = marl_eval_data([reported, silent])[ENVIRONMENT]["hazard_grid"]["ippo"]
     for run in ("run_0", "run_1"):
         assert set(data[run][ABSOLUTE_METRICS]) == {"return", "cost", "violation_within_5"}
