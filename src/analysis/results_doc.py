@@ -59,6 +59,7 @@ from src.analysis.files import write_text
 from src.analysis.style import policy_label
 from src.analysis.tables import BEYOND, NO_FLOOR
 from src.config.lagrange import LagrangeConfig
+from src.config.run import RunConfig
 from src.containment import ContainmentError, archive_limit, copy_file, open_regular
 from src.core.io import atomic_output
 
@@ -563,12 +564,12 @@ def _observations(
     return lines
 
 
-def _coordination(config: dict) -> str:
-    """Who decides in a shielded run: the algorithm's fixed value, its algo_params', or the
-    shield's default (`central`)."""
-    fixed = get_algorithm(config["algo"]).fixed
-    params = config.get("algo_params") or {}
-    return str(fixed.get("coordination", params.get("coordination", "central")))
+def _coordination(config: Mapping[str, Any]) -> str:
+    """Who decides in a shielded run, as the run recorded its shield section
+    (`RunConfig.from_recorded`): the value the run resolved, whether the algorithm fixes it,
+    its algo_params set it or it is the section's default ("–" for a run without one)."""
+    shield = RunConfig.from_recorded(config).shield
+    return "–" if shield is None else shield.coordination
 
 
 def _auc(mine: pd.DataFrame) -> str:

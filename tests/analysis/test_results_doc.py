@@ -288,6 +288,27 @@ def test_shield_comparison_reads_no_benchmark_file_through_a_link(tmp_path: Path
         shield_comparison(root, run_configs(load_table(root / "tables", "history")))
 
 
+def test_the_coordination_is_the_one_the_run_recorded() -> None:
+    """Who decides is read from the shield section the run recorded, whoever set it: the
+    algorithm (shield_dec fixes it), its algo_params, or the section's default; so an
+    algorithm the registry does not know is right too."""
+    from src.analysis.results_doc import _coordination
+    from src.config.run import RunConfig, make_run_config
+
+    def recorded(algo: str, **params: str) -> dict:
+        return RunConfig.from_dict(make_run_config(algo=algo, algo_params=params)).to_dict()
+
+    assert _coordination(recorded("shield")) == "central"
+    assert _coordination(recorded("shield", coordination="decentralised")) == "decentralised"
+    assert _coordination(recorded("shield_dec")) == "decentralised"
+    # An algorithm whose shield decides decentralised by default, unknown to this registry:
+    # its algo_params are empty, its recorded section says it.
+    unregistered = {**recorded("shield_dec"), "algo": "my_shield"}
+    assert unregistered["algo_params"] == {}
+    assert _coordination(unregistered) == "decentralised"
+    assert _coordination(recorded("ippo")) == "–"
+
+
 def test_the_auc_cell_is_the_mean_over_runs_of_their_last_auc() -> None:
     from src.algos.metrics import SHIELD_AUC_TEAM
     from src.analysis.results_doc import _auc
