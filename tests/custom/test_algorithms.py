@@ -52,7 +52,7 @@ def test_toy_algorithm_capabilities_come_from_its_class():
     spec = get_algorithm("toy")
     assert (spec.constrained, spec.shielded, spec.multiplier) == (True, False, False)
     assert spec.sections == ("ppo",) and spec.version_keys == ()
-    assert spec.action_kinds == ("discrete", "box") and spec.eval_modes == (False,)
+    assert spec.action_kinds == ("discrete", "box")
     assert spec.entry == "tests.custom.toy_algorithm:Preferences"
     assert "toy" not in ALGORITHMS  # the built-in table is unchanged
 
