@@ -4,7 +4,7 @@ A constraint P(violation within H) <= `max_risk` that no team can meet cannot te
 failure from the task's, so every results page shows, per env, the floor next to `max_risk`.
 The floor is the least P(violation within H) of a team that keeps at least half of unconstrained
 `ippo`'s goal rate. On the continuing grid tasks the joint state (cells and goals of every
-agent) is too large for the exact dynamic programme of `benchmarks/risk_floor.py`, so the floor
+agent) is too large for the exact dynamic programme of `src.analysis.exact_floor`, so the floor
 is bounded from above by a *witness*: the centralised, fully observing careful team of
 `src.envs.witness` rolled out on the evaluation layouts of every run (reset seeds
 `final_policy_eval_seed_offset + i`, i < num_runs * N), for H steps. Its violation rate, with a

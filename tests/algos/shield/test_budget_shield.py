@@ -18,12 +18,12 @@ import numpy as np
 import pytest
 import torch
 
-from benchmarks.risk_floor import encode_joint_actions, model_from_env, solve_min_risk
 from src.algos.shield.bounds import calibration_factor, risk_bound
 from src.algos.shield.budget import BudgetShield
 from src.algos.shield.critic import RiskCritic
 from src.algos.shield.replay import TransitionReplay
 from src.algos.shield.search import joint_actions
+from src.analysis.exact_floor import encode_joint_actions, model_from_env, solve_min_risk
 from src.envs.registry import make_vector_env
 from tests.algos.shield.shield_toys import shield_config
 
@@ -71,7 +71,7 @@ def _env(num_envs: int, seed: int = 3) -> object:
         size=SIZE,
         n_hazards=3,
         max_steps=60,
-        # The exact model (benchmarks.risk_floor) is of the original dynamics.
+        # The exact model (src.analysis.exact_floor) is of the original dynamics.
         slip_mode="any",
         continuing=False,
         observe_moves=False,
