@@ -5,7 +5,9 @@ branch) checked out in a temporary worktree, each child process importing `src` 
 tree: the CPU seconds of training run 0 of every task and algorithm of the default experiment
 in both trees, one after the other; with `--emulate CPU...`, the short runs of
 `tests/reliability/fingerprints.py` trained here and inside `qemu-x86_64 -cpu CPU` with each
-tree's code, and how many hash alike.
+tree's code, and how many hash alike. Both trees train the same runs: the reference is given the
+config in its own names (`reference_config`), its shield's critic backup set to the one the
+current code has (`coordinate`; its default was `exhaustive`, every joint action judged).
 
 Run: `python -m benchmarks.numerics [--emulate EPYC-Rome Haswell] [--write]`. Results go to
 `benchmarks/out/numerics.json` and, with `--write`, the numerics section of BENCHMARKS.md.
@@ -13,6 +15,7 @@ Run: `python -m benchmarks.numerics [--emulate EPYC-Rome Haswell] [--write]`. Re
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 import platform
@@ -23,7 +26,18 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from benchmarks.common import CONFIG, ROOT, Clock, arguments, positive_int, save_results, table
+import yaml
+
+from benchmarks.common import (
+    CONFIG,
+    ROOT,
+    Clock,
+    arguments,
+    experiment,
+    positive_int,
+    save_results,
+    table,
+)
 from src.numerics import PINNED
 
 REFERENCE = "60e3090"
@@ -31,6 +45,16 @@ REFERENCE = "60e3090"
 FINGERPRINTS = ROOT / "tests" / "reliability" / "fingerprints.py"
 TASKS = ("hazard_grid", "intersection")
 ALGOS = ("ippo", "ippo_lag", "shield", "shield_dec")
+REFERENCE_SHIELD = {"backup": "coordinate"}
+"""Shield options the reference must be given to train the current code's shield: its safety
+critic's backup defaulted to `exhaustive`, the current code's only backup is the coordinate
+descent (the key was deleted with the other choice)."""
+REFERENCE_VERSIONS = {"wm_version": {"v0": "v1"}, "shield_version": {"v0": "v1"}}
+"""`base` values the reference names otherwise: the current world model and shield v0 were its
+v1 (its v0 were the older ones, since removed)."""
+REFERENCE_UNKNOWN = {"ippo_lag": ("risk_target_ratio",)}
+"""`algo_params` keys the reference does not have, left out of its config: its ippo_lag steers
+to `max_risk` itself (the target moves, the work of an update does not)."""
 
 _TRAIN = """
 import json, sys, time, yaml
@@ -83,24 +107,66 @@ def fingerprints_of(tree: Path, runs: Sequence[str], cpu: str | None) -> dict[st
     return json.loads(done.stdout[done.stdout.index("{\n") :])
 
 
+def reference_config(config: dict[str, Any]) -> dict[str, Any]:
+    """The workflow config `config` (as written) in the names of `REFERENCE`: the same runs,
+    trained with that commit's code (`REFERENCE_SHIELD`, `REFERENCE_VERSIONS`,
+    `REFERENCE_UNKNOWN`). `config` is not changed."""
+    config = copy.deepcopy(config)
+    base = config.setdefault("base", {})
+    for key, renamed in REFERENCE_VERSIONS.items():
+        if key in base:
+            base[key] = renamed.get(base[key], base[key])
+    algo_params = config.setdefault("algo_params", {})
+    for algo, keys in REFERENCE_UNKNOWN.items():
+        params = algo_params.get(algo, {})
+        for key in keys:
+            params.pop(key, None)
+        if algo in algo_params and not params:
+            del algo_params[algo]
+    for algo in ("shield", "shield_dec"):
+        if algo in config.get("algos", []):
+            algo_params[algo] = {**algo_params.get(algo, {}), **REFERENCE_SHIELD}
+    return config
+
+
+def write_reference_config(reference: Path, config_file: Path, folder: Path) -> Path:
+    """The config file the `reference` tree trains: `config_file` in the names of `REFERENCE`
+    (`reference_config`, written into `folder`) when that tree is `REFERENCE`'s, else
+    `config_file` itself (another commit's names are not known here)."""
+    head = subprocess.run(
+        ["git", "-C", str(reference), "rev-parse", "HEAD"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    if not head.startswith(REFERENCE):
+        return config_file
+    path = folder / "reference.yaml"
+    path.write_text(yaml.safe_dump(reference_config(experiment(config_file)), sort_keys=False))
+    return path
+
+
 def measure(
     reference: Path,
     *,
     config_file: Path,
+    reference_config_file: Path | None = None,
     repeats: int,
     emulate: Sequence[str],
     runs: Sequence[str],
     pairs: Sequence[tuple[str, str]] = tuple((env, algo) for env in TASKS for algo in ALGOS),
 ) -> dict[str, Any]:
     """Both measurements (module docstring) of this tree against the `reference` tree; the
-    training cost of run 0 of each (env, algo) of `pairs`."""
+    training cost of run 0 of each (env, algo) of `pairs`, of `config_file` in this tree and of
+    `reference_config_file` (by default the same) in the reference tree."""
     trees = {"common": ROOT, "reference": reference}
+    config_files = {"common": config_file, "reference": reference_config_file or config_file}
     cost: dict[str, dict[str, float]] = {}
     for env, algo in pairs:
         seconds = {name: 0.0 for name in trees}
         for _ in range(repeats):
             for name, tree in trees.items():
-                seconds[name] += train_cpu_seconds(tree, env, algo, config_file) / repeats
+                seconds[name] += train_cpu_seconds(tree, env, algo, config_files[name]) / repeats
         cost[f"{env}/{algo}"] = seconds
         print(f"{env}/{algo}: {seconds}", flush=True)
     agreement: dict[str, dict[str, Any]] = {}
@@ -203,9 +269,11 @@ def main(argv: list[str] | None = None) -> None:
             why = added.stderr.strip().splitlines()[-1:] or ["git failed"]
             raise SystemExit(f"--against {args.against!r}: no such commit here ({why[0]})")
         try:
+            config_file = args.config.resolve()
             results = measure(
                 reference,
-                config_file=args.config.resolve(),
+                config_file=config_file,
+                reference_config_file=write_reference_config(reference, config_file, Path(tmp)),
                 repeats=args.repeats,
                 emulate=args.emulate,
                 runs=args.runs,
