@@ -196,7 +196,7 @@ def test_the_small_jobs_of_a_run_are_one_group_job(cluster_run: ClusterRun) -> N
 def test_a_training_job_gets_the_configs_threads_from_slurm(
     cores: tuple[str, ...], tmp_path: Path
 ) -> None:
-    # One training job of `.test/config.yaml` with the paper's `threads: 4`.
+    # One training job of `.test/config.yaml` with `threads: 4`.
     results_dir = tmp_path / "results"
     done = snakemake(
         *train_args(results_dir, *cores),

@@ -1,5 +1,5 @@
 """The CPUs a training job asks SLURM for through `profiles/slurm`: the config's `threads`
-(config/paper.yaml: 4), however few cores the machine Snakemake is started on has. Checked on
+(4 here), however few cores the machine Snakemake is started on has. Checked on
 dry runs, which need no cluster; tests/slurm/test_slurm.py checks the same on a real one.
 
 Snakemake 9 caps every job's `threads` at `--cores`, cluster jobs included, and
@@ -26,7 +26,7 @@ from tests.slurm.test_groups import Job, listed_submissions
 from tests.workflow.conftest import TEST_CONFIG, snakemake
 
 THREADS = 4
-"""The training threads of config/paper.yaml, given to `.test/config.yaml` with --config."""
+"""Training threads more than the 2-core machine has, given to `.test/config.yaml` with --config."""
 
 
 def train_target(results_dir: Path, config: dict = TEST_CONFIG) -> Path:
@@ -37,8 +37,8 @@ def train_target(results_dir: Path, config: dict = TEST_CONFIG) -> Path:
 
 
 def train_args(results_dir: Path, *args: str) -> tuple[str, ...]:
-    """Snakemake arguments of that one training job of `.test/config.yaml` with the paper's
-    threads, through the cluster profile, with the extra `args`."""
+    """Snakemake arguments of that one training job of `.test/config.yaml` with
+    `THREADS` threads, through the cluster profile, with the extra `args`."""
     return (
         str(train_target(results_dir)),
         "--profile",
