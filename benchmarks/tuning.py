@@ -92,8 +92,6 @@ GROUPS: dict[str, Variants] = {
             ("shield", {"horizon": 20}),
             ("shield", {"search_sweeps": 1}),
             ("shield", {"search_sweeps": 4}),
-            ("shield", {"calibration_bins": 4}),
-            ("shield", {"calibration_bins": 16}),
             ("shield_dec", {}),
             ("shield_dec", {"opponent_samples": 4}),
             ("shield_dec", {"opponent_samples": 16}),

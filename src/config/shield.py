@@ -26,6 +26,8 @@ from src.config.base import SEED_MAX
 from src.config.section import Section
 
 __all__ = [
+    "CALIBRATION_BINS",
+    "CALIBRATION_WINDOW",
     "CEM_ELITES",
     "CEM_ITERATIONS",
     "CEM_SAMPLES",
@@ -43,6 +45,13 @@ CEM_SAMPLES = 32
 CEM_ELITES = 4
 """Box actions: least-risk joint actions of a round whose mean and spread the next round
 samples from."""
+CALIBRATION_WINDOW = 8192
+"""Most recent executed decisions with a known outcome that the per-decision calibration map g
+is fitted on (src/algos/shield/calibration.py)."""
+CALIBRATION_BINS = 8
+"""Equal-count bins of the models' risk in the calibration map; the map replaces the held-out
+factor once 100 labelled decisions per bin are there. g only shapes the risk each decision
+reports (U), never a decision (BENCHMARKS.md, "Shield settings against other values")."""
 RETIRED_KEYS: dict[str, str] = {
     "risk_scope": "the allowance is receding; the excess budget per episode is gone",
     "search": "the search is the one-agent-at-a-time descent; judging every joint action is gone",
@@ -50,6 +59,10 @@ RETIRED_KEYS: dict[str, str] = {
     "action is gone",
     "lookahead": "the critic values the first imagined step's successor; more imagined steps "
     "are gone",
+    "calibration_window": "the calibration map only shapes the reported risk U, never a "
+    "decision; its window is fixed (CALIBRATION_WINDOW)",
+    "calibration_bins": "the calibration map only shapes the reported risk U, never a "
+    "decision; its bins are fixed (CALIBRATION_BINS)",
 }
 """Shield keys that earlier code read and that name nothing now: key -> what became of it
 (docs/design.md, section 6.3, "Every option and what keeps it"). A run's recorded shield
@@ -116,8 +129,6 @@ class ShieldConfig(Section):
         "search_sweeps": partial(check_int, low=1, high=100),
         "coordination": partial(check_choice, choices=COORDINATIONS),
         "opponent_samples": partial(check_int, low=1, high=100_000),
-        "calibration_window": partial(check_int, low=1, high=10_000_000),
-        "calibration_bins": partial(check_int, low=1, high=1000),
         "adapt_rate": partial(check_float, low=0.0, open_low=False),
         "calibration_episodes": partial(check_int, low=0, high=1_000_000),
         "calibration_seed_offset": partial(check_int, low=0, high=SEED_MAX),
@@ -217,12 +228,6 @@ class ShieldConfig(Section):
     """`decentralised`: completions of the others' actions per judged own action: all
     n_actions ** (n_agents - 1), weighted by their probability, when there are at most this
     many; else this many by Latin hypercube sampling (the work per decision is proportional)."""
-    calibration_window: int = 8192
-    """Most recent executed decisions with a known outcome that the per-decision
-    calibration map g is fitted on (src/algos/shield/calibration.py)."""
-    calibration_bins: int = 8
-    """Equal-count bins of the models' risk in the calibration map; the map replaces the
-    held-out factor once 100 labelled decisions per bin are there."""
     adapt_rate: float = 0.1
     """Step of the log-allowance per finished training episode after arming,
     log a += adapt_rate * (max_risk - violated), violated: within the constraint horizon

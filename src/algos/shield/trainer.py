@@ -70,6 +70,7 @@ from src.algos.shield.critic import RiskCritic
 from src.algos.shield.opponent_model import opponent_weight
 from src.algos.shield.replay import TransitionReplay
 from src.config.run import RunConfig
+from src.config.shield import CALIBRATION_BINS, CALIBRATION_WINDOW
 from src.core.logging import log
 from src.envs.base import joint_observation
 from src.records import EpisodeLog
@@ -119,7 +120,7 @@ class ShieldedIPPO(IPPO):
         self._unstored: list[dict[str, torch.Tensor]] = []
         # Real outcomes of the executed decisions, the allowance that tracks the constraint in
         # training, and the certificate of the deployed shield.
-        self.ledger = OutcomeLedger(horizon=cfg.horizon, capacity=cfg.calibration_window)
+        self.ledger = OutcomeLedger(horizon=cfg.horizon, capacity=CALIBRATION_WINDOW)
         start = cfg.max_risk
         self.adaptive = AdaptiveAllowance(
             value=start, target=cfg.max_risk, rate=cfg.adapt_rate, low=1e-4, high=1.0
@@ -225,13 +226,13 @@ class ShieldedIPPO(IPPO):
         last update that started with the shield armed."""
         cfg = self.shield_cfg
         risk, outcome = self.ledger.labelled()
-        enough = risk.size >= 100 * cfg.calibration_bins
+        enough = risk.size >= 100 * CALIBRATION_BINS
         # How well the critic's q ranks the real outcomes, once the map has its decisions.
         row[M.SHIELD_AUC_TEAM] = rank_auc(risk, outcome) if enough else math.nan
         if enough:
             schedule = cfg.shield_credible_schedule
             delta = credible_delta(self.fits, delta=cfg.shield_credible_delta, schedule=schedule)
-            mode, bins = cfg.shield_reward_mode, cfg.calibration_bins
+            mode, bins = cfg.shield_reward_mode, CALIBRATION_BINS
             self.shield.calibration = fit_calibration(
                 risk, outcome, bins=bins, delta=float(delta), mode=mode
             )

@@ -204,7 +204,6 @@ def scripted_calibration_config(
             "hidden_sizes": [16],
             "critic_steps": 2,
             "horizon": 5,
-            "calibration_bins": 2,
             "adapt_rate": 0.0,
             "calibration_episodes": 8,
             "calibration_seed_offset": CALIBRATION_SEED_OFFSET,

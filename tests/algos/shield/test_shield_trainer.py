@@ -20,7 +20,7 @@ from src.algos.shield.trainer import ShieldedIPPO
 from src.algos.train import train_run
 from src.analysis.export import updates_table
 from src.config.run import RunConfig, make_run_config
-from src.config.shield import ShieldConfig
+from src.config.shield import CALIBRATION_BINS, ShieldConfig
 from src.stats import rank_auc
 from tests.algos.shield.shield_toys import GridVectorEnv
 
@@ -89,7 +89,7 @@ def _config(
     config = run_config(patience=patience, updates=updates, seed=seed)
     config["max_risk"] = max_risk
     config["algo_params"].update(
-        critic_steps=2, horizon=5, calibration_episodes=calibration_episodes, calibration_bins=2
+        critic_steps=2, horizon=5, calibration_episodes=calibration_episodes
     )
     return config
 
@@ -347,9 +347,9 @@ def test_the_auc_of_the_critics_q_is_logged_once_the_calibration_map_has_its_dec
     table = updates_table(trainer.updates, trainer.config.to_dict())
     assert {M.CRITIC_LOSS, M.SHIELD_AUC_TEAM} <= set(table.column_names)
     rng = np.random.default_rng(0)
-    outcome = rng.random(400) < 0.2
-    risk = rng.random(400) * 0.1 + 0.05 * outcome
-    enough = 100 * trainer.shield_cfg.calibration_bins
+    outcome = rng.random(1000) < 0.2
+    risk = rng.random(1000) * 0.1 + 0.05 * outcome
+    enough = 100 * CALIBRATION_BINS
     for n, expected in ((enough - 1, None), (enough, rank_auc(risk[:enough], outcome[:enough]))):
         trainer.ledger = type(trainer.ledger)(horizon=5, capacity=1000)
         _label(trainer.ledger, risk[:n], outcome[:n])
