@@ -1,5 +1,5 @@
 """The run folder contract: the name of every file of one run, written down once, and the one
-reader of the config the run recorded.
+reader of the config.json the run recorded.
 
 A run folder (`{results_dir}/{tag}/runs/{env}/{algo}/run{idx}/`) is the interface between the
 workflow's stages: training writes it, evaluation, rendering, export and the wandb upload read
@@ -13,10 +13,9 @@ is input like a config, and is read here only as a regular file inside the folde
 - `RunFiles.read_config()`: config.json as recorded, its size bounded before it is read
   (`RUN_CONFIG_BYTES`) and its values after (`RUN_CONFIG_BOUNDS`: depth, count, text), with
   the identity every reader needs (`env_name`, `algo`, `run_idx`);
-- `RunFiles.read_run_config()`: also the typed `RunConfig` it records, read back as it was
-  resolved when the run was made (`RunConfig.from_recorded`: no registry, custom entry or
-  version name is looked up again; a config.json of another code version is refused naming
-  the keys that differ); `recorded_run_config` reads the config a policy.pt records the same way.
+- `src.config.recorded.read_run_config(files)`: also the typed `RunConfig` it records (in a
+  module of its own, so that a reader of config.json alone, the export's, does not reach the
+  run config's resolution and through it the algorithm registry).
 
 A refusal is one line naming the file: a `CorruptFileError` (a `ValueError`), for a bad value a
 `RunConfigError`, also the `ConfigError` naming the key and the value.
@@ -34,7 +33,6 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from src.checks import ConfigError, is_int, nested_excess, shown
-from src.config.run import RunConfig
 from src.containment import regular_file
 from src.core.io import CorruptFileError, load_from_file
 
@@ -43,7 +41,7 @@ __all__ = [
     "RUN_CONFIG_BYTES",
     "RunConfigError",
     "RunFiles",
-    "recorded_run_config",
+    "bounded_config",
 ]
 
 RUN_CONFIG_BYTES = 4 * 1024**2
@@ -51,9 +49,6 @@ RUN_CONFIG_BYTES = 4 * 1024**2
 RUN_CONFIG_BOUNDS = {"max_depth": 32, "max_items": 100_000, "max_text": 65_536}
 """How deep, large and long the values of a recorded run config may be
 (`src.checks.nested_excess`)."""
-
-# A hint of the config checks for YAML files; recorded run configs are not YAML.
-_YAML_HINT = ", e.g. 3.0e-4 in YAML"
 
 
 class RunConfigError(CorruptFileError, ConfigError):
@@ -65,7 +60,7 @@ def _refused(path: Path, why: str) -> CorruptFileError:
     return CorruptFileError(f"{path}: {why}", path=path, format=path.suffix)
 
 
-def _bounded(recorded: Any, path: Path) -> dict[str, Any]:
+def bounded_config(recorded: Any, path: Path) -> dict[str, Any]:
     """`recorded`, a run config read from `path`, if it is a mapping within `RUN_CONFIG_BOUNDS`."""
     if not isinstance(recorded, dict):
         raise _refused(path, f"its run config is a {type(recorded).__name__}, not a mapping")
@@ -73,22 +68,6 @@ def _bounded(recorded: Any, path: Path) -> dict[str, Any]:
     if excess is not None:
         raise _refused(path, f"its run config {excess}")
     return recorded
-
-
-def _typed(recorded: dict[str, Any], path: Path) -> RunConfig:
-    """`RunConfig.from_recorded(recorded)`, a refusal made one line naming `path`."""
-    try:
-        return RunConfig.from_recorded(recorded)
-    except (TypeError, ValueError, KeyError) as error:
-        why = " ".join(str(error).split()).replace(_YAML_HINT, "")[:500]
-        kind = RunConfigError if isinstance(error, ConfigError) else CorruptFileError
-        raise kind(f"{path}: {why}", path=path, format=path.suffix) from None
-
-
-def recorded_run_config(recorded: Any, path: str | Path) -> RunConfig:
-    """The typed run config `recorded` in the file `path` (the `config` entry of a policy.pt,
-    say), bounded and read as `RunFiles.read_run_config` reads config.json's."""
-    return _typed(_bounded(recorded, Path(path)), Path(path))
 
 
 @dataclass(frozen=True)
@@ -205,7 +184,7 @@ class RunFiles:
             raise _refused(
                 path, f"holds {size} bytes, more than the {RUN_CONFIG_BYTES} a run config may hold"
             )
-        recorded = _bounded(load_from_file(path.parent, path.name), path)
+        recorded = bounded_config(load_from_file(path.parent, path.name), path)
         missing = [key for key in ("env_name", "algo", "run_idx") if key not in recorded]
         if missing:
             raise _refused(path, f"lacks required keys: {missing}")
@@ -217,13 +196,3 @@ class RunFiles:
                 path, f"run_idx={shown(recorded['run_idx'])}: must be a JSON integer >= 0"
             )
         return recorded
-
-    def read_run_config(self) -> tuple[dict[str, Any], RunConfig]:
-        """(config.json as `read_config` reads it, the typed `RunConfig` it records).
-
-        Raises `CorruptFileError`, one line naming the file: a `RunConfigError` naming the key
-        and the value, or the keys that differ from this code's for a config.json of another
-        code version.
-        """
-        recorded = self.read_config()
-        return recorded, _typed(recorded, self.config)

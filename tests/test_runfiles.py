@@ -1,4 +1,4 @@
-"""One reader of a run folder: `RunFiles.read_run_config` gives back the typed run config that
+"""One reader of a run folder: `read_run_config` gives back the typed run config that
 training recorded in config.json, exactly, without the algorithm registry, custom entries or
 version names; a config.json of another code version is refused in one line naming the keys
 that differ, a bad value naming the file and the value."""
@@ -15,10 +15,11 @@ import yaml
 import src.config.run as run_module
 from src.algos.train import run_metadata
 from src.checks import ConfigError
+from src.config.recorded import read_run_config, recorded_run_config
 from src.config.run import RunConfig
 from src.config.workflow import iter_runs, resolve_run_config, validate_workflow_config
 from src.core.io import CorruptFileError, save_to_file
-from src.runfiles import RunConfigError, RunFiles, recorded_run_config
+from src.runfiles import RunConfigError, RunFiles
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -76,7 +77,7 @@ def test_what_training_records_reads_back_as_the_same_run_config(name: str, tmp_
     for env, algo in runs:
         config = resolve_run_config(workflow, env, algo, 0)
         files = RunFiles(_trained(config, tmp_path / env / algo / "run0"))
-        recorded, read = files.read_run_config()
+        recorded, read = read_run_config(files)
         assert read == config, f"{env}/{algo}"
         assert read.eval_modes == ((True, False) if read.shielded else (False,))
         assert recorded == files.read_config() == _config_json(files.root)
@@ -92,7 +93,7 @@ def test_reading_consults_no_registry_custom_entry_or_version(
 
     for name in ("get_algorithm", "versions_of", "recorded_entries"):
         monkeypatch.setattr(run_module, name, consulted)
-    _, config = RunFiles(run_dir).read_run_config()
+    _, config = read_run_config(run_dir)
     assert config.algo == "shield" and config.shielded and config.shield is not None
     assert config.lagrange is None
 
@@ -105,7 +106,7 @@ def test_a_config_json_of_another_code_version_is_refused_naming_the_keys(run_di
     recorded["algo_params"]["another_knob"] = 1
     _rewrite(run_dir, recorded)
     with pytest.raises(RunConfigError) as refused:
-        RunFiles(run_dir).read_run_config()
+        read_run_config(run_dir)
     assert str(refused.value) == (
         f"{path}: recorded by another code version: unknown keys "
         "['sections.shield.retired_knob', 'algo_params.another_knob'], missing keys "
@@ -117,7 +118,7 @@ def test_a_config_json_of_another_code_version_is_refused_naming_the_keys(run_di
     recorded["algo_params"] = {}
     _rewrite(run_dir, recorded)
     with pytest.raises(CorruptFileError, match=r"missing keys \['shielded', 'sections'\]"):
-        RunFiles(run_dir).read_run_config()
+        read_run_config(run_dir)
     # The raw reader of the analysis reads it still: it needs only the run's identity.
     assert RunFiles(run_dir).read_config()["algo"] == "shield"
 
@@ -140,7 +141,7 @@ def test_a_bad_recorded_value_is_one_line_naming_the_file_and_the_value(
     change(recorded)
     _rewrite(run_dir, recorded)
     with pytest.raises(RunConfigError) as refused:
-        RunFiles(run_dir).read_run_config()
+        read_run_config(run_dir)
     message = str(refused.value)
     assert isinstance(refused.value, ConfigError) and "\n" not in message
     assert message.startswith(f"{run_dir / 'config.json'}: ") and named in message, message
@@ -149,7 +150,7 @@ def test_a_bad_recorded_value_is_one_line_naming_the_file_and_the_value(
 def test_the_config_a_policy_records_is_read_the_same_way(run_dir: Path):
     recorded = _config_json(run_dir)
     path = run_dir / "policy.pt"
-    assert recorded_run_config(recorded, path) == RunFiles(run_dir).read_run_config()[1]
+    assert recorded_run_config(recorded, path) == read_run_config(run_dir)[1]
     with pytest.raises(CorruptFileError, match=r"policy\.pt: its run config is a list"):
         recorded_run_config([recorded], path)
     shared: list = [0] * 10

@@ -39,6 +39,7 @@ import numpy as np
 import pyarrow as pa
 
 from src.algos.registry import algorithm_names, get_algorithm
+from src.config.recorded import read_run_config
 from src.core.io import save_to_file
 from src.runfiles import RunFiles
 from src.schemas import EVAL_EPISODES_SCHEMA, HISTORY_SCHEMA, UPDATES_SCHEMA, read_parquet
@@ -147,12 +148,12 @@ def run_entries(run_dir: str | Path) -> tuple[str, int, dict[str, dict[str, Any]
     """(task, run index, {policy: run entry}) of one run folder: its training steps (shared by
     a shielded algorithm's two policies) and each policy's `absolute_metrics`.
 
-    Reads config.json (the run config it records, `RunFiles.read_run_config`: its horizons
-    and the shield modes its final policy was evaluated in, `RunConfig.eval_modes`),
+    Reads config.json (the run config it records, `src.config.recorded.read_run_config`: its
+    horizons and the shield modes its final policy was evaluated in, `RunConfig.eval_modes`),
     history.parquet, updates.parquet and eval_episodes.parquet.
     """
     files = RunFiles(run_dir)
-    _, config = files.read_run_config()
+    _, config = read_run_config(files)
     horizons = list(config.evaluation.horizons)
     history = read_parquet(files.history, HISTORY_SCHEMA)
     updates = read_parquet(files.updates, UPDATES_SCHEMA)

@@ -33,6 +33,7 @@ from typing import Any, NoReturn
 
 from src.algos.shield.calibration import Certificate, load_certificate
 from src.config.base import SEED_MAX
+from src.config.recorded import read_run_config
 from src.config.run import RunConfig
 from src.containment import ContainmentError, regular_file
 from src.core.io import PersistenceError
@@ -142,7 +143,7 @@ def _read_run(run_dir: Path) -> tuple[dict[str, Any], RunConfig, Certificate | N
                 f"RUN_DIR {run_dir} has no {path.name}: not a trained run folder"
             ) from None
     # Bounded and checked, the policy's recorded shapes too, before anything is built.
-    raw, config = files.read_run_config()
+    raw, config = read_run_config(files)
     if config.custom:
         raise UsageError(
             f"{run_dir} is a run of a task or algorithm given by import path; this command "

@@ -30,6 +30,7 @@ import pandas as pd
 from src.algos.policy import load_actor
 from src.algos.shield.calibration import load_certificate
 from src.config.base import VERSION_KEYS
+from src.config.recorded import read_run_config
 from src.config.run import RunConfig
 from src.envs.registry import make_vector_env
 from src.evaluation.episodes import (
@@ -316,7 +317,7 @@ def evaluate_run(
     first is written, each atomically.
     """
     files = RunFiles(run_dir)
-    raw, config = files.read_run_config()
+    raw, config = read_run_config(files)
     settings = config.evaluation
     actors: dict[bool, ActorLike] = {}
     certificate = None

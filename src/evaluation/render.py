@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from src.algos.policy import load_actor
+from src.config.recorded import read_run_config
 from src.core.io import atomic_output
 from src.core.wrappers import apply_hidden_episode_cap, infer_episode_cap
 from src.core.wrappers.record_video_parallel import RecordVideo
@@ -24,7 +25,6 @@ from src.envs.task import agent_actions, observation_sizes, stack_observations
 from src.evaluation.overlay import SafetyOverlay
 from src.evaluation.run_inputs import check_policy
 from src.plotting import plt
-from src.runfiles import RunFiles
 
 __all__ = ["POSTER_NAME", "EvenFrames", "make_poster", "render_run"]
 
@@ -112,7 +112,7 @@ def render_run(run_dir: str | Path, video_dir: str | Path, *, episodes: int) -> 
     """
     if not isinstance(episodes, int) or isinstance(episodes, bool) or episodes < 1:
         raise ValueError(f"episodes must be an integer >= 1, got {episodes!r}")
-    _, config = RunFiles(run_dir).read_run_config()
+    _, config = read_run_config(run_dir)
     check_policy(run_dir, config)  # before load_actor builds its network
     video_path = Path(video_dir)
     prefix = f"{config.env_name}-{config.algo}-run{config.run_idx}"

@@ -2,10 +2,10 @@
 
 A run folder may come from elsewhere (results handed over to re-evaluate), so its
 `config.json` and `policy.pt` are input like a config. config.json is read bounded and typed
-by `src.runfiles.RunFiles.read_run_config`; before a network is built or an episode played:
+by `src.config.recorded.read_run_config`; before a network is built or an episode played:
 
 - `check_policy(run_dir, config)`: the run's policy.pt. Its own config is read like
-  config.json's (`src.runfiles.recorded_run_config`: bounded, since a few kilobytes of shared
+  config.json's (`src.config.recorded.recorded_run_config`: bounded, since a few kilobytes of shared
   references in a pickle can stand for billions of values) and agrees with the run config in
   every value that sizes a network (the agents, the PPO and shield hidden sizes, the shield's
   ensemble); its recorded network (`network`: `obs_dim`, `n_agents`, `n_actions`,
@@ -31,11 +31,12 @@ from typing import Any
 
 from src.algos.actions import POLICY_KEY
 from src.checks import is_int, shown
+from src.config.recorded import recorded_run_config
 from src.config.run import RunConfig
 from src.containment import archive_limit, memory_bound
 from src.core.io import CorruptFileError, load_from_file_if_exists
 from src.resources import eval_memory_mb, mlp_params, train_memory_mb
-from src.runfiles import RunFiles, recorded_run_config
+from src.runfiles import RunFiles
 
 __all__ = ["MAX_LAYERS", "check_eval_memory", "check_policy"]
 
