@@ -95,10 +95,12 @@ def train_cpu_seconds(tree: Path, env: str, algo: str, config_file: Path) -> flo
     return float(json.loads(done.stdout.strip().splitlines()[-1])["cpu_s"])
 
 
-def fingerprints_of(tree: Path, runs: Sequence[str], cpu: str | None) -> dict[str, Any]:
-    """The fingerprints of the short runs matching `runs` with `tree`'s code, on this machine
-    (`cpu` None) or inside `qemu-x86_64 -cpu cpu`."""
-    command = [sys.executable, str(FINGERPRINTS), "--runs", *runs]
+def fingerprints_of(
+    tree: Path, runs: Sequence[str], cpu: str | None, config_file: Path
+) -> dict[str, Any]:
+    """The fingerprints of the short runs of `config_file` matching `runs` with `tree`'s code,
+    on this machine (`cpu` None) or inside `qemu-x86_64 -cpu cpu`."""
+    command = [sys.executable, str(FINGERPRINTS), "--runs", *runs, "--config", str(config_file)]
     if cpu is not None:
         command = ["qemu-x86_64", "-cpu", cpu, *command]
     done = subprocess.run(command, cwd=tree, env=_child_env(tree), capture_output=True, text=True)
@@ -171,9 +173,9 @@ def measure(
         print(f"{env}/{algo}: {seconds}", flush=True)
     agreement: dict[str, dict[str, Any]] = {}
     for name, tree in trees.items():
-        here = fingerprints_of(tree, runs, None) if emulate else None
+        here = fingerprints_of(tree, runs, None, config_files[name]) if emulate else None
         for cpu in emulate:
-            there = fingerprints_of(tree, runs, cpu)
+            there = fingerprints_of(tree, runs, cpu, config_files[name])
             same = sum(there["runs"][run] == value for run, value in here["runs"].items())
             agreement[f"{name}/{cpu}"] = {
                 "runs": len(here["runs"]),

@@ -34,13 +34,15 @@ from src.runfiles import RunFiles
 
 ROOT = Path(__file__).resolve().parents[2]
 STORE = Path(__file__).with_name("fingerprints.json")
+CONFIG = ROOT / "config" / "config.yaml"
 TASKS = ("hazard_grid", "intersection", "spread", "spread_mpe2")
 ALGOS = ("ippo", "ippo_lag", "shield", "shield_dec")
 
 
-def workflow_config() -> dict[str, Any]:
-    """config/config.yaml on every built-in task and algorithm, at the tiny budget."""
-    config = yaml.safe_load((ROOT / "config" / "config.yaml").read_text(encoding="utf-8"))
+def workflow_config(path: Path = CONFIG) -> dict[str, Any]:
+    """The workflow config at `path` (config/config.yaml) on every built-in task and algorithm,
+    at the tiny budget."""
+    config = yaml.safe_load(path.read_text(encoding="utf-8"))
     config["envs"], config["algos"], config["num_runs"] = list(TASKS), list(ALGOS), 1
     config["base"].update(
         num_envs=4,
@@ -92,22 +94,24 @@ def run_fingerprint(run_dir: Path) -> str:
     return digest.hexdigest()[:16]
 
 
-def train_and_fingerprint(task: str, algo: str, root: Path) -> str:
-    """Train run 0 of (task, algo) at the tiny budget under `root`; its fingerprint."""
+def train_and_fingerprint(task: str, algo: str, root: Path, config: Path = CONFIG) -> str:
+    """Train run 0 of (task, algo) of `config` at the tiny budget under `root`; its
+    fingerprint."""
     run_dir = root / task / algo / "run0"
-    train_run(resolve_run_config(workflow_config(), task, algo, 0), run_dir, progress=False)
+    run = resolve_run_config(workflow_config(config), task, algo, 0)
+    train_run(run, run_dir, progress=False)
     return run_fingerprint(run_dir)
 
 
-def all_fingerprints(patterns: Sequence[str] = ("*",)) -> dict[str, str]:
-    """`{"task/algo": fingerprint}` of every run whose name matches one of the shell-style
-    `patterns`, trained in a temporary folder."""
+def all_fingerprints(patterns: Sequence[str] = ("*",), config: Path = CONFIG) -> dict[str, str]:
+    """`{"task/algo": fingerprint}` of every run of `config` whose name matches one of the
+    shell-style `patterns`, trained in a temporary folder."""
     names = [f"{task}/{algo}" for task in TASKS for algo in ALGOS]
     chosen = [name for name in names if any(fnmatch(name, p) for p in patterns)]
     if not chosen:
         raise SystemExit(f"no run matches {list(patterns)}; the runs are {names}")
     with tempfile.TemporaryDirectory() as tmp:
-        return {name: train_and_fingerprint(*name.split("/"), Path(tmp)) for name in chosen}
+        return {name: train_and_fingerprint(*name.split("/"), Path(tmp), config) for name in chosen}
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -117,10 +121,13 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--runs", nargs="+", default=["*"], help="only the runs matching these, e.g. 'spread/*'"
     )
+    parser.add_argument(
+        "--config", type=Path, default=CONFIG, help="the workflow config (another code's names)"
+    )
     args = parser.parse_args(argv)
-    if args.write and args.runs != ["*"]:
-        parser.error("--write stores every run: leave out --runs")
-    prints = all_fingerprints(args.runs)
+    if args.write and (args.runs != ["*"] or args.config != CONFIG):
+        parser.error("--write stores every run of config/config.yaml: leave out --runs, --config")
+    prints = all_fingerprints(args.runs, args.config)
     record = {"kernels": kernels(), "runs": prints}
     print(json.dumps(record, indent=2))
     if args.write:
