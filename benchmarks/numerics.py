@@ -221,7 +221,9 @@ def markdown(results: dict[str, Any], reference: str) -> str:
         "Adam), and whether it trains to the same bits on other CPUs. Training: run 0 of every "
         "task and algorithm of the default experiment (its whole budget and certificate), CPU "
         f"seconds of `train_run` on one thread, mean of {results['repeats']} run(s) of each "
-        "tree, the two trees one after the other per run "
+        "tree, the two trees one after the other per run; the reference trains the same runs "
+        "in its own names (`reference_config`: the models' v1, the coordinate backup, no "
+        "`risk_target_ratio`, which it does not have) "
         f"(`python -m benchmarks.numerics`; {results['cpu_model']}, "
         f"{results['machine']['date']}).",
         "",
