@@ -474,10 +474,15 @@ def render_markdown(r: Mapping[str, Any]) -> str:
         f"- Total: {t['cpu_hours']:.1f} CPU-hours over {t['jobs']} jobs (target <= "
         f"{t['target_cpu_hours']:.0f}): {met(t['within_target'])}.",
         f"- Wall time on {t['cores']} cores: {t['wall_hours']:.1f} h with each train job "
-        f"holding {t['train_cores']} cores (`threads: {x['threads']}`), "
-        f"{t['wall_hours_one_core_per_train_job']:.1f} h with one core per train job "
-        "(`threads: 1`). Greedy list schedule, longest ready job first; every job runs for "
-        "its single-thread CPU time.",
+        + (
+            "on one core (`threads: 1`)"
+            if t["train_cores"] == 1
+            else f"holding {t['train_cores']} cores (`threads: {x['threads']}`), "
+            f"{t['wall_hours_one_core_per_train_job']:.1f} h with one core per train job "
+            "(`threads: 1`)"
+        )
+        + ". Greedy list schedule, longest ready job first; every job runs for its "
+        "single-thread CPU time.",
         "- Per-update CPU seconds: differences of `time.process_time()` read after every "
         "update (checkpoints included), mean over each phase without the first update; "
         "`ippo` and `ippo_lag` have no shield, so all their updates are in the unarmed column."
