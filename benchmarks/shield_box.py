@@ -14,6 +14,7 @@ section of BENCHMARKS.md.
 from __future__ import annotations
 
 import dataclasses
+import math
 import sys
 import tempfile
 from collections.abc import Sequence
@@ -70,7 +71,10 @@ def run_config(algo: str, candidates: int, sizes: dict[str, int]) -> dict[str, A
         max_risk=MAX_RISK,
         shield_patience=sizes["patience"],
         checkpoint_every=1000,
-        env_params={"continuous_actions": True, "max_steps": STEPS},
+        # Agents spawn apart: mpe2's spawning overlaps some at step 1, a violation no team avoids
+        # (about a sixth of the episodes at 3 agents), which would put the task's floor above
+        # `max_risk`.
+        env_params={"continuous_actions": True, "max_steps": STEPS, "spawn": "separated"},
         algo_params=params if algo.startswith("shield") else {},
         final_policy_eval_episodes=sizes["eval_episodes"],
         final_policy_eval_horizons=[STEPS],
@@ -106,6 +110,7 @@ def measure(algo: str, candidates: int, sizes: dict[str, int], root: Path) -> di
         )
         row["fallback_share"] = sum(r[M.SHIELD_NO_SAFE_ACTION] for r in updates) / decisions
         row["filter_s_per_1000"] = 1000 * sum(r[M.SHIELD_SECONDS] for r in updates) / decisions
+        row["auc_team"] = updates[-1].get(M.SHIELD_AUC_TEAM)
         certificate = load_certificate(run)
         row["certified"], row["allowance"] = certificate.certified, certificate.allowance
     print(row, file=sys.stderr, flush=True)
@@ -153,8 +158,10 @@ def _shares(row: dict[str, Any]) -> str:
 def _certified(row: dict[str, Any]) -> str:
     """A trained run's shield columns: its shares, filter time and certificate."""
     if not row["algo"].startswith("shield"):
-        return "- | - | - | -"
-    return f"{_shares(row)} | " + (
+        return "- | - | - | - | -"
+    auc = row.get("auc_team")
+    auc = "-" if auc is None or math.isnan(auc) else f"{auc:.2f}"
+    return f"{_shares(row)} | {auc} | " + (
         f"{row['allowance']:.3g}" if row["certified"] else "no certificate"
     )
 
@@ -169,18 +176,21 @@ def markdown(
         "## Shield on Box actions: candidates per decision",
         "",
         "`python -m benchmarks.shield_box`: `shield` on `spread` with continuous actions (3 "
-        f"agents, 25-step episodes, `max_risk` {MAX_RISK}), {steps:,} training steps "
+        f"agents spawned apart, 25-step episodes, `max_risk` {MAX_RISK}), {steps:,} training steps "
         f"({sizes['updates']} updates, armed after {sizes['patience']}), run 0 of each "
         "setting on the same seed, `ippo` and `shield_dec` as references; the evaluation's "
         f"{sizes['eval_episodes']} episodes with the shield on. Risk: P(violation within the "
         "episode) with its 95% Clopper-Pearson interval. Overrides: share of the armed "
         "training agent-steps; fallbacks: share of the armed decisions without an allowed "
-        "candidate; filter: training seconds per 1,000 decisions.",
+        "candidate; filter: training seconds per 1,000 decisions; AUC: how well the models' "
+        "risk q of the executed joint actions ranks them by whether the team violated within "
+        "the shield's horizon after them, over the labelled decisions the last update "
+        "calibrates on (0.5: no better than chance).",
         "",
         *table(
             "policy | candidates | risk [95% CI] | return | overrides | fallbacks | filter s / 1k"
-            " | certificate | train CPU s",
-            "lllllllll",
+            " | AUC | certificate | train CPU s",
+            "llllllllll",
             (
                 f"{row['algo']} | {row['candidates'] or '-'} | "
                 f"{_risk(row)} | "
