@@ -1,0 +1,287 @@
+"""The paper grid's cost as it ran, against its estimate: CPU-hours per (env, algo), the wall
+time, and the longest job and the peak memory of each rule, from which `resources` are set.
+
+It reads what Snakemake measured while the grid ran: the benchmark file of every training and
+evaluation job (`runs/{env}/{algo}/run{i}/logs/{train,evaluate}.benchmark.tsv`: wall seconds,
+CPU seconds of the job's processes, peak resident memory; the file's modification time is when
+the job ended), read as regular files inside the results folder only. The estimate is the table
+of `benchmarks/paper_grid.py`'s section of BENCHMARKS.md ("Paper grid cost"), per run of each
+(env, algo); a measured cost more than 30% off it is flagged.
+
+- CPU-hours: the sum over the jobs found; per (env, algo) also the mean per run, next to the
+  estimate's train + evaluate CPU-hours per run. Rendering and the experiment's small jobs
+  (export, aggregate, figures, report, upload) have no benchmark file and are not counted.
+- Wall time: the time during which at least one measured job ran (the union of the jobs'
+  intervals), so a grid run in several sittings does not count the pauses; and the greedy
+  schedule of the measured jobs on 8 cores (`paper_grid.list_schedule`, evaluation after its
+  training).
+- Resources: per rule, the slowest job and the peak memory, the config's `runtime` and `mem_mb`,
+  and the values they are set from: runtime 2x the slowest job, memory 1.5x the peak (both
+  rounded up), within the 3x and 2x that the grid's resources may ask.
+
+Run: `python -m benchmarks.grid_measured [--config config/paper.yaml] [--results FOLDER]
+[--write]` (`--write` records the section in BENCHMARKS.md).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import sys
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from benchmarks.common import (
+    BENCHMARKS_MD,
+    PAPER,
+    ROOT,
+    Clock,
+    arguments,
+    markers,
+    save_results,
+    table,
+    workflow_config,
+)
+from benchmarks.paper_grid import CORES, Job, list_schedule
+from src.containment import open_regular
+
+STAGES = ("train", "evaluate")
+"""The rules whose jobs Snakemake measures (a `benchmark:` file per run)."""
+OFF_BY = 0.3
+"""A measured cost further than this share from its estimate is flagged."""
+RUNTIME_FACTOR, MEMORY_FACTOR = 2.0, 1.5
+"""`resources` set from the measurement: runtime this many times the slowest job, memory this
+many times the peak (at most 3x and 2x)."""
+BENCHMARK_BYTES = 1024**2
+"""The largest benchmark file read (a job's has two lines)."""
+
+
+def job_records(folder: Path, config: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """One record per measured job of the grid in `folder`: env, algo, run, stage, wall and CPU
+    seconds, peak memory (MB) and the time it ended. Jobs without a benchmark file (not run
+    yet) are left out."""
+    records = []
+    for env in config["envs"]:
+        for algo in config["algos"]:
+            for run in range(int(config["num_runs"])):
+                for stage in STAGES:
+                    relative = Path(
+                        "runs", env, algo, f"run{run}", "logs", f"{stage}.benchmark.tsv"
+                    )
+                    try:
+                        with open_regular(folder, relative, limit=BENCHMARK_BYTES) as handle:
+                            ended = os.fstat(handle.fileno()).st_mtime
+                            measured = pd.read_csv(handle, sep="\t")
+                    except FileNotFoundError:
+                        continue
+                    if measured.empty or not {"s", "cpu_time", "max_rss"} <= set(measured):
+                        raise ValueError(f"{folder / relative}: not a Snakemake benchmark file")
+                    last = measured.iloc[-1]
+                    records.append(
+                        {
+                            "env": env,
+                            "algo": algo,
+                            "run": run,
+                            "stage": stage,
+                            "wall_s": float(last["s"]),
+                            "cpu_s": float(last["cpu_time"]),
+                            "max_rss_mb": float(last["max_rss"]),
+                            "ended": ended,
+                        }
+                    )
+    return records
+
+
+def busy_hours(records: Sequence[Mapping[str, Any]]) -> float:
+    """Hours during which at least one of the jobs ran (the union of their intervals)."""
+    spans = sorted((r["ended"] - r["wall_s"], r["ended"]) for r in records)
+    total, reach = 0.0, -math.inf
+    for start, end in spans:
+        if end > reach:
+            total += end - max(start, reach)
+            reach = end
+    return total / 3600
+
+
+def scheduled_hours(records: Sequence[Mapping[str, Any]], cores: int = CORES) -> float:
+    """The greedy schedule's makespan (hours) of the measured jobs on `cores` cores, each on
+    one core for its CPU seconds, an evaluation after its run's training."""
+    jobs: list[Job] = []
+    trained: dict[tuple[str, str, int], int] = {}
+    for r in sorted(records, key=lambda r: r["stage"] != "train"):
+        key = (r["env"], r["algo"], r["run"])
+        after = trained.get(key) if r["stage"] == "evaluate" else None
+        if r["stage"] == "train":
+            trained[key] = len(jobs)
+        jobs.append(Job(r["cpu_s"], after=after))
+    return list_schedule(jobs, cores) / 3600 if jobs else 0.0
+
+
+def estimate(path: Path = BENCHMARKS_MD) -> dict[tuple[str, str], dict[str, float]]:
+    """The paper_grid section's estimate per (env, algo): train and evaluate CPU-hours of one
+    run. A section without its table is an error naming the file."""
+    start, end = markers("paper_grid")
+    text = path.read_text()
+    if start not in text or end not in text:
+        raise ValueError(f"{path}: no paper_grid section; run python -m benchmarks.paper_grid")
+    lines = [line for line in text[text.index(start) : text.index(end)].splitlines()]
+    head = next((i for i, line in enumerate(lines) if line.startswith("| env | algo |")), None)
+    if head is None:
+        raise ValueError(f"{path}: the paper_grid section has no table of (env, algo)")
+    names = [cell.strip() for cell in lines[head].strip("|").split("|")]
+    out = {}
+    for line in lines[head + 2 :]:
+        if not line.startswith("|"):
+            break
+        cells = dict(zip(names, (c.strip() for c in line.strip("|").split("|")), strict=True))
+        if cells["env"] and not cells["env"].startswith("**"):
+            out[(cells["env"], cells["algo"])] = {
+                "train_h": float(cells["train CPU-h"]),
+                "evaluate_h": float(cells["evaluate CPU-h"]),
+            }
+    return out
+
+
+def summarise(
+    records: Sequence[Mapping[str, Any]],
+    config: Mapping[str, Any],
+    estimated: Mapping[tuple[str, str], Mapping[str, float]],
+) -> dict[str, Any]:
+    """Per (env, algo): runs measured, CPU-hours, mean per run against the estimate; per rule:
+    the slowest job, the peak memory and the resources set from them; the totals."""
+    frame = pd.DataFrame(list(records))
+    pairs = []
+    for env in config["envs"]:
+        for algo in config["algos"]:
+            mine = frame[(frame["env"] == env) & (frame["algo"] == algo)] if len(frame) else frame
+            complete = {
+                run
+                for run in range(int(config["num_runs"]))
+                if len(mine) and set(mine[mine["run"] == run]["stage"]) == set(STAGES)
+            }
+            row: dict[str, Any] = {"env": env, "algo": algo, "runs": len(complete)}
+            row["cpu_hours"] = float(mine["cpu_s"].sum()) / 3600 if len(mine) else 0.0
+            both = mine[mine["run"].isin(complete)] if len(mine) else mine
+            per_run = float(both["cpu_s"].sum()) / 3600 / len(complete) if complete else None
+            guess = estimated.get((env, algo))
+            row["per_run_hours"] = per_run
+            row["estimate_hours"] = guess["train_h"] + guess["evaluate_h"] if guess else None
+            row["ratio"] = (
+                per_run / row["estimate_hours"] if per_run and row["estimate_hours"] else None
+            )
+            row["off"] = row["ratio"] is not None and abs(row["ratio"] - 1) > OFF_BY
+            pairs.append(row)
+    rules = []
+    for stage in STAGES:
+        mine = frame[frame["stage"] == stage] if len(frame) else frame
+        if not len(mine):
+            continue
+        asked = config.get("resources", {}).get(stage, {})
+        slowest, peak = float(mine["wall_s"].max()), float(mine["max_rss_mb"].max())
+        rules.append(
+            {
+                "rule": stage,
+                "jobs": len(mine),
+                "slowest_s": slowest,
+                "peak_mb": peak,
+                "runtime_min": math.ceil(RUNTIME_FACTOR * slowest / 60),
+                "mem_mb": 100 * math.ceil(MEMORY_FACTOR * peak / 100),
+                "configured_runtime_min": asked.get("runtime"),
+                "configured_mem_mb": asked.get("mem_mb"),
+            }
+        )
+    expected = len(config["envs"]) * len(config["algos"]) * int(config["num_runs"]) * len(STAGES)
+    return {
+        "pairs": pairs,
+        "rules": rules,
+        "jobs": len(records),
+        "expected_jobs": expected,
+        "cpu_hours": float(frame["cpu_s"].sum()) / 3600 if len(frame) else 0.0,
+        "busy_hours": busy_hours(records),
+        "scheduled_hours": scheduled_hours(records),
+        "cores": CORES,
+    }
+
+
+def _hours(value: float | None) -> str:
+    return "–" if value is None else f"{value:.2f}"
+
+
+def render_markdown(summary: Mapping[str, Any], config_path: str, header: str) -> str:
+    """The section: per (env, algo), then per rule, then the totals."""
+    lines = [
+        header,
+        "",
+        f"`{config_path}` as it ran: {summary['jobs']} of its {summary['expected_jobs']} "
+        "training and evaluation jobs measured by Snakemake (CPU seconds of each job's "
+        'processes, peak resident memory). Estimate: the "Paper grid cost" section\'s train + '
+        f"evaluate CPU-hours per run; flagged where the measured mean per run is more than "
+        f"{OFF_BY:.0%} off it.",
+        "",
+        *table(
+            "env | algo | runs measured | CPU-h measured | CPU-h / run | estimate / run "
+            "| measured / estimate",
+            "llrrrrr",
+            (
+                f"{p['env']} | {p['algo']} | {p['runs']} | {p['cpu_hours']:.2f} | "
+                f"{_hours(p['per_run_hours'])} | {_hours(p['estimate_hours'])} | "
+                + ("–" if p["ratio"] is None else f"{p['ratio']:.2f}x")
+                + (" (off by more than 30%)" if p["off"] else "")
+                for p in summary["pairs"]
+            ),
+        ),
+        "",
+        *table(
+            "rule | jobs | slowest job (min) | peak memory (MB) | runtime set (min) "
+            "| mem_mb set | configured runtime / mem_mb",
+            "lrrrrrl",
+            (
+                f"{r['rule']} | {r['jobs']} | {r['slowest_s'] / 60:.1f} | {r['peak_mb']:.0f} | "
+                f"{r['runtime_min']} | {r['mem_mb']} | "
+                f"{r['configured_runtime_min']} / {r['configured_mem_mb']}"
+                for r in summary["rules"]
+            ),
+        ),
+        "",
+        f"- CPU-hours of the measured jobs: {summary['cpu_hours']:.2f}.",
+        f"- Wall time with at least one job running: {summary['busy_hours']:.2f} h (pauses "
+        "between sittings not counted).",
+        f"- The measured jobs scheduled on {summary['cores']} cores (greedy, longest first, "
+        f"each job on one core for its CPU time): {summary['scheduled_hours']:.2f} h.",
+        f"- Resources set from the measurement: runtime {RUNTIME_FACTOR:g}x the slowest job, "
+        f"memory {MEMORY_FACTOR:g}x the peak, rounded up.",
+    ]
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Read the grid's measurements, print the section, and record it with --write."""
+    parser = arguments(__doc__, write=True)
+    parser.add_argument("--config", type=Path, default=PAPER, help="the grid's workflow config")
+    parser.add_argument(
+        "--results", type=Path, help="the grid's results folder (default: the config's)"
+    )
+    args = parser.parse_args(argv)
+    config = workflow_config(args.config)
+    folder = args.results or ROOT / config["results_dir"] / config["experiment_tag"]
+    records = job_records(folder, config)
+    if not records:
+        print(f"{folder}: no measured job yet", file=sys.stderr)
+        return 1
+    summary = summarise(records, config, estimate())
+    clock = Clock()
+    shown = args.config.resolve().relative_to(ROOT) if args.config.is_absolute() else args.config
+    header = (
+        f"`python -m benchmarks.grid_measured --config {shown}` on "
+        f"{clock.machine()['date']}, from the grid's results folder."
+    )
+    text = render_markdown(summary, str(shown), header)
+    save_results("grid_measured", {**summary, "records": records}, text, quick=not args.write)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

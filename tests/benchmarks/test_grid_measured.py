@@ -1,0 +1,125 @@
+"""The grid's measured cost: benchmark files read inside the results folder, the wall time
+without pauses, the comparison with the estimate and the resources set from the peaks."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from benchmarks.grid_measured import (
+    busy_hours,
+    estimate,
+    job_records,
+    render_markdown,
+    scheduled_hours,
+    summarise,
+)
+from src.containment import ContainmentError
+
+CONFIG = {
+    "envs": ["hazard_grid"],
+    "algos": ["ippo", "shield"],
+    "num_runs": 2,
+    "resources": {"train": {"runtime": 60, "mem_mb": 2000}},
+}
+HEAD = "s\th:m:s\tmax_rss\tmax_vms\tmax_uss\tmax_pss\tio_in\tio_out\tmean_load\tcpu_time\n"
+
+
+def write_job(
+    folder: Path,
+    algo: str,
+    run: int,
+    stage: str,
+    *,
+    wall: float,
+    cpu: float,
+    rss: float,
+    ended: float,
+) -> Path:
+    path = folder / "runs" / "hazard_grid" / algo / f"run{run}" / "logs" / f"{stage}.benchmark.tsv"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(HEAD + f"{wall}\t0:00:00\t{rss}\t0\t0\t0\t0\t0\t90\t{cpu}\n")
+    os.utime(path, (ended, ended))
+    return path
+
+
+def test_records_sums_and_resources_of_a_partly_run_grid(tmp_path: Path) -> None:
+    write_job(tmp_path, "ippo", 0, "train", wall=100, cpu=90, rss=400, ended=1000)
+    write_job(tmp_path, "ippo", 0, "evaluate", wall=10, cpu=9, rss=500, ended=1010)
+    write_job(tmp_path, "ippo", 1, "train", wall=120, cpu=108, rss=410, ended=1100)
+    write_job(tmp_path, "shield", 0, "train", wall=360, cpu=360, rss=900, ended=5000)
+    records = job_records(tmp_path, CONFIG)
+    assert len(records) == 4
+    estimated = {("hazard_grid", "ippo"): {"train_h": 0.01, "evaluate_h": 0.01}}
+    summary = summarise(records, CONFIG, estimated)
+    ippo, shield = summary["pairs"]
+    # Run 0 alone has both jobs: its 99 CPU-s per run against the estimate's 72.
+    assert ippo["runs"] == 1 and ippo["cpu_hours"] == pytest.approx(207 / 3600)
+    assert ippo["per_run_hours"] == pytest.approx(99 / 3600)
+    assert ippo["ratio"] == pytest.approx(99 / 72) and ippo["off"]
+    assert shield["runs"] == 0 and shield["ratio"] is None and not shield["off"]
+    train = summary["rules"][0]
+    assert (train["rule"], train["jobs"], train["slowest_s"], train["peak_mb"]) == (
+        "train",
+        3,
+        360,
+        900,
+    )
+    assert (train["runtime_min"], train["mem_mb"]) == (12, 1400)
+    assert (train["configured_runtime_min"], train["configured_mem_mb"]) == (60, 2000)
+    assert summary["expected_jobs"] == 8
+    text = render_markdown(summary, "config/paper.yaml", "header")
+    assert (
+        "1.38x (off by more than 30%)" in text and "| train | 3 | 6.0 | 900 | 12 | 1400 |" in text
+    )
+
+
+def test_busy_hours_leave_out_pauses_and_count_overlaps_once() -> None:
+    jobs = [
+        {"ended": 100.0, "wall_s": 100.0},  # 0-100
+        {"ended": 150.0, "wall_s": 100.0},  # 50-150: overlaps the first
+        {"ended": 10_000.0, "wall_s": 200.0},  # after a pause
+    ]
+    assert busy_hours(jobs) == pytest.approx(350 / 3600)
+
+
+def test_an_evaluation_is_scheduled_after_its_training() -> None:
+    records = [
+        {"env": "e", "algo": "a", "run": 0, "stage": "evaluate", "cpu_s": 3600.0},
+        {"env": "e", "algo": "a", "run": 0, "stage": "train", "cpu_s": 3600.0},
+    ]
+    assert scheduled_hours(records, cores=8) == pytest.approx(2.0)
+
+
+def test_a_benchmark_file_that_links_outside_is_refused(tmp_path: Path) -> None:
+    folder = tmp_path / "results"
+    outside = write_job(tmp_path / "elsewhere", "ippo", 0, "train", wall=1, cpu=1, rss=1, ended=1)
+    link = folder / "runs" / "hazard_grid" / "ippo" / "run0" / "logs" / "train.benchmark.tsv"
+    link.parent.mkdir(parents=True)
+    link.symlink_to(outside)
+    with pytest.raises(ContainmentError):
+        job_records(folder, CONFIG)
+
+
+def test_a_file_that_is_not_a_benchmark_is_named(tmp_path: Path) -> None:
+    path = write_job(tmp_path, "ippo", 0, "train", wall=1, cpu=1, rss=1, ended=1)
+    path.write_text("a\tb\n1\t2\n")
+    with pytest.raises(ValueError, match=r"train\.benchmark\.tsv: not a Snakemake benchmark file"):
+        job_records(tmp_path, CONFIG)
+
+
+def test_the_estimate_is_read_from_the_paper_grid_section(tmp_path: Path) -> None:
+    path = tmp_path / "BENCHMARKS.md"
+    path.write_text(
+        "# Benchmarks\n\n<!-- paper_grid:start -->\ntext\n\n"
+        "| env | algo | CPU-s / update, unarmed | train CPU-h | evaluate CPU-h | CPU-h / run |\n"
+        "|---|---|---:|---:|---:|---:|\n"
+        "| spread | ippo | 0.14 | 0.04 | 0.001 | 0.04 |\n"
+        "| **total** | | | | | **1.0** |\n\n<!-- paper_grid:end -->\n"
+    )
+    assert estimate(path) == {("spread", "ippo"): {"train_h": 0.04, "evaluate_h": 0.001}}
+    path.write_text("# Benchmarks\n")
+    with pytest.raises(ValueError, match="no paper_grid section"):
+        estimate(path)
