@@ -223,6 +223,7 @@ class RunConfig:
         missing = [key for key in (*RUN_KEYS, *REQUIRED_BASE_KEYS) if key not in config]
         if missing:
             raise ConfigError(f"run config lacks the keys {missing}")
+        _check_flat_keys(config)
         base = _base_of(config)
         custom = _check_custom(config.get("custom", {}), base["env_name"], config["algo"])
         try:
@@ -380,6 +381,20 @@ def _base_of(config: Mapping[str, Any]) -> dict[str, Any]:
     if isinstance(horizons, list):
         given["final_policy_eval_horizons"] = tuple(horizons)
     return create_base_config(**given)
+
+
+def _check_flat_keys(config: Mapping[str, Any]) -> None:
+    """Refuse a key that no part of a run reads (a section's field given at the top level
+    instead of in `algo_params` would otherwise keep its default without a word)."""
+    known = {*BASE_CHECKS, *OPTIONAL_CHECKS, *RUN_KEYS, *OPTIONAL_RUN_KEYS}
+    unknown = sorted(
+        str(key) for key in config if key not in {*known, *METADATA_KEYS, *RECORDED_KEYS}
+    )
+    if unknown:
+        fields = {name for section in SECTIONS.values() for name in section.tunable_names()}
+        placed = [key for key in unknown if key in fields]
+        hint = f": set {shown(placed)} in algo_params" if placed else ""
+        raise ConfigError(f"run config has unknown keys {shown(unknown)}{hint}")
 
 
 def _check_recorded_keys(recorded: Mapping[str, Any]) -> None:

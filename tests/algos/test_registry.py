@@ -11,7 +11,7 @@ from src.algos.shield.assemble import SHIELD_VERSIONS
 from src.algos.shield.opponent_model import OM_VERSIONS
 from src.algos.shield.world_model import WM_VERSIONS
 from src.algos.train import build_trainer, trainer_class
-from src.checks import lookup
+from src.checks import ConfigError, lookup
 from src.config.run import SECTIONS, RunConfig
 from tests.algos.conftest import toy_config
 from tests.algos.toy_env import make_toy_env
@@ -74,3 +74,18 @@ def test_unknown_names_list_the_known_ones():
         get_algorithm("x")
     with pytest.raises(ValueError, match="known: "):
         lookup(LAG_VERSIONS, "v1", "lag_version")
+
+
+def test_a_key_no_part_of_a_run_reads_is_refused_before_training():
+    """A section's field given beside the base keys instead of in algo_params kept its default
+    without a word (training used ent_coef 0.01 while config.json recorded 0.0, and the run
+    could not be read back); it is refused, saying where it belongs, and so is a typo."""
+    with pytest.raises(ConfigError) as refused:
+        RunConfig.from_dict({**toy_config(algo="ippo"), "ent_coef": 0.0})
+    assert str(refused.value) == (
+        "run config has unknown keys ['ent_coef']: set ['ent_coef'] in algo_params"
+    )
+    with pytest.raises(ConfigError, match=r"^run config has unknown keys \['max_rsik'\]$"):
+        RunConfig.from_dict({**toy_config(algo="ippo"), "max_rsik": 0.1})
+    given = toy_config(algo="ippo", algo_params={"ent_coef": 0.0})
+    assert RunConfig.from_dict(given).ppo.ent_coef == 0.0
