@@ -41,6 +41,7 @@ def _shipped(name: str) -> dict:
     [
         "config/config.yaml",
         "config/paper.yaml",
+        "config/mamujoco.yaml",
         ".test/config.yaml",
         ".test/custom.yaml",
         "examples/corridor.yaml",

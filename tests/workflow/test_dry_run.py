@@ -44,6 +44,7 @@ def _expected(config_path: Path) -> dict[str, int]:
     [
         ("config/config.yaml", 24),
         ("config/paper.yaml", 60),
+        ("config/mamujoco.yaml", 9),
         # The README's example (a task and an algorithm of examples/) and mpe2 from a config.
         ("examples/corridor.yaml", 8),
         ("examples/mpe2.yaml", 12),
