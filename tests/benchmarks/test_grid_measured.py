@@ -49,7 +49,8 @@ def test_records_sums_and_resources_of_a_partly_run_grid(tmp_path: Path) -> None
     write_job(tmp_path, "ippo", 0, "train", wall=100, cpu=90, rss=400, ended=1000)
     write_job(tmp_path, "ippo", 0, "evaluate", wall=10, cpu=9, rss=500, ended=1010)
     write_job(tmp_path, "ippo", 1, "train", wall=120, cpu=108, rss=410, ended=1100)
-    write_job(tmp_path, "shield", 0, "train", wall=360, cpu=360, rss=900, ended=5000)
+    # Paused or sharing a core: its wall time is twice its CPU time.
+    write_job(tmp_path, "shield", 0, "train", wall=720, cpu=360, rss=900, ended=5000)
     records = job_records(tmp_path, CONFIG)
     assert len(records) == 4
     estimated = {("hazard_grid", "ippo"): {"train_h": 0.01, "evaluate_h": 0.01}}
@@ -60,7 +61,7 @@ def test_records_sums_and_resources_of_a_partly_run_grid(tmp_path: Path) -> None
     assert ippo["per_run_hours"] == pytest.approx(99 / 3600)
     assert ippo["ratio"] == pytest.approx(99 / 72) and ippo["off"]
     assert shield["runs"] == 0 and shield["ratio"] is None and not shield["off"]
-    train = summary["rules"][0]
+    train = summary["rules"][0]  # its longest job by CPU time, what it takes on a core alone
     assert (train["rule"], train["jobs"], train["slowest_s"], train["peak_mb"]) == (
         "train",
         3,
