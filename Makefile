@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 CORES ?= 8
 
-.PHONY: setup run results paper test lint bench clean
+.PHONY: setup run results paper mamujoco test lint bench clean
 
 $(STAMP): pyproject.toml requirements.lock requirements-nodeps.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -29,6 +29,12 @@ results: run
 paper: $(STAMP)
 	$(BIN)/snakemake --cores $(CORES) --configfile config/paper.yaml
 	$(BIN)/python -m src.analysis.results_doc config/paper.yaml docs --name paper
+
+# Safe Multi-Agent MuJoCo: config/mamujoco.yaml end to end (about 40 minutes on 2 cores), then
+# docs/mamujoco.md with its figures and tables in docs/mamujoco/.
+mamujoco: $(STAMP)
+	$(BIN)/snakemake --cores $(CORES) --configfile config/mamujoco.yaml
+	$(BIN)/python -m src.analysis.results_doc config/mamujoco.yaml docs --name mamujoco
 
 test: $(STAMP)
 	$(BIN)/python -m pytest

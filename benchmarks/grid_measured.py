@@ -23,7 +23,7 @@ of `benchmarks/paper_grid.py`'s section of BENCHMARKS.md ("Paper grid cost"), pe
   is longer wherever jobs shared cores or the grid was paused.
 
 Run: `python -m benchmarks.grid_measured [--config config/paper.yaml] [--results FOLDER]
-[--write]` (`--write` records the section in BENCHMARKS.md).
+[--write]` (`--write` records the section `grid_measured_{experiment_tag}` in BENCHMARKS.md).
 """
 
 from __future__ import annotations
@@ -222,9 +222,14 @@ def render_markdown(summary: Mapping[str, Any], config_path: str, header: str) -
         "",
         f"`{config_path}` as it ran: {summary['jobs']} of its {summary['expected_jobs']} "
         "training and evaluation jobs measured by Snakemake (CPU seconds of each job's "
-        'processes, peak resident memory). Estimate: the "Paper grid cost" section\'s train + '
-        f"evaluate CPU-hours per run; flagged where the measured mean per run is more than "
-        f"{OFF_BY:.0%} off it.",
+        "processes, peak resident memory)."
+        + (
+            ' Estimate: the "Paper grid cost" section\'s train + evaluate CPU-hours per run; '
+            f"flagged where the measured mean per run is more than {OFF_BY:.0%} off it."
+            if any(p["estimate_hours"] is not None for p in summary["pairs"])
+            else " No estimate was made for these runs (`benchmarks/paper_grid.py` estimates "
+            "the paper's grid only)."
+        ),
         "",
         *table(
             "env | algo | runs measured | CPU-h measured | CPU-h / run | estimate / run "
@@ -285,7 +290,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"{clock.machine()['date']}, from the grid's results folder."
     )
     text = render_markdown(summary, str(shown), header)
-    save_results("grid_measured", {**summary, "records": records}, text, quick=not args.write)
+    name = f"grid_measured_{config['experiment_tag']}"
+    save_results(
+        name,
+        {**summary, "records": records},
+        text,
+        quick=not args.write,
+        heading=f"## Measured cost of `{shown}`",
+        intro="What the experiment's jobs used as they ran, and the `resources` set from it "
+        "(`benchmarks/grid_measured.py`).",
+    )
     return 0
 
 
