@@ -17,6 +17,7 @@ BENCHMARKS.md (the rows of shield options since deleted stay there as measured).
 from __future__ import annotations
 
 import copy
+import json
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -38,6 +39,7 @@ from benchmarks.common import (
 )
 from src.algos.registry import shielded_algos
 from src.algos.train import train_run
+from src.analysis.files import write_text
 from src.config.workflow import SCHEMA_PATH, resolve_run_config, validate_workflow_config
 from src.evaluation.evaluate import evaluate_run
 from src.runfiles import RunFiles
@@ -111,6 +113,8 @@ GROUPS: dict[str, Variants] = {
     },
 }
 """Groups of variants; each writes its own section of BENCHMARKS.md."""
+MEASURED = "tuning.json"
+"""A measured run's row, kept in its folder with the run config it was measured with."""
 GROUP_CONFIGS: dict[str, Path] = {"mamujoco": ROOT / "config" / "mamujoco.yaml"}
 """The workflow config a group's variants start from (`config/config.yaml` where not named)."""
 BASE_PARAMS = frozenset({"shield_opponent_mode"})
@@ -150,6 +154,14 @@ def measure_variant(
     for idx in range(int(workflow["num_runs"])):
         run = resolve_run_config(workflow, env, algo, idx)
         files = RunFiles(work / f"run{idx}")
+        # A run measured before (a killed benchmark is run again) is read back, if it was
+        # measured with this very run config.
+        record, recorded = files.root / MEASURED, json.loads(json.dumps(run.to_dict()))
+        if record.is_file():
+            earlier = json.loads(record.read_text())
+            if earlier.get("run_config") == recorded:
+                runs.append(earlier["measured"])
+                continue
         seconds, _ = cpu_seconds(train_run, run.to_dict(), files.root, progress=False, threads=1)
         evaluate_run(files.root, files.eval)
         evaluation = pd.read_parquet(files.eval)
@@ -164,6 +176,7 @@ def measure_variant(
                 "train_cpu_seconds": seconds,
             }
         )
+        write_text(json.dumps({"run_config": recorded, "measured": runs[-1]}), record)
     confidence = float(workflow["base"]["final_policy_eval_confidence"])
     k, n = [r["violations"] for r in runs], [r["episodes"] for r in runs]
     return {

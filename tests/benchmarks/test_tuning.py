@@ -59,6 +59,16 @@ def test_a_variant_is_trained_evaluated_and_reported(
     rates = [run["violations"] / 4 for run in row["runs"]]
     mean, low, high = row["p_violation"]
     assert mean == pytest.approx(sum(rates) / 2) and low <= mean <= high
+
+    # Measured again (a killed benchmark rerun): the runs are read back, not trained again;
+    # another setting is measured anew.
+    def no_training(*args: object, **kwargs: object) -> None:
+        raise AssertionError("trained again")
+
+    monkeypatch.setattr(tuning, "train_run", no_training)
+    assert tuning.measure_variant(tiny, "hazard_grid", "ippo_lag", {"pid_ki": 0.5}, tmp_path) == row
+    with pytest.raises(AssertionError, match="trained again"):
+        tuning.measure_variant(tiny, "hazard_grid", "ippo_lag", {"pid_ki": 0.25}, tmp_path)
     config_json = (tmp_path / "run1" / "config.json").read_text()
     assert f'"final_policy_eval_seed_offset": {TUNING.first}' in config_json
     results = {
