@@ -1,0 +1,154 @@
+"""How a trained shield's risk and return move with the allowance it is deployed at: what a
+certificate's ladder of allowances (`certify_multiples`) is chosen from, on spent seeds.
+
+Every trained shield run of a results folder (`runs/{env}/{algo}/run{i}` of a shielded
+algorithm, with its policy.pt) is deployed at each allowance of `--allowances` on `--episodes`
+episodes of its constraint horizon, from reset seeds of the spent tuning range
+(`src.seeds.TUNING`, `LADDER_SHIFT` on, where the tuning benchmark plays none): per run and
+allowance, the violating episodes with their 95% Clopper-Pearson interval and the mean return.
+Nothing of the run's own calibration or evaluation seeds is played, so a ladder chosen from
+this table leaves them untouched.
+
+Run: `python -m benchmarks.ladder --results results/paper [--allowances ...] [--write]`.
+Results go to `benchmarks/out/ladder.json` and, with `--write`, the ladder section of
+BENCHMARKS.md.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from benchmarks.common import (
+    Clock,
+    arguments,
+    cpu_seconds,
+    play,
+    save_results,
+    table,
+    violating,
+)
+from src.algos.policy import load_actor
+from src.algos.registry import shielded_algos
+from src.containment import inside
+from src.seeds import TUNING
+from src.stats import clopper_pearson_interval
+
+LADDER_SHIFT = 800_000
+"""The first reset seed played is `TUNING.first` + this (the tuning benchmark plays the range's
+first half million for evaluation and the next for calibration, below 600,000)."""
+ALLOWANCES = (0.0005, 0.001, 0.002, 0.004, 0.008, 0.015)
+"""The allowances deployed by default, most cautious first."""
+
+
+def shield_runs(results: Path) -> list[Path]:
+    """The run folders of shielded algorithms in `results` that hold a trained policy, in
+    order (each resolved inside the folder)."""
+    runs = []
+    shielded = set(shielded_algos())
+    for env in sorted(p.name for p in (results / "runs").iterdir() if p.is_dir()):
+        for algo in sorted(shielded):
+            folder = results / "runs" / env / algo
+            if not folder.is_dir():
+                continue
+            for run in sorted(p.name for p in folder.iterdir() if p.name.startswith("run")):
+                path = inside(results, Path("runs") / env / algo / run)
+                if (path / "policy.pt").is_file() and not (path / "policy.pt").is_symlink():
+                    runs.append(path)
+    return runs
+
+
+def deploy(run: Path, allowances: Sequence[float], episodes: int) -> list[dict[str, Any]]:
+    """`run`'s shield deployed at each allowance on `episodes` episodes of its constraint
+    horizon from the ladder's seeds: one row per allowance."""
+    actor = load_actor(run)
+    config = actor.config
+    horizon = int(config.constraint_horizon)
+    first = TUNING.first + LADDER_SHIFT
+    seeds = range(first, first + episodes)
+    rows = []
+    for allowance in allowances:
+        actor.action_filter.allowance = allowance
+        cpu, batch = cpu_seconds(
+            play, actor, config, seeds, max_steps=horizon, batch_size=min(episodes, 100)
+        )
+        k = violating(batch)
+        low, high = clopper_pearson_interval(k=k, n=episodes, confidence=0.95)
+        rows.append(
+            {
+                "env": config.env_name,
+                "algo": config.algo,
+                "run": int(config.run_idx),
+                "horizon": horizon,
+                "max_risk": float(actor.action_filter.config.max_risk),
+                "allowance": allowance,
+                "episodes": episodes,
+                "violations": k,
+                "low": float(low),
+                "high": float(high),
+                "return": float(batch.reward.sum() / episodes),
+                "cpu_s": cpu,
+            }
+        )
+        print(rows[-1], file=sys.stderr, flush=True)
+    return rows
+
+
+def render_markdown(results: Mapping[str, Any]) -> str:
+    """The ladder section: one row per run and allowance."""
+    m = results["machine"]
+    return "\n".join(
+        [
+            f"`{results['command']}` on {m['date']}: {m['platform']}, {m['cpus']} CPUs; "
+            f"{results['minutes']:.1f} min.",
+            "",
+            f"Each trained shield run of `{results['results']}` deployed at each allowance on "
+            f"{results['episodes']} episodes of its constraint horizon H from reset seed "
+            f"{results['first_seed']:,} on (`src.seeds.TUNING`, spent). P(viol. <= H): the "
+            "violating share with its 95% Clopper-Pearson interval; return: the mean team "
+            "return over those episodes.",
+            "",
+            *table(
+                "env | algo | run | H | allowance | P(viol. <= H) [95% CI] | return",
+                "lllrrrr",
+                (
+                    f"{r['env']} | {r['algo']} | {r['run']} | {r['horizon']} | "
+                    f"{r['allowance']:g} | {r['violations'] / r['episodes']:.3f} "
+                    f"[{r['low']:.3f}, {r['high']:.3f}] | {r['return']:.1f}"
+                    for r in results["rows"]
+                ),
+            ),
+        ]
+    )
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Deploy every trained shield of `--results` at each allowance; print, save, record."""
+    parser = arguments(__doc__, write=True)
+    parser.add_argument("--results", type=Path, required=True, help="a results folder")
+    parser.add_argument("--allowances", type=float, nargs="+", default=list(ALLOWANCES))
+    parser.add_argument("--episodes", type=int, default=200, help="episodes per allowance")
+    args = parser.parse_args(argv)
+    torch.set_num_threads(1)
+    clock = Clock()
+    rows = []
+    for run in shield_runs(args.results):
+        rows += deploy(run, sorted(args.allowances), args.episodes)
+    results = {
+        "command": " ".join(["python -m benchmarks.ladder", *(argv or sys.argv[1:])]),
+        "results": str(args.results),
+        "episodes": args.episodes,
+        "first_seed": TUNING.first + LADDER_SHIFT,
+        "rows": rows,
+    }
+    results |= {"machine": clock.machine(), "minutes": clock.wall / 60}
+    save_results("ladder", results, render_markdown(results), quick=not args.write)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
