@@ -58,6 +58,8 @@ OFF_BY = 0.3
 RUNTIME_FACTOR, MEMORY_FACTOR = 2.0, 1.5
 """`resources` set from the measurement: runtime this many times the slowest job, memory this
 many times the peak (at most 3x and 2x)."""
+ESTIMATE_COLUMNS = ("env", "algo", "train CPU-h", "evaluate CPU-h")
+"""The columns of the estimate's table that the comparison reads."""
 BENCHMARK_BYTES = 1024**2
 """The largest benchmark file read (a job's has two lines)."""
 
@@ -135,16 +137,26 @@ def estimate(path: Path = BENCHMARKS_MD) -> dict[tuple[str, str], dict[str, floa
     if head is None:
         raise ValueError(f"{path}: the paper_grid section has no table of (env, algo)")
     names = [cell.strip() for cell in lines[head].strip("|").split("|")]
+    lacking = [name for name in ESTIMATE_COLUMNS if name not in names]
+    if lacking:
+        raise ValueError(f"{path}: the paper_grid table lacks the columns {lacking}")
     out = {}
     for line in lines[head + 2 :]:
         if not line.startswith("|"):
             break
-        cells = dict(zip(names, (c.strip() for c in line.strip("|").split("|")), strict=True))
-        if cells["env"] and not cells["env"].startswith("**"):
+        values = [c.strip() for c in line.strip("|").split("|")]
+        cells = dict(zip(names, values, strict=False))
+        if len(values) != len(names) or not cells["env"]:
+            raise ValueError(f"{path}: a paper_grid row that is not one of the table: {line}")
+        if cells["env"].startswith("**"):
+            continue  # the total
+        try:
             out[(cells["env"], cells["algo"])] = {
                 "train_h": float(cells["train CPU-h"]),
                 "evaluate_h": float(cells["evaluate CPU-h"]),
             }
+        except ValueError:
+            raise ValueError(f"{path}: a paper_grid row without its CPU-hours: {line}") from None
     return out
 
 

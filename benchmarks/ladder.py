@@ -16,6 +16,7 @@ BENCHMARKS.md.
 
 from __future__ import annotations
 
+import argparse
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -28,6 +29,7 @@ from benchmarks.common import (
     arguments,
     cpu_seconds,
     play,
+    positive_int,
     save_results,
     table,
     violating,
@@ -47,19 +49,34 @@ ALLOWANCES = (0.0005, 0.001, 0.002, 0.004, 0.008, 0.015)
 
 def shield_runs(results: Path) -> list[Path]:
     """The run folders of shielded algorithms in `results` that hold a trained policy, in
-    order (each resolved inside the folder)."""
+    order. Every folder is resolved inside `results` before it is listed or read (a link that
+    leaves it is a `ContainmentError`); a folder without `runs/` is a `ValueError` naming it."""
+    top = inside(results, "runs")
+    if not top.is_dir():
+        raise ValueError(f"{results}: no runs/ folder; give a results folder of the workflow")
     runs = []
     shielded = set(shielded_algos())
-    for env in sorted(p.name for p in (results / "runs").iterdir() if p.is_dir()):
+    for env in sorted(p.name for p in top.iterdir()):
         for algo in sorted(shielded):
-            folder = results / "runs" / env / algo
+            folder = inside(results, Path("runs", env, algo))
             if not folder.is_dir():
                 continue
             for run in sorted(p.name for p in folder.iterdir() if p.name.startswith("run")):
-                path = inside(results, Path("runs") / env / algo / run)
-                if (path / "policy.pt").is_file() and not (path / "policy.pt").is_symlink():
+                path = inside(results, Path("runs", env, algo, run))
+                if inside(results, path / "policy.pt").is_file():
                     runs.append(path)
     return runs
+
+
+def allowance(text: str) -> float:
+    """An argparse type: an allowance in (0, 1], or an error that names the value."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an allowance in (0, 1], got {text!r}") from None
+    if not 0.0 < value <= 1.0:
+        raise argparse.ArgumentTypeError(f"expected an allowance in (0, 1], got {value:g}")
+    return value
 
 
 def deploy(run: Path, allowances: Sequence[float], episodes: int) -> list[dict[str, Any]]:
@@ -130,13 +147,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Deploy every trained shield of `--results` at each allowance; print, save, record."""
     parser = arguments(__doc__, write=True)
     parser.add_argument("--results", type=Path, required=True, help="a results folder")
-    parser.add_argument("--allowances", type=float, nargs="+", default=list(ALLOWANCES))
-    parser.add_argument("--episodes", type=int, default=200, help="episodes per allowance")
+    parser.add_argument("--allowances", type=allowance, nargs="+", default=list(ALLOWANCES))
+    parser.add_argument("--episodes", type=positive_int, default=200, help="episodes per allowance")
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
     clock = Clock()
+    try:
+        runs = shield_runs(args.results)
+    except ValueError as error:  # a ContainmentError too
+        parser.error(str(error))
     rows = []
-    for run in shield_runs(args.results):
+    for run in runs:
         rows += deploy(run, sorted(args.allowances), args.episodes)
     results = {
         "command": " ".join(["python -m benchmarks.ladder", *(argv or sys.argv[1:])]),

@@ -124,3 +124,11 @@ def test_the_estimate_is_read_from_the_paper_grid_section(tmp_path: Path) -> Non
     path.write_text("# Benchmarks\n")
     with pytest.raises(ValueError, match="no paper_grid section"):
         estimate(path)
+    section = "# B\n\n<!-- paper_grid:start -->\n{}\n<!-- paper_grid:end -->\n"
+    path.write_text(section.format("| env | algo | train CPU-h |\n|---|---|---:|\n"))
+    with pytest.raises(ValueError, match=r"lacks the columns \['evaluate CPU-h'\]"):
+        estimate(path)
+    head = "| env | algo | train CPU-h | evaluate CPU-h |\n|---|---|---:|---:|\n"
+    path.write_text(section.format(head + "| spread | ippo | n/a | 0.1 |\n"))
+    with pytest.raises(ValueError, match="a paper_grid row without its CPU-hours"):
+        estimate(path)

@@ -58,3 +58,19 @@ def test_a_run_folder_that_links_outside_is_refused(results: Path, tmp_path: Pat
     (folder / "run0").symlink_to(results / "runs" / "hazard_grid" / "shield" / "run0")
     with pytest.raises(ContainmentError):
         ladder.shield_runs(tmp_path / "results")
+
+
+def test_bad_arguments_are_named_before_anything_runs(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    for argv, named in (
+        (
+            ["--results", str(tmp_path), "--allowances", "0"],
+            "expected an allowance in (0, 1], got 0",
+        ),
+        (["--results", str(tmp_path), "--episodes", "0"], "expected an integer >= 1, got 0"),
+        (["--results", str(tmp_path)], f"{tmp_path}: no runs/ folder"),
+    ):
+        with pytest.raises(SystemExit):
+            ladder.main(argv)
+        assert named in capsys.readouterr().err
