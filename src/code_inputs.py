@@ -44,6 +44,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
+from src.algos.registry import builtin_entries
 from src.containment import ContainmentError, inside
 from src.core.io import atomic_output
 
@@ -213,13 +214,14 @@ def component_code(
     closure: Sequence[Path],
     *,
     envs: Mapping[str, Any],
-    algos: Mapping[str, str],
+    algos: Mapping[str, str | Sequence[str]],
     root: str | Path = ROOT,
 ) -> list[Path]:
-    """The user's files a job may run, given its script's `closure`: the modules of the tasks
-    `envs` (`custom_envs` entries: an import path or `{factory, cost}`) if the closure
-    reaches the env registry, those of the algorithms `algos` if it reaches the algorithm
-    registry. Sorted, without duplicates."""
+    """The files of the components a job may run, given its script's `closure`: the modules
+    of the tasks `envs` (`custom_envs` entries: an import path or `{factory, cost}`) if the
+    closure reaches the env registry, those of the algorithms `algos` (an import path or
+    several per algorithm) if it reaches the algorithm registry. Sorted, without
+    duplicates."""
     base = Path(root).resolve()
     reached = {Path(path).resolve() for path in closure}
     paths: list[str] = []
@@ -228,7 +230,8 @@ def component_code(
             entry = value if isinstance(value, Mapping) else {"factory": value}
             paths += [entry["factory"], entry.get("cost") or ""]
     if base / _ALGO_REGISTRY in reached:
-        paths += list(algos.values())
+        for value in algos.values():
+            paths += [value] if isinstance(value, str) else list(value)
     files: set[Path] = set()
     for entry in paths:
         if ":" in entry:  # an import path; a cost function's bare name lives in src
@@ -256,28 +259,31 @@ def job_code(
     job's `env` and `algo` wildcards if it has them; `envs` and `algos`: the config's
     `custom_envs` and `custom_algos`).
 
-    The files are the script, its import closure and the user's modules its code reaches
-    (`component_code`, only the job's own env and algorithm where it has them). The name is
+    The files are the script, its import closure and the components' modules its code
+    reaches (`component_code`: the user's tasks and algorithms, and the built-in algorithms'
+    own modules, which their runs import by import path, `src.algos.registry.
+    builtin_entries`; only the job's own env and algorithm where it has them). The name is
     the script's name, followed by the job's env and algorithm (``train-walk-toy``) when the
-    script reaches any of the user's modules, so that jobs running different code have
+    script reaches any of these modules, so that jobs running different code have
     different names and `parse_code_name` gives back what `job_code` was given.
     """
     path = Path(script).resolve()
     closure = import_closure(path, root=root)
+    every_algo = {**builtin_entries(), **algos}
 
-    def user(env: str | None, algo: str | None) -> list[Path]:
+    def components(env: str | None, algo: str | None) -> list[Path]:
         return component_code(
             closure,
             envs={name: entry for name, entry in envs.items() if env in (None, name)},
-            algos={name: entry for name, entry in algos.items() if algo in (None, name)},
+            algos={name: entry for name, entry in every_algo.items() if algo in (None, name)},
             root=root,
         )
 
     scope = [wildcard for wildcard in (env, algo) if wildcard is not None]
     name = path.stem
-    if scope and user(None, None):
+    if scope and components(None, None):
         name = "-".join([name, *scope])
-    return name, sorted({path, *closure, *user(env, algo)})
+    return name, sorted({path, *closure, *components(env, algo)})
 
 
 def parse_code_name(name: str) -> tuple[str, str | None, str | None]:

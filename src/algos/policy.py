@@ -25,6 +25,7 @@ from src.algos.registry import algorithm_class, get_algorithm
 from src.checks import check_int
 from src.config.run import RunConfig
 from src.core.io import load_from_file
+from src.custom import load_entry
 from src.runfiles import RunFiles
 
 __all__ = ["Actor", "actor_from_state", "load_actor"]
@@ -145,10 +146,15 @@ def actor_from_state(
     else:
         box = None
     action_filter = None
-    if shielded and get_algorithm(config.algo).shielded:
-        # Imported here so that unshielded policies load without the shield package.
-        from src.algos.shield.assemble import load_shield
-
+    spec = get_algorithm(config.algo)
+    if shielded and spec.shielded:
+        if spec.shield_loader is None:
+            raise ValueError(
+                f"{where}: algo {config.algo} has no built-in shield; its class's load_actor "
+                "rebuilds its policy"
+            )
+        # Imported by its import path: an unshielded policy loads without the shield package.
+        load_shield = load_entry(spec.shield_loader)
         action_filter = load_shield(state, config, net=net, box=box)
     return Actor(net=net, config=config, action_filter=action_filter, box=box)
 

@@ -11,7 +11,10 @@ This module is a leaf: it imports no algorithm, so the config layer and the anal
 read capabilities without torch and without an import circle. The implementations live next
 to their code (`IPPO_VERSIONS`, `LAG_VERSIONS`, `SHIELD_VERSIONS`, `WM_VERSIONS`,
 `OM_VERSIONS`) and `src.algos.train.trainer_class` maps an algorithm to its trainer class; a
-test checks that every name here has an implementation and every implementation a name.
+test checks that every name here has an implementation and every implementation a name. A
+built-in algorithm's own modules (`AlgorithmSpec.trainer`, `shield_loader`) are imported by
+their import path when a run of it needs them, so that the code of an `ippo` job does not
+include the shield's (`builtin_entries`, `src.code_inputs.job_code`).
 
 An algorithm given by import path (`src.custom.register_algorithm`, or a config's
 `custom_algos`) is a class whose capabilities are class attributes (`CAPABILITY_DEFAULTS`) and
@@ -41,6 +44,7 @@ __all__ = [
     "AlgorithmSpec",
     "algorithm_class",
     "algorithm_names",
+    "builtin_entries",
     "get_algorithm",
     "shielded_algos",
     "versions_of",
@@ -103,6 +107,13 @@ class AlgorithmSpec:
     """Action spaces it takes (`ACTION_KINDS`); a task with other actions is refused."""
     entry: str | None = None
     """Import path `module:Class` of an algorithm given by a config (None: built in)."""
+    trainer: str | None = None
+    """Built in: import path `module:Class` of its trainer, imported when a run of it needs it
+    (None: `ippo`, whose class `ippo_version` picks in `src.algos.ippo`, the module every
+    trainer extends)."""
+    shield_loader: str | None = None
+    """Built in and shielded: import path of the function that rebuilds its shield from a
+    policy.pt (`src.algos.policy.actor_from_state` imports it when it needs it)."""
     fixed: Mapping[str, Any] = field(default_factory=dict)
     """Section fields the algorithm fixes (what sets it apart from another algorithm with the
     same trainer); its `algo_params` may not set them."""
@@ -127,6 +138,7 @@ ALGORITHMS: dict[str, AlgorithmSpec] = {
         multiplier=True,
         sections=("ppo", "lagrange"),
         version_keys=("lag_version",),
+        trainer="src.algos.ippo_lag:IPPOLag",
         action_kinds=("discrete", "box"),
     ),
     "shield": AlgorithmSpec(
@@ -137,6 +149,8 @@ ALGORITHMS: dict[str, AlgorithmSpec] = {
         multiplier=False,
         sections=("ppo", "shield"),
         version_keys=("shield_version", "wm_version", "om_version"),
+        trainer="src.algos.shield.trainer:ShieldedIPPO",
+        shield_loader="src.algos.shield.assemble:load_shield",
         action_kinds=("discrete", "box"),
     ),
     "shield_dec": AlgorithmSpec(
@@ -148,6 +162,8 @@ ALGORITHMS: dict[str, AlgorithmSpec] = {
         sections=("ppo", "shield"),
         version_keys=("shield_version", "wm_version", "om_version"),
         fixed={"coordination": "decentralised"},
+        trainer="src.algos.shield.trainer:ShieldedIPPO",
+        shield_loader="src.algos.shield.assemble:load_shield",
         action_kinds=("discrete", "box"),
     ),
 }
@@ -249,6 +265,17 @@ def algorithm_class(name: str) -> type:
     if spec.entry is None:
         raise ValueError(f"algo {name!r} is built in; src.algos.train.trainer_class has its class")
     return _load(spec.name, spec.entry)[1]
+
+
+def builtin_entries() -> dict[str, tuple[str, ...]]:
+    """Per built-in algorithm, the import paths of its code that only its own runs import
+    (`trainer`, `shield_loader`): `src.code_inputs.job_code` lists their modules in the code
+    of that algorithm's jobs only, so that changing a shield module reruns the shields' jobs
+    and not `ippo`'s."""
+    return {
+        name: tuple(entry for entry in (spec.trainer, spec.shield_loader) if entry)
+        for name, spec in ALGORITHMS.items()
+    }
 
 
 def shielded_algos() -> tuple[str, ...]:

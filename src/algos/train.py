@@ -41,11 +41,9 @@ from src.algos.checkpoint import (
     run_fingerprint,
     save_checkpoint,
 )
-from src.algos.ippo import IPPO, IPPO_VERSIONS, TrainingCallback
-from src.algos.ippo_lag import IPPOLag
+from src.algos.ippo import IPPO_VERSIONS, TrainingCallback
 from src.algos.registry import algorithm_class, get_algorithm
 from src.algos.seeding import seed_everything
-from src.algos.shield.trainer import ShieldedIPPO
 from src.checks import lookup
 from src.config.run import RunConfig
 from src.containment import (
@@ -58,6 +56,7 @@ from src.containment import (
 )
 from src.core.io import create_dir, save_to_file
 from src.core.logging import current_log_file, log
+from src.custom import load_entry
 from src.lock import RunLock
 from src.numerics import kernels
 from src.records import NoTrainingEpisodeError
@@ -89,23 +88,17 @@ def make_vector_env_for(config: RunConfig) -> Any:
     )
 
 
-# Algorithm name -> its trainer class for the run config's version keys. `ippo` picks its
-# class by `ippo_version`; the others select their parts (multiplier, shield, models) inside.
-_TRAINERS: dict[str, Callable[[Mapping[str, Any]], type[IPPO]]] = {
-    "ippo": lambda versions: lookup(IPPO_VERSIONS, versions["ippo_version"], "ippo_version"),
-    "ippo_lag": lambda versions: IPPOLag,
-    "shield": lambda versions: ShieldedIPPO,
-    "shield_dec": lambda versions: ShieldedIPPO,
-}
-
-
 def trainer_class(algo: str, versions: Mapping[str, Any]) -> type[Any]:
     """The trainer class of `algo` selected by `versions` (a run config's base or its keys);
     the class itself for an algorithm given by import path."""
     spec = get_algorithm(algo)
     if spec.entry is not None:
         return algorithm_class(spec.name)
-    return _TRAINERS[spec.name](versions)
+    if spec.trainer is None:  # ippo: its class by `ippo_version`
+        return lookup(IPPO_VERSIONS, versions["ippo_version"], "ippo_version")
+    # The others select their parts (multiplier, shield, models) inside; imported here, so
+    # that a run imports only its own algorithm's code (`builtin_entries`).
+    return load_entry(spec.trainer)
 
 
 def build_trainer(config: RunConfig | Mapping[str, Any], env: Any) -> Algorithm:

@@ -6,7 +6,13 @@ import pytest
 
 from src.algos.ippo import IPPO, IPPO_VERSIONS
 from src.algos.lagrange import LAG_VERSIONS
-from src.algos.registry import ALGORITHMS, VERSIONS, get_algorithm, versions_of
+from src.algos.registry import (
+    ALGORITHMS,
+    VERSIONS,
+    builtin_entries,
+    get_algorithm,
+    versions_of,
+)
 from src.algos.shield.assemble import SHIELD_VERSIONS
 from src.algos.shield.opponent_model import OM_VERSIONS
 from src.algos.shield.world_model import WM_VERSIONS
@@ -34,6 +40,22 @@ def test_every_algorithm_builds_a_trainer(name):
     trainer = build_trainer(config, make_toy_env(config))
     trainer.train(progress=False)
     assert trainer.update == trainer.num_updates == 1
+
+
+def test_builtin_entries_name_each_algorithms_own_code():
+    # What a built-in algorithm's runs import by import path, and nothing of another's.
+    from src.algos.ippo_lag import IPPOLag
+    from src.algos.shield.assemble import load_shield
+    from src.algos.shield.trainer import ShieldedIPPO
+    from src.custom import load_entry
+
+    entries = builtin_entries()
+    assert set(entries) == set(ALGORITHMS)
+    assert entries["ippo"] == ()
+    assert [load_entry(entry) for entry in entries["ippo_lag"]] == [IPPOLag]
+    for name in ("shield", "shield_dec"):
+        assert [load_entry(entry) for entry in entries[name]] == [ShieldedIPPO, load_shield]
+        assert trainer_class(name, {}) is ShieldedIPPO
 
 
 def test_version_names_match_their_implementations():

@@ -62,17 +62,38 @@ def test_a_dry_run_lists_one_code_input_per_job_and_no_source_file(results_dir: 
             continue
         assert not re.search(r"\bsrc/\S+\.py", inputs), (rule, wildcards, inputs)
         assert len(CODE_INPUT.findall(inputs)) == 1, (rule, wildcards, inputs)
-    # Without tasks or algorithms of the user's, all jobs of a script run the same code: one
-    # fingerprint per script, the one job that lists its files (and only when it is to run).
+    # A job of one run whose script reaches the algorithms (training, evaluation, videos) runs
+    # its own algorithm's code (the built-in algorithms' own modules are imported by import
+    # path): one fingerprint per (script, env, algo); the jobs of every other script run the
+    # same code, one fingerprint per script. Each is listed by the one job that writes it
+    # (and only when it is to run).
     names = {name for _, inputs, _ in jobs for name in CODE_INPUT.findall(inputs)}
+    for rule, inputs, wildcards in jobs:
+        if rule in ("all", "code_fingerprint"):
+            continue
+        (name,) = CODE_INPUT.findall(inputs)
+        scope = dict(part.split("=") for part in wildcards.split(", ")) if wildcards else {}
+        if rule in ("train", "evaluate", "render"):
+            assert name == f"{rule}-{scope['env']}-{scope['algo']}", (rule, wildcards, name)
+        else:
+            assert "-" not in name, (rule, wildcards, name)
     fingerprints = {
         wildcards: inputs for rule, inputs, wildcards in jobs if rule == "code_fingerprint"
     }
     assert set(fingerprints) == {f"name={name}" for name in names}
-    assert len(names) == len(counts) - 3  # every rule but all, code_fingerprint and total
     script = REPO / "workflow" / "scripts" / "train.py"
+    listed = {
+        algo: fingerprints[f"name=train-hazard_grid-{algo}"].split(", ")
+        for algo in ("ippo", "ippo_lag", "shield")
+    }
     files = job_code(script, envs={}, algos={}, env="hazard_grid", algo="ippo")[1]
-    assert fingerprints["name=train"] == ", ".join(str(f.relative_to(REPO)) for f in files)
+    assert listed["ippo"] == [str(f.relative_to(REPO)) for f in files]
+    # ippo's training lists neither the shield's code nor the multiplier's; each of theirs
+    # lists its own.
+    assert not [f for f in listed["ippo"] if f.startswith("src/algos/shield/")]
+    assert "src/algos/ippo_lag.py" not in listed["ippo"]
+    assert "src/algos/ippo_lag.py" in listed["ippo_lag"]
+    assert {"src/algos/shield/trainer.py", "src/algos/shield/assemble.py"} <= set(listed["shield"])
     assert not results_dir.exists()
 
 
@@ -107,7 +128,7 @@ def workflow_copy(tmp_path: Path, results_dir: Path) -> tuple[Path, Path, Path, 
     config = yaml.safe_load((REPO / ".test" / "config.yaml").read_text())
     config.update(
         results_dir=str(results_dir),
-        algos=["ippo", "penalty"],
+        algos=["ippo", "shield", "penalty"],
         custom_algos={"penalty": "fp_penalty_algo:PenalisedIPPO"},
     )
     config_file = tmp_path / "config.yaml"
@@ -147,6 +168,7 @@ def _to_write(root: Path, paths: list[str], config_file: Path, env: dict[str, st
 
 TRAIN_OWN = ("train", "env=hazard_grid, algo=penalty, idx=0")
 TRAIN_IPPO = ("train", "env=hazard_grid, algo=ippo, idx=0")
+TRAIN_SHIELD = ("train", "env=hazard_grid, algo=shield, idx=0")
 
 
 @pytest.mark.slow
@@ -172,23 +194,32 @@ def test_the_fingerprint_changes_exactly_with_the_code_of_the_job(
 
     # Touching a file without changing it writes nothing again.
     maths = root / "src" / "algos" / "maths.py"
+    shield = root / "src" / "algos" / "shield" / "trainer.py"
     os.utime(module)
     os.utime(maths)
     assert _to_write(root, paths, config_file, env) == set()
 
     # Changing a file writes again exactly the fingerprints of the jobs that run it (the
-    # user's module, then a module of src), and then the listing holds the new content.
-    for changed_file, shown in ((module, str(module)), (maths, "src/algos/maths.py")):
+    # user's module, the shield's trainer, then a module of every algorithm), and then the
+    # listing holds the new content.
+    changes = (
+        (module, str(module)),
+        (shield, "src/algos/shield/trainer.py"),
+        (maths, "src/algos/maths.py"),
+    )
+    for changed_file, shown in changes:
         old = {path: _listing(path) for path in paths}
         changed_file.write_text(changed_file.read_text() + "\n# changed\n")
         runs_it = {path for path in paths if f"  {shown}\n" in old[path]}
         assert _to_write(root, paths, config_file, env) == runs_it, shown
-        assert inputs[TRAIN_OWN] in runs_it
+        assert (inputs[TRAIN_SHIELD] in runs_it) == (changed_file != module)
+        # A change to the shield reruns neither ippo's training nor the user's algorithm's.
+        assert (inputs[TRAIN_OWN] in runs_it) == (changed_file != shield)
+        assert (inputs[TRAIN_IPPO] in runs_it) == (changed_file == maths)
         built = _in(root, "--cores", "1", *paths, *configfile, env=env)
         assert built.returncode == 0, built.stdout[-3000:] + built.stderr[-3000:]
         assert {path for path in paths if _listing(path) != old[path]} == runs_it
         assert _to_write(root, paths, config_file, env) == set()
-    assert inputs[TRAIN_IPPO] in runs_it  # IPPO's training runs src/algos/maths.py too
     # Every job keeps its one code input, the same file.
     assert _code_inputs(root, config_file, env) == inputs
 
@@ -196,8 +227,15 @@ def test_the_fingerprint_changes_exactly_with_the_code_of_the_job(
 def test_job_code_names_the_code_of_a_job_and_parses_back(tmp_path: Path):
     script = REPO / "workflow" / "scripts" / "train.py"
     name, files = job_code(script, envs={}, algos={}, env="hazard_grid", algo="ippo")
-    assert name == "train" and script in files
+    assert name == "train-hazard_grid-ippo" and script in files
     assert REPO / "src" / "algos" / "ippo.py" in files
+    assert REPO / "src" / "algos" / "shield" / "trainer.py" not in files
+    shield = job_code(script, envs={}, algos={}, env="hazard_grid", algo="shield_dec")
+    assert shield[0] == "train-hazard_grid-shield_dec"
+    assert REPO / "src" / "algos" / "shield" / "trainer.py" in shield[1]
+    # A job of no one run (the summary of all) runs every algorithm's code.
+    summary = job_code(REPO / "workflow" / "scripts" / "summary.py", envs={}, algos={})
+    assert summary[0] == "summary"
     algos = {"toy": "tests.custom.toy_algorithm:Preferences"}
     name, files = job_code(script, envs={}, algos=algos, env="hazard_grid", algo="toy")
     assert name == "train-hazard_grid-toy"

@@ -13,7 +13,7 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 
-from src.code_inputs import import_closure
+from src.code_inputs import job_code
 from src.schemas import (
     EVAL_EPISODES_SCHEMA,
     EVAL_SCHEMA,
@@ -158,22 +158,27 @@ def test_test_config_runs_end_to_end(test_config_run: WorkflowRun, test_config_r
     experiment = test_config_run.experiment
     check_experiment(experiment)
 
-    # Every src module a job imported is an input of its rule (the script's import closure),
-    # and every rule that runs a script lists that closure.
+    # Every src module a job imported is code of the job (its script's import closure, and
+    # the modules of its own algorithm that its run imports by import path), and every rule
+    # that runs a script lists that code.
     scripts = _rule_scripts()
     records = [json.loads(p.read_text()) for p in imports.glob("*.json")]
     assert {r["script"] for r in records} == {f"{s}.py" for s in scripts.values()}
     for record in records:
-        closure = {
-            str(p.resolve())
-            for p in import_closure(REPO / "workflow" / "scripts" / record["script"])
-        }
-        missing = sorted(set(record["files"]) - closure)
+        wildcards = record["wildcards"]
+        _, files = job_code(
+            REPO / "workflow" / "scripts" / record["script"],
+            envs=CONFIG.get("custom_envs") or {},
+            algos=CONFIG.get("custom_algos") or {},
+            env=wildcards.get("env"),
+            algo=wildcards.get("algo"),
+        )
+        code = {str(p.resolve()) for p in files}
+        missing = sorted(set(record["files"]) - code)
         assert not missing, f"{record['script']} imported {missing}, not inputs of its rule"
         # The job's one code input, its fingerprint, lists them (and nothing else is listed).
         listed = fingerprint_files(experiment, record)
-        script = str(REPO / "workflow" / "scripts" / record["script"])
-        assert set(record["files"]) <= listed and listed == closure | {script}
+        assert set(record["files"]) <= listed and listed == code
 
     # Nothing is left to do: a second call runs no job.
     again = snakemake("-n", *args)

@@ -220,8 +220,9 @@ def code_files(wildcards):
 
 def script_code(script):
     """The code a rule's script runs (workflow/scripts/{script}.py and its import closure,
-    plus the modules of the tasks and algorithms given by import path that its code reaches:
-    only the job's own env and algo for a per-run job) as one input, its fingerprint, so
+    plus the modules of the tasks and algorithms given by import path, and the built-in
+    algorithms' own modules, that its code reaches: only the job's own env and algo for a
+    per-run job) as one input, its fingerprint, so
     that changing a module reruns exactly the jobs that run it."""
 
     def code(wildcards):
