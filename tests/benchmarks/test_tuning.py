@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import re
 from pathlib import Path
 
 import pytest
@@ -106,3 +107,15 @@ def test_every_variant_is_a_config_the_workflow_runs() -> None:
                 variant = tuning.variant_config(config, env, algo, params)
                 validate_workflow_config(variant, SCHEMA_PATH, load_components=True)
                 resolve_run_config(variant, env, algo, 0)
+
+
+def test_no_group_writes_another_benchmarks_section() -> None:
+    """A group's section of BENCHMARKS.md is named after the group: no other benchmark
+    module writes a section of that name (a group `mamujoco` overwrote the env's speed)."""
+    written = set()
+    for module in Path(tuning.__file__).parent.glob("*.py"):
+        if module.name != "tuning.py":
+            source = module.read_text(encoding="utf-8")
+            written |= set(re.findall(r'(?:save_results|write_section)\(\s*"(\w+)"', source))
+    assert "mamujoco" in written and "numerics" in written  # the scan sees the others' names
+    assert not set(tuning.GROUPS) & written
