@@ -1,0 +1,220 @@
+"""Where a deployed shield's violations come from: did its models see them coming, and was
+there a joint action its models judged safe?
+
+Every trained shield run of a results folder (`runs/{env}/{algo}/run{i}` of a shielded
+algorithm) is deployed at its own deployed allowance (the certified one, or the most cautious
+rung tested where it has no certificate) on `--episodes` episodes of its constraint horizon, from
+reset seeds of the spent tuning range (`src.seeds.TUNING`, `TRAPS_SHIFT` on, where no other
+benchmark plays). Every step records the executed joint action's q (the models' risk, the
+largest agent's for the decentralised shield) and whether the shield fell back (nothing it
+looked at was within the allowance). Per run:
+
+- violating episodes, the share of decisions that fell back and the median q of all decisions;
+- per violating episode, the `horizon` steps (the shield's own) up to its first violation:
+  whether a decision there fell back (the models saw the violation coming and found no way
+  out) and the largest q there (how clearly they saw it);
+- per decision that fell back with q above `HOT` (Discrete actions, at most
+  `EXHAUSTIVE_CAP` joint actions): the least q over every joint action of the team, by the
+  same models. Equal to the executed q: the models see no way out (a trap, in the models);
+  far below it: a joint action the models judge safe was not taken (the search, or the
+  decentralised shield's rule of judging each agent alone).
+
+Run: `python -m benchmarks.shield_traps --results results/paper [--episodes N] [--write]`.
+Results go to `benchmarks/out/shield_traps.json` and, with `--write`, the shield_traps section
+of BENCHMARKS.md.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from benchmarks.common import Clock, arguments, positive_int, save_results, table
+from benchmarks.ladder import allowance, shield_runs
+from src.algos.policy import load_actor
+from src.algos.shield.calibration import load_certificate
+from src.algos.shield.search import joint_actions
+from src.envs.registry import make_vector_env
+from src.seeds import TUNING
+
+TRAPS_SHIFT = 900_000
+"""The first reset seed played is `TUNING.first` + this (the ladder plays from 800,000 on,
+the tuning benchmark below 600,000)."""
+HOT = 0.1
+"""A fallback whose executed q is above this is judged against every joint action."""
+EXHAUSTIVE_CAP = 4096
+"""At most this many joint actions (n_actions ** n_agents) are judged per such decision."""
+
+
+def _median(values: Sequence[float]) -> float | None:
+    return float(np.median(values)) if len(values) else None
+
+
+def trace(run: Path, episodes: int, allowance: float | None = None) -> dict[str, Any]:
+    """`run`'s shield deployed at `allowance` (default: its deployed allowance) on `episodes`
+    episodes: the row of this benchmark (module docstring)."""
+    actor = load_actor(run)
+    certificate = load_certificate(run)
+    config = actor.config
+    shield = actor.action_filter
+    if allowance is not None:
+        shield.allowance = allowance
+    horizon = int(config.constraint_horizon)
+    window = int(shield.config.horizon)
+    first = TUNING.first + TRAPS_SHIFT
+    params = config.env.constructor_params(max_steps=horizon)
+    vec = make_vector_env(config.env_name, num_envs=episodes, seed=None, **params)
+    every = None
+    if getattr(actor, "box", None) is None:
+        count = shield.n_actions**shield.n_agents
+        if count <= EXHAUSTIVE_CAP:
+            every = torch.from_numpy(np.asarray(joint_actions(shield.n_agents, shield.n_actions)))
+    raw = np.full((episodes, horizon), np.nan)
+    fell = np.zeros((episodes, horizon), dtype=bool)
+    violated = np.zeros((episodes, horizon), dtype=bool)
+    hot: list[tuple[float, float]] = []  # (executed q, least q over every joint action)
+    try:
+        obs = vec.reset(seed=list(range(first, first + episodes)))
+        actor.reset(num_envs=episodes, seed=first)
+        active = np.ones(episodes, dtype=bool)
+        step = np.ones(episodes, dtype=np.int64)
+        for t in range(horizon):
+            actions = actor.act(obs, step)
+            last = shield.last
+            raw[:, t] = np.where(active, last.raw, np.nan)
+            fell[:, t] = active & last.fallback
+            rows = np.flatnonzero(fell[:, t] & (last.raw > HOT))
+            if every is not None and len(rows):
+                with torch.inference_mode():
+                    joint = torch.as_tensor(obs[rows], dtype=torch.float32).reshape(len(rows), -1)
+                    options = every.unsqueeze(0).expand(len(rows), -1, -1)
+                    left = torch.full((len(rows),), float(window))
+                    least = shield.raw_risk_options(joint, options, left).amin(dim=1)
+                hot += list(zip(last.raw[rows].tolist(), least.tolist(), strict=True))
+            result = vec.step(actions)
+            violated[:, t] = active & (result.cost > 0).any(axis=1)
+            active &= ~(result.terminated.any(axis=1) | result.truncated.any(axis=1))
+            if not active.any():
+                break
+            obs = result.obs
+            step += 1
+    finally:
+        vec.close()
+    bad = np.flatnonzero(violated.any(axis=1))
+    onset = violated.argmax(axis=1)
+    seen, peak = [], []
+    for e in bad:
+        lo = max(0, onset[e] - window + 1)
+        seen.append(bool(fell[e, lo : onset[e] + 1].any()))
+        peak.append(float(np.nanmax(raw[e, lo : onset[e] + 1])))
+    executed = [q for q, _ in hot]
+    least = [q for _, q in hot]
+    return {
+        "env": config.env_name,
+        "algo": config.algo,
+        "run": int(config.run_idx),
+        "horizon": horizon,
+        "window": window,
+        "allowance": float(shield.allowance),
+        "certified": certificate is not None and certificate.certified,
+        "episodes": episodes,
+        "violations": len(bad),
+        "fallback_share": float(fell.sum() / np.isfinite(raw).sum()),
+        "median_q": float(np.nanmedian(raw)),
+        "seen_coming": float(np.mean(seen)) if seen else None,
+        "peak_q": _median(peak),
+        "hot": len(hot),
+        "hot_executed_q": _median(executed),
+        "hot_least_q": _median(least),
+        "hot_way_out": float(np.mean(np.array(least) <= shield.allowance)) if hot else None,
+        "exhaustive": every is not None,
+    }
+
+
+def _cell(value: float | None, digits: int = 3) -> str:
+    return "–" if value is None else f"{value:.{digits}f}"
+
+
+def render_markdown(results: Mapping[str, Any]) -> str:
+    """The shield_traps section: one row per run."""
+    m = results["machine"]
+    return "\n".join(
+        [
+            f"`{results['command']}` on {m['date']}: {m['platform']}, {m['cpus']} CPUs; "
+            f"{results['minutes']:.1f} min.",
+            "",
+            f"Each trained shield run of `{results['results']}` deployed at its deployed "
+            f"allowance on {results['episodes']} episodes of its constraint horizon H from "
+            f"reset seed {results['first_seed']:,} on (`src.seeds.TUNING`, spent); q: the "
+            "models' risk of the executed joint action over the shield's horizon (module "
+            "docstring of `benchmarks/shield_traps.py`).",
+            "",
+            *table(
+                "env | algo | run | allowance | certified | violating | fell back | median q | "
+                "seen coming | peak q before | fallbacks q > 0.1 | their q | least q of all "
+                "joint actions | with a way out",
+                "lllrlrrrrrrrrr",
+                (
+                    f"{r['env']} | {r['algo']} | {r['run']} | {r['allowance']:g} | "
+                    f"{'yes' if r['certified'] else 'no'} | "
+                    f"{r['violations']}/{r['episodes']} | {r['fallback_share']:.3f} | "
+                    f"{r['median_q']:.4f} | {_cell(r['seen_coming'], 2)} | "
+                    f"{_cell(r['peak_q'])} | {r['hot'] if r['exhaustive'] else '–'} | "
+                    f"{_cell(r['hot_executed_q'])} | {_cell(r['hot_least_q'])} | "
+                    f"{_cell(r['hot_way_out'], 2)}"
+                    for r in results["rows"]
+                ),
+            ),
+            "",
+            "- Violating: episodes with a violation within H. Fell back: the share of all "
+            "decisions where nothing the shield looked at was within the allowance. Seen "
+            "coming: the share of violating episodes with a fallback in the shield's horizon "
+            "up to the first violation; peak q before: the median over those episodes of the "
+            "largest q there.",
+            "- Fallbacks q > 0.1: decisions that fell back with q above 0.1; their q: its "
+            "median; least q of all joint actions: the median of the least q over every joint "
+            "action of the team by the same models; with a way out: the share of those "
+            "decisions where that least q was within the allowance (a joint action the models "
+            "judge safe existed and was not taken).",
+        ]
+    )
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Deploy every trained shield of `--results` at its allowance; print, save, record."""
+    parser = arguments(__doc__, write=True)
+    parser.add_argument("--results", type=Path, required=True, help="a results folder")
+    parser.add_argument("--episodes", type=positive_int, default=100, help="episodes per run")
+    parser.add_argument(
+        "--allowance", type=allowance, help="deploy every shield at this (default: its own)"
+    )
+    args = parser.parse_args(argv)
+    torch.set_num_threads(1)
+    clock = Clock()
+    try:
+        runs = shield_runs(args.results)
+    except ValueError as error:  # a ContainmentError too
+        parser.error(str(error))
+    rows = []
+    for run in runs:
+        rows.append(trace(run, args.episodes, args.allowance))
+        print(rows[-1], file=sys.stderr, flush=True)
+    results = {
+        "command": " ".join(["python -m benchmarks.shield_traps", *(argv or sys.argv[1:])]),
+        "results": str(args.results),
+        "episodes": args.episodes,
+        "first_seed": TUNING.first + TRAPS_SHIFT,
+        "rows": rows,
+    }
+    results |= {"machine": clock.machine(), "minutes": clock.wall / 60}
+    save_results("shield_traps", results, render_markdown(results), quick=not args.write)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,71 @@
+"""benchmarks/shield_traps.py on a tiny trained shield run."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from benchmarks import shield_traps
+from src.algos.train import train_run
+from src.seeds import TUNING
+from tests.tiny_runs import tiny_run_config
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def results(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A results folder with one tiny shield run."""
+    root = tmp_path_factory.mktemp("results")
+    shield = tiny_run_config(
+        "shield", shield_patience=1, max_risk=0.5, algo_params={"calibration_episodes": 4}
+    )
+    train_run(shield, root / "runs" / "hazard_grid" / "shield" / "run0", progress=False)
+    return root
+
+
+def test_a_deployed_shield_is_traced_on_the_spent_tuning_seeds(
+    results: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    run = results / "runs" / "hazard_grid" / "shield" / "run0"
+    # At an allowance nothing meets, every decision falls back; with HOT at 0 each is judged
+    # against every joint action, whose least q is at most the executed one's.
+    monkeypatch.setattr(shield_traps, "HOT", 0.0)
+    row = shield_traps.trace(run, episodes=3, allowance=1e-9)
+    assert row["allowance"] == 1e-9 and row["episodes"] == 3 and 0 <= row["violations"] <= 3
+    assert row["fallback_share"] == 1.0 and row["exhaustive"]
+    assert row["hot"] > 0 and row["hot_way_out"] == 0.0
+    assert row["hot_least_q"] <= row["hot_executed_q"] + 1e-6
+    assert (row["seen_coming"] is None) == (row["violations"] == 0)
+    deployed = shield_traps.trace(run, episodes=3)
+    assert deployed["allowance"] > 1e-9 and deployed["fallback_share"] < 1.0
+    assert TUNING.contains(TUNING.first + shield_traps.TRAPS_SHIFT + 2)
+    text = shield_traps.render_markdown(
+        {
+            "command": "python -m benchmarks.shield_traps --results r",
+            "machine": {"date": "d", "platform": "p", "cpus": 2},
+            "minutes": 0.1,
+            "results": "r",
+            "episodes": 3,
+            "first_seed": TUNING.first + shield_traps.TRAPS_SHIFT,
+            "rows": [row],
+        }
+    )
+    assert "| hazard_grid | shield | 0 | 1e-09 |" in text and "40,900,000" in text
+
+
+def test_bad_arguments_are_named_before_anything_runs(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    for argv, named in (
+        (["--results", str(tmp_path), "--episodes", "0"], "expected an integer >= 1, got 0"),
+        (
+            ["--results", str(tmp_path), "--allowance", "2"],
+            "expected an allowance in (0, 1], got 2",
+        ),
+        (["--results", str(tmp_path)], f"{tmp_path}: no runs/ folder"),
+    ):
+        with pytest.raises(SystemExit):
+            shield_traps.main(argv)
+        assert named in capsys.readouterr().err
