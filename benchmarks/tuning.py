@@ -9,7 +9,7 @@ between-run interval, the mean return against its peer, the env's `ippo`, and th
 seconds per run.
 
 Run: `python -m benchmarks.tuning [--group tuning|shield_options|shield_settings|
-mamujoco_lag|spread_lag]
+shield_plan|mamujoco_lag|spread_lag]
 [--env ...] [--write]`.
 Results go to `benchmarks/out/<group>.json` and, with `--write`, the group's section of
 BENCHMARKS.md (the rows of shield options since deleted stay there as measured).
@@ -112,6 +112,15 @@ GROUPS: dict[str, Variants] = {
             ("ippo_lag", {"risk_target_ratio": 1.0}),
         ],
     },
+    # The decentralised shield's common plan against each agent deciding alone
+    # (ShieldConfig.common_plan), at the default experiment's scale.
+    "shield_plan": {
+        "intersection": [
+            ("ippo", {}),
+            ("shield_dec", {}),
+            ("shield_dec", {"common_plan": True}),
+        ],
+    },
     # `spread` at the paper's scale (config/paper.yaml): the configured multiplier (target 0.6 x
     # max_risk) pinned at lambda_max from the first tenth of training in the paper grid's run,
     # the team fleeing the landmarks; a target at max_risk and a lower cap against it.
@@ -190,6 +199,7 @@ def measure_variant(
                 "horizon": int(run.constraint_horizon),
                 "return": float(whole["mean_return"]),
                 "train_cpu_seconds": seconds,
+                "certified": None if pd.isna(at_h["certified"]) else bool(at_h["certified"]),
             }
         )
         write_text(json.dumps({"run_config": recorded, "measured": runs[-1]}), record)
@@ -239,9 +249,12 @@ def render_markdown(results: Mapping[str, Any]) -> str:
         per_run = ", ".join(f"{run['violations'] / run['episodes']:.3f}" for run in r["runs"])
         params = ", ".join(f"`{k}` {v}" for k, v in r["params"].items()) or "–"
         ratio = r["return"] / reference[r["env"]] if reference.get(r["env"]) else float("nan")
+        marks = [run.get("certified") for run in r["runs"]]
+        certified = "–" if any(mark is None for mark in marks) else f"{sum(marks)}/{len(marks)}"
         return (
             f"{r['env']} | {r['algo']} | {params} | {mean:.3f} [{low:.3f}, {high:.3f}] | "
-            f"{per_run} | {r['return']:.1f} | {ratio:.2f}x | {r['train_cpu_seconds']:.0f}"
+            f"{per_run} | {certified} | {r['return']:.1f} | {ratio:.2f}x | "
+            f"{r['train_cpu_seconds']:.0f}"
         )
 
     return "\n".join(
@@ -256,13 +269,14 @@ def render_markdown(results: Mapping[str, Any]) -> str:
             f"reset seed {results['evaluation_first_seed']:,}, calibration from "
             f"{results['calibration_first_seed']:,} (`src.seeds.TUNING`, spent). P(viol. <= "
             "H): mean of the runs' rates within the constraint horizon [between-run interval] "
-            "(per run); return: mean evaluation return over the whole episode, and its ratio to "
-            "the env's `ippo`.",
+            "(per run); certified: the shield runs certified at H (– for runs without a "
+            "shield, or measured before it was recorded); return: mean evaluation return over "
+            "the whole episode, and its ratio to the env's `ippo`.",
             "",
             *table(
-                "env | algo | algo_params | P(viol. <= H) | per run | return | / ippo | train "
-                "CPU-s / run",
-                "lllrlrrr",
+                "env | algo | algo_params | P(viol. <= H) | per run | certified | return | "
+                "/ ippo | train CPU-s / run",
+                "lllrlrrrr",
                 map(row, results["rows"]),
             ),
         ]

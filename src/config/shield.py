@@ -15,6 +15,7 @@ from itertools import pairwise
 from typing import Any, ClassVar
 
 from src.checks import (
+    check_bool,
     check_choice,
     check_float,
     check_int,
@@ -129,6 +130,7 @@ class ShieldConfig(Section):
         "search_sweeps": partial(check_int, low=1, high=100),
         "coordination": partial(check_choice, choices=COORDINATIONS),
         "opponent_samples": partial(check_int, low=1, high=100_000),
+        "common_plan": check_bool,
         "adapt_rate": partial(check_float, low=0.0, open_low=False),
         "calibration_episodes": partial(check_int, low=0, high=1_000_000),
         "calibration_seed_offset": partial(check_int, low=0, high=SEED_MAX),
@@ -228,6 +230,12 @@ class ShieldConfig(Section):
     """`decentralised`: completions of the others' actions per judged own action: all
     n_actions ** (n_agents - 1), weighted by their probability, when there are at most this
     many; else this many by Latin hypercube sampling (the work per decision is proportional)."""
+    common_plan: bool = False
+    """`decentralised`, Discrete actions: where the joint action the opponent model predicts
+    (each agent's most likely action, from its own observation) is beyond the allowance, every
+    agent executes its part of the common plan, the descent on the risk from that joint
+    action, which every agent computes alike from the joint observation it knows (no
+    coordinator); elsewhere each agent decides alone."""
     adapt_rate: float = 0.1
     """Step of the log-allowance per finished training episode after arming,
     log a += adapt_rate * (max_risk - violated), violated: within the constraint horizon

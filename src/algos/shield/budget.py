@@ -317,13 +317,35 @@ class BudgetShield(RiskFilter):
                 own_t = torch.from_numpy(np.ascontiguousarray(own, dtype=np.int64))
                 return own_action_risk(risk, completions, weights, c, i, own_t).numpy()
 
-            copies, agents = np.repeat(np.arange(e), a), np.tile(np.arange(a), e)
-            chosen = rho(copies, agents, proposed.reshape(-1, 1))[:, 0]  # [E * A]
+            chosen = np.zeros(e * a)  # rho of each agent's executed action [E * A]
             least = np.full(e * a, math.nan)  # the agent's least rho, where it was needed
             fallback = np.zeros(e * a, dtype=bool)
-            refused = np.flatnonzero(chosen > self.allowance)
+            alone = np.arange(e)  # the copies whose agents decide alone
+            if self.config.common_plan:
+                # The joint action every agent predicts from the joint observation; where it is
+                # beyond the allowance, the team executes the descent from it (each agent
+                # computes the same plan and executes its own part).
+                start = predicted.argmax(dim=-1).numpy()  # [E, A]
+                start_raw = self.raw_risk(joint, torch.from_numpy(start), remaining)
+                start_raw = start_raw.double().numpy()
+                plan = np.flatnonzero(start_raw > self.allowance)
+                if len(plan):
+                    actions, q = self._descend(
+                        joint[plan], start[plan], start_raw[plan], remaining[plan]
+                    )
+                    executed[plan] = actions
+                    q = q.double().numpy()
+                    rows = (plan[:, None] * a + np.arange(a)).reshape(-1)
+                    chosen[rows] = least[rows] = np.repeat(q, a)
+                    fallback[rows] = np.repeat(q > self.allowance, a)
+                    alone = np.setdiff1d(alone, plan)
+            copies, agents = np.repeat(alone, a), np.tile(np.arange(a), len(alone))
+            judged = copies * a + agents  # increasing: the order of the agents of every copy
+            if len(judged):
+                chosen[judged] = rho(copies, agents, proposed[alone].reshape(-1, 1))[:, 0]
+            refused = judged[chosen[judged] > self.allowance]
             if len(refused):
-                c, i = copies[refused], agents[refused]
+                c, i = refused // a, refused % a
                 rows = np.arange(len(refused))
                 own = (proposed[c, i][:, None] + np.arange(1, n)) % n  # [R, n - 1]
                 every = np.zeros((len(refused), n))  # rho of each own action, the proposal's too

@@ -184,6 +184,41 @@ def test_each_agent_keeps_a_proposal_within_the_allowance_else_its_likeliest_all
     assert ((taken > allowance) & (executed == proposed)).any()
 
 
+def test_where_the_predicted_joint_action_is_risky_the_team_executes_the_common_plan():
+    copies = 300
+    env = _env(copies)
+    oracle = ExactQ(env)
+    model = _probs(1, N_AGENTS, N_ACTIONS, seed=11)[0]
+    obs = _states(env, copies, seed=5)
+    rng = np.random.default_rng(6)
+    logits = torch.randn(copies, N_AGENTS, N_ACTIONS, generator=torch.Generator().manual_seed(4))
+    steps = np.ones(copies, dtype=np.int64)
+    joint = torch.from_numpy(obs.reshape(copies, -1))
+    alone = _shield(oracle, FixedOpponents(model))
+    plan = _shield(oracle, FixedOpponents(model), common_plan=True)
+    start = np.broadcast_to(model.argmax(dim=-1).numpy(), (copies, N_AGENTS))
+    risky = oracle.q_star(joint, torch.from_numpy(np.ascontiguousarray(start))) > plan.allowance
+    assert 0 < risky.sum() < copies  # both cases are exercised
+    runs = []
+    for proposed in (rng.integers(0, N_ACTIONS, size=(copies, N_AGENTS)) for _ in range(2)):
+        alone.reset(copies, 0)
+        plan.reset(copies, 0)
+        expected, _ = alone.filter(obs, proposed, logits, steps)
+        executed, _ = plan.filter(obs, proposed, logits, steps)
+        # Elsewhere each agent decides alone, as without the plan.
+        np.testing.assert_array_equal(executed[~risky], expected[~risky])
+        runs.append((executed, plan.last))
+    (first, last), (second, _) = runs
+    # The plan is the agents' common knowledge: whatever they propose, the same joint action.
+    np.testing.assert_array_equal(first[risky], second[risky])
+    q = oracle.q_star(joint, torch.from_numpy(first))
+    start_q = oracle.q_star(joint, torch.from_numpy(np.ascontiguousarray(start)))
+    np.testing.assert_allclose(last.raw[risky], q[risky], atol=1e-6)
+    assert (q[risky] <= start_q[risky] + 1e-9).all()
+    np.testing.assert_array_equal(last.fallback[risky], q[risky] > plan.allowance)
+    assert (q[risky] <= plan.allowance).any()  # the plan finds a joint action within it
+
+
 def test_own_action_risk_is_the_weighted_mean_of_the_judged_risks() -> None:
     completions = torch.tensor([[[[0, 1], [0, 2]], [[3, 0], [4, 0]]]])  # [1, 2, 2, 2]
     weights = torch.tensor([[[0.25, 0.75], [0.5, 0.5]]], dtype=torch.float64)
