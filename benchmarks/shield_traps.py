@@ -17,7 +17,11 @@ looked at was within the allowance). Per run:
   `EXHAUSTIVE_CAP` joint actions): the least q over every joint action of the team, by the
   same models. Equal to the executed q: the models see no way out (a trap, in the models);
   far below it: a joint action the models judge safe was not taken (the search, or the
-  decentralised shield's rule of judging each agent alone).
+  decentralised shield's rule of judging each agent alone);
+- and, in the true env (the copy cloned, `src.algos.shield.diagnostics.clone_env`), whether
+  the task's witness team (`src.envs.witness`: the careful team that gives the risk floor)
+  goes the shield's `horizon` steps from that state without a violation: a way out in
+  reality, whatever the models say.
 
 Run: `python -m benchmarks.shield_traps --results results/paper [--episodes N] [--write]`.
 Results go to `benchmarks/out/shield_traps.json` and, with `--write`, the shield_traps section
@@ -38,8 +42,11 @@ from benchmarks.common import Clock, arguments, positive_int, save_results, tabl
 from benchmarks.ladder import allowance, shield_runs
 from src.algos.policy import load_actor
 from src.algos.shield.calibration import load_certificate
+from src.algos.shield.diagnostics import clone_env
 from src.algos.shield.search import joint_actions
 from src.envs.registry import make_vector_env
+from src.envs.spread_core import NativeSpreadVectorEnv
+from src.envs.witness import CarefulTeam, SpreadTeam
 from src.seeds import TUNING
 
 TRAPS_SHIFT = 900_000
@@ -53,6 +60,29 @@ EXHAUSTIVE_CAP = 4096
 
 def _median(values: Sequence[float]) -> float | None:
     return float(np.median(values)) if len(values) else None
+
+
+def witness_clear(env: Any, rows: np.ndarray, steps: int, seed: int) -> np.ndarray | None:
+    """[R] whether the witness team, from the current state of `env`'s copies `rows` (clones
+    of them), goes `steps` steps without a violation; None where the env cannot be cloned."""
+    try:
+        sim = clone_env(env, rows, seed=seed)
+    except ValueError:
+        return None
+    team = SpreadTeam() if isinstance(sim, NativeSpreadVectorEnv) else CarefulTeam()
+    rng = np.random.default_rng(seed)
+    clear = np.ones(len(rows), dtype=bool)
+    going = np.ones(len(rows), dtype=bool)
+    try:
+        for t in range(steps):
+            result = sim.step(team(sim, rng, t))
+            clear &= ~(going & (result.cost > 0).any(axis=1))
+            going &= ~(result.terminated.any(axis=1) | result.truncated.any(axis=1))
+            if not going.any():
+                break
+    finally:
+        sim.close()
+    return clear
 
 
 def trace(run: Path, episodes: int, allowance: float | None = None) -> dict[str, Any]:
@@ -78,6 +108,7 @@ def trace(run: Path, episodes: int, allowance: float | None = None) -> dict[str,
     fell = np.zeros((episodes, horizon), dtype=bool)
     violated = np.zeros((episodes, horizon), dtype=bool)
     hot: list[tuple[float, float]] = []  # (executed q, least q over every joint action)
+    real: list[bool] = []  # the witness's way out from the state of each such decision
     try:
         obs = vec.reset(seed=list(range(first, first + episodes)))
         actor.reset(num_envs=episodes, seed=first)
@@ -96,6 +127,10 @@ def trace(run: Path, episodes: int, allowance: float | None = None) -> dict[str,
                     left = torch.full((len(rows),), float(window))
                     least = shield.raw_risk_options(joint, options, left).amin(dim=1)
                 hot += list(zip(last.raw[rows].tolist(), least.tolist(), strict=True))
+            if every is not None and len(rows):  # the witness teams take Discrete actions
+                clear = witness_clear(vec, rows, window, seed=first + t)
+                if clear is not None:
+                    real += clear.tolist()
             result = vec.step(actions)
             violated[:, t] = active & (result.cost > 0).any(axis=1)
             active &= ~(result.terminated.any(axis=1) | result.truncated.any(axis=1))
@@ -132,6 +167,7 @@ def trace(run: Path, episodes: int, allowance: float | None = None) -> dict[str,
         "hot_executed_q": _median(executed),
         "hot_least_q": _median(least),
         "hot_way_out": float(np.mean(np.array(least) <= shield.allowance)) if hot else None,
+        "hot_real_way_out": float(np.mean(real)) if real else None,
         "exhaustive": every is not None,
     }
 
@@ -157,8 +193,8 @@ def render_markdown(results: Mapping[str, Any]) -> str:
             *table(
                 "env | algo | run | allowance | certified | violating | fell back | median q | "
                 "seen coming | peak q before | fallbacks q > 0.1 | their q | least q of all "
-                "joint actions | with a way out",
-                "lllrlrrrrrrrrr",
+                "joint actions | with a way out | witness's way out",
+                "lllrlrrrrrrrrrr",
                 (
                     f"{r['env']} | {r['algo']} | {r['run']} | {r['allowance']:g} | "
                     f"{'yes' if r['certified'] else 'no'} | "
@@ -166,7 +202,7 @@ def render_markdown(results: Mapping[str, Any]) -> str:
                     f"{r['median_q']:.4f} | {_cell(r['seen_coming'], 2)} | "
                     f"{_cell(r['peak_q'])} | {r['hot'] if r['exhaustive'] else '–'} | "
                     f"{_cell(r['hot_executed_q'])} | {_cell(r['hot_least_q'])} | "
-                    f"{_cell(r['hot_way_out'], 2)}"
+                    f"{_cell(r['hot_way_out'], 2)} | {_cell(r.get('hot_real_way_out'), 2)}"
                     for r in results["rows"]
                 ),
             ),
@@ -180,7 +216,9 @@ def render_markdown(results: Mapping[str, Any]) -> str:
             "median; least q of all joint actions: the median of the least q over every joint "
             "action of the team by the same models; with a way out: the share of those "
             "decisions where that least q was within the allowance (a joint action the models "
-            "judge safe existed and was not taken).",
+            "judge safe existed and was not taken). Witness's way out: the share of those "
+            "decisions from whose state, in the true env, the task's witness team went the "
+            "shield's horizon without a violation (a way out in reality).",
         ]
     )
 

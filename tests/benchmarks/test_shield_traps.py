@@ -4,9 +4,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from benchmarks import shield_traps
+from src.algos.shield.diagnostics import clone_env
 from src.algos.train import train_run
 from src.seeds import TUNING
 from tests.tiny_runs import tiny_run_config
@@ -36,6 +38,7 @@ def test_a_deployed_shield_is_traced_on_the_spent_tuning_seeds(
     assert row["allowance"] == 1e-9 and row["episodes"] == 3 and 0 <= row["violations"] <= 3
     assert row["fallback_share"] == 1.0 and row["exhaustive"]
     assert row["hot"] > 0 and row["hot_way_out"] == 0.0
+    assert 0.0 <= row["hot_real_way_out"] <= 1.0  # the witness, on clones of the true env
     assert row["hot_least_q"] <= row["hot_executed_q"] + 1e-6
     assert (row["seen_coming"] is None) == (row["violations"] == 0)
     deployed = shield_traps.trace(run, episodes=3)
@@ -69,3 +72,25 @@ def test_bad_arguments_are_named_before_anything_runs(
         with pytest.raises(SystemExit):
             shield_traps.main(argv)
         assert named in capsys.readouterr().err
+
+
+def test_the_witness_goes_on_from_a_cloned_state_of_the_true_env() -> None:
+    from src.envs.registry import make_vector_env
+
+    # spread's steps are deterministic: a clone of a copy replays it under the same actions.
+    env = make_vector_env("spread", num_envs=4, seed=None, n_agents=3, max_steps=50)
+    env.reset(seed=[1, 2, 3, 4])
+    for _ in range(3):
+        env.step(np.zeros((4, 3), dtype=np.int64))
+    clear = shield_traps.witness_clear(env, np.array([0, 2]), steps=10, seed=0)
+    assert clear is not None and clear.shape == (2,) and clear.dtype == bool
+    rows = np.array([1, 3])
+    sim = clone_env(env, rows, seed=0)
+    actions = np.array([[1, 2, 3], [4, 0, 1]])
+    mine = sim.step(actions)
+    full = np.zeros((4, 3), dtype=np.int64)
+    full[rows] = actions
+    theirs = env.step(full)
+    np.testing.assert_array_equal(mine.obs, theirs.obs[rows])
+    np.testing.assert_array_equal(mine.cost, theirs.cost[rows])
+    env.close()

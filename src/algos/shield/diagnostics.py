@@ -7,8 +7,9 @@ the same action in the real env go with it:
 shielded one: what the shield's calibration is fitted to) and `true_plan_risk` (the team then
 follows the models' safest joint action, the backup the models' own risk q assumes).
 
-The real-dynamics estimates need a native grid task (`hazard_grid`, `intersection`), whose state
-carries one random stream key per copy (`clone_env`).
+The real-dynamics estimates need a native task whose state can be cloned (`clone_env`): the
+grid tasks (`hazard_grid`, `intersection`), whose state carries one random stream key per copy,
+and `spread`, whose steps are deterministic.
 """
 
 from __future__ import annotations
@@ -34,19 +35,22 @@ BACKUP_BLOCK_ROWS = 2048
 
 
 def clone_env(env: Any, index: np.ndarray, *, seed: int) -> Any:
-    """A vector env of the native grid tasks whose copy j is env's copy `index[j]`, with a
-    fresh random stream per clone (so the clones' slips are independent draws)."""
+    """A vector env of the native tasks whose copy j is env's copy `index[j]`: on the grid
+    tasks with a fresh random stream per clone (so the clones' slips are independent draws);
+    on `spread`, whose steps draw nothing (its per-copy stream only places the next reset),
+    with the copy's own stream, so a clone's future is the copy's under the same actions."""
     state = env.get_state()
-    if "keys" not in state or "config" not in state:
-        raise ValueError(f"cloning needs a native grid env, got {type(env).__name__}")
+    if "config" not in state or not ("keys" in state or "rng" in state):
+        raise ValueError(f"cloning needs a native grid or spread env, got {type(env).__name__}")
     index = np.asarray(index, dtype=np.int64)
     e = env.num_envs
     clone = {
         k: (np.asarray(v)[index] if isinstance(v, np.ndarray) and v.shape[:1] == (e,) else v)
         for k, v in state.items()
     }
-    rng = np.random.default_rng(seed)
-    clone["keys"] = rng.integers(0, 2**63, size=len(index), dtype=np.int64).astype(np.uint64)
+    if "keys" in state:
+        rng = np.random.default_rng(seed)
+        clone["keys"] = rng.integers(0, 2**63, size=len(index), dtype=np.int64).astype(np.uint64)
     clone["finished"] = np.zeros(len(index), dtype=bool)
     sim = type(env)(env.config, num_envs=len(index), seed=0)
     sim.reset()
