@@ -261,11 +261,14 @@ class ShieldConfig(Section):
     (docs/design.md, section 6.3). Discrete actions do not read it."""
 
     def to_dict(self) -> dict[str, Any]:
-        """Every field as plain values, but `candidates` only off its default: the records of
-        a shield on Discrete actions, which does not read it, are what they were before it."""
+        """Every field as plain values, but `candidates` and `common_plan` only off their
+        defaults: the records of a shield that does not read them are what they were before
+        them."""
         out = super().to_dict()
         if out["candidates"] == DEFAULT_CANDIDATES:
             del out["candidates"]
+        if not out["common_plan"]:
+            del out["common_plan"]
         return out
 
     def check_box(self) -> None:
@@ -294,6 +297,13 @@ class ShieldConfig(Section):
             raise fail("horizon", self.horizon, f"at most the episode cap max_steps={max_steps}")
         if self.coordination == "decentralised" and n_agents < 2:
             raise fail("n_agents", n_agents, "at least 2 for coordination 'decentralised'")
+        if self.common_plan and (self.coordination != "decentralised" or box):
+            raise fail(
+                "common_plan",
+                self.common_plan,
+                "false unless the shield is decentralised (shield_dec) on Discrete actions, "
+                "the only shield that reads it",
+            )
         if box:
             self.check_box()
             return

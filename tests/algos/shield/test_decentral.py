@@ -339,6 +339,17 @@ def test_decentralised_coordination_needs_an_opponent_model_and_two_agents():
         shield_config(coordination="anarchic")
 
 
+def test_the_common_plan_is_read_by_the_decentralised_shield_on_discrete_actions_only():
+    plan = shield_config(coordination="decentralised", common_plan=True)
+    plan.check_against(n_agents=2, max_steps=100)
+    assert plan.to_dict()["common_plan"] is True
+    for config, box in ((shield_config(common_plan=True), False), (plan, True)):
+        with pytest.raises(ValueError, match="common_plan=True: must be false unless"):
+            config.check_against(n_agents=2, max_steps=100, box=box)
+    # Off, it is not recorded: a run config is what it was before the option.
+    assert "common_plan" not in shield_config(coordination="decentralised").to_dict()
+
+
 def test_shield_dec_is_the_shield_with_decentralised_coordination_fixed():
     def config(**params: object) -> RunConfig:
         return RunConfig.from_dict(make_run_config(algo="shield_dec", algo_params=params))
