@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -115,13 +115,20 @@ def deploy(run: Path, allowances: Sequence[float], episodes: int) -> list[dict[s
     return rows
 
 
+def ran(results: Mapping[str, Any]) -> str:
+    """The first line of a section of `record_shield_runs`: command, date, machine, minutes."""
+    m = results["machine"]
+    return (
+        f"`{results['command']}` on {m['date']}: {m['platform']}, {m['cpus']} CPUs; "
+        f"{results['minutes']:.1f} min."
+    )
+
+
 def render_markdown(results: Mapping[str, Any]) -> str:
     """The ladder section: one row per run and allowance."""
-    m = results["machine"]
     return "\n".join(
         [
-            f"`{results['command']}` on {m['date']}: {m['platform']}, {m['cpus']} CPUs; "
-            f"{results['minutes']:.1f} min.",
+            ran(results),
             "",
             f"Each trained shield run of `{results['results']}` deployed at each allowance on "
             f"{results['episodes']} episodes of its constraint horizon H from reset seed "
@@ -143,12 +150,19 @@ def render_markdown(results: Mapping[str, Any]) -> str:
     )
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Deploy every trained shield of `--results` at each allowance; print, save, record."""
-    parser = arguments(__doc__, write=True)
-    parser.add_argument("--results", type=Path, required=True, help="a results folder")
-    parser.add_argument("--allowances", type=allowance, nargs="+", default=list(ALLOWANCES))
-    parser.add_argument("--episodes", type=positive_int, default=200, help="episodes per allowance")
+def record_shield_runs(
+    name: str,
+    argv: Sequence[str] | None,
+    parser: argparse.ArgumentParser,
+    measure: Callable[[Path], list[dict[str, Any]]],
+    *,
+    first_seed: int,
+    render: Callable[[Mapping[str, Any]], str],
+) -> int:
+    """The main of a benchmark over the trained shields of a results folder: `measure` (the
+    rows of one run) on every run of `--results` (torch on one thread), then print, save and,
+    with `--write`, record section `name` (`render`). `parser` has `--results`, `--episodes`
+    and `--write`; a results folder without runs is its error."""
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
     clock = Clock()
@@ -156,19 +170,34 @@ def main(argv: Sequence[str] | None = None) -> int:
         runs = shield_runs(args.results)
     except ValueError as error:  # a ContainmentError too
         parser.error(str(error))
-    rows = []
-    for run in runs:
-        rows += deploy(run, sorted(args.allowances), args.episodes)
+    rows = [row for run in runs for row in measure(run)]
     results = {
-        "command": " ".join(["python -m benchmarks.ladder", *(argv or sys.argv[1:])]),
+        "command": " ".join([f"python -m benchmarks.{name}", *(argv or sys.argv[1:])]),
         "results": str(args.results),
         "episodes": args.episodes,
-        "first_seed": TUNING.first + LADDER_SHIFT,
+        "first_seed": first_seed,
         "rows": rows,
     }
     results |= {"machine": clock.machine(), "minutes": clock.wall / 60}
-    save_results("ladder", results, render_markdown(results), quick=not args.write)
+    save_results(name, results, render(results), quick=not args.write)
     return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Deploy every trained shield of `--results` at each allowance; print, save, record."""
+    parser = arguments(__doc__, write=True)
+    parser.add_argument("--results", type=Path, required=True, help="a results folder")
+    parser.add_argument("--allowances", type=allowance, nargs="+", default=list(ALLOWANCES))
+    parser.add_argument("--episodes", type=positive_int, default=200, help="episodes per allowance")
+    args = parser.parse_args(argv)
+    return record_shield_runs(
+        "ladder",
+        argv,
+        parser,
+        lambda run: deploy(run, sorted(args.allowances), args.episodes),
+        first_seed=TUNING.first + LADDER_SHIFT,
+        render=render_markdown,
+    )
 
 
 if __name__ == "__main__":

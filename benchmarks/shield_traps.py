@@ -38,8 +38,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from benchmarks.common import Clock, arguments, positive_int, save_results, table
-from benchmarks.ladder import allowance, shield_runs
+from benchmarks.common import arguments, positive_int, table
+from benchmarks.ladder import allowance, ran, record_shield_runs
 from src.algos.policy import load_actor
 from src.algos.shield.calibration import load_certificate
 from src.algos.shield.diagnostics import clone_env
@@ -149,7 +149,7 @@ def trace(run: Path, episodes: int, allowance: float | None = None) -> dict[str,
         peak.append(float(np.nanmax(raw[e, lo : onset[e] + 1])))
     executed = [q for q, _ in hot]
     least = [q for _, q in hot]
-    return {
+    row = {
         "env": config.env_name,
         "algo": config.algo,
         "run": int(config.run_idx),
@@ -170,6 +170,8 @@ def trace(run: Path, episodes: int, allowance: float | None = None) -> dict[str,
         "hot_real_way_out": float(np.mean(real)) if real else None,
         "exhaustive": every is not None,
     }
+    print(row, file=sys.stderr, flush=True)
+    return row
 
 
 def _cell(value: float | None, digits: int = 3) -> str:
@@ -178,11 +180,9 @@ def _cell(value: float | None, digits: int = 3) -> str:
 
 def render_markdown(results: Mapping[str, Any]) -> str:
     """The shield_traps section: one row per run."""
-    m = results["machine"]
     return "\n".join(
         [
-            f"`{results['command']}` on {m['date']}: {m['platform']}, {m['cpus']} CPUs; "
-            f"{results['minutes']:.1f} min.",
+            ran(results),
             "",
             f"Each trained shield run of `{results['results']}` deployed at its deployed "
             f"allowance on {results['episodes']} episodes of its constraint horizon H from "
@@ -232,26 +232,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--allowance", type=allowance, help="deploy every shield at this (default: its own)"
     )
     args = parser.parse_args(argv)
-    torch.set_num_threads(1)
-    clock = Clock()
-    try:
-        runs = shield_runs(args.results)
-    except ValueError as error:  # a ContainmentError too
-        parser.error(str(error))
-    rows = []
-    for run in runs:
-        rows.append(trace(run, args.episodes, args.allowance))
-        print(rows[-1], file=sys.stderr, flush=True)
-    results = {
-        "command": " ".join(["python -m benchmarks.shield_traps", *(argv or sys.argv[1:])]),
-        "results": str(args.results),
-        "episodes": args.episodes,
-        "first_seed": TUNING.first + TRAPS_SHIFT,
-        "rows": rows,
-    }
-    results |= {"machine": clock.machine(), "minutes": clock.wall / 60}
-    save_results("shield_traps", results, render_markdown(results), quick=not args.write)
-    return 0
+    return record_shield_runs(
+        "shield_traps",
+        argv,
+        parser,
+        lambda run: [trace(run, args.episodes, args.allowance)],
+        first_seed=TUNING.first + TRAPS_SHIFT,
+        render=render_markdown,
+    )
 
 
 if __name__ == "__main__":

@@ -3,6 +3,7 @@ folder: two policy updates of 4 env copies x 16 steps, episodes capped at 10 ste
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from src.config.run import make_run_config
@@ -43,3 +44,16 @@ def four_update_config(**overrides: Any) -> dict[str, Any]:
     }
     settings.update(overrides)
     return make_run_config(**settings)
+
+
+def train_tiny_shield(results: Path) -> Path:
+    """A tiny shield run trained in `results` (`runs/hazard_grid/shield/run0`, armed after one
+    update, `max_risk` 0.5, 4 calibration episodes); returns its folder."""
+    from src.algos.train import train_run
+
+    run = results / "runs" / "hazard_grid" / "shield" / "run0"
+    config = tiny_run_config(
+        "shield", shield_patience=1, max_risk=0.5, algo_params={"calibration_episodes": 4}
+    )
+    train_run(config, run, progress=False)
+    return run

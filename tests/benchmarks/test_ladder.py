@@ -10,7 +10,7 @@ from benchmarks import ladder
 from src.algos.train import train_run
 from src.containment import ContainmentError
 from src.seeds import TUNING
-from tests.tiny_runs import tiny_run_config
+from tests.tiny_runs import tiny_run_config, train_tiny_shield
 
 pytestmark = pytest.mark.slow
 
@@ -19,10 +19,7 @@ pytestmark = pytest.mark.slow
 def results(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A results folder with one tiny shield run and one ippo run."""
     root = tmp_path_factory.mktemp("results")
-    shield = tiny_run_config(
-        "shield", shield_patience=1, max_risk=0.5, algo_params={"calibration_episodes": 4}
-    )
-    train_run(shield, root / "runs" / "hazard_grid" / "shield" / "run0", progress=False)
+    train_tiny_shield(root)
     train_run(
         tiny_run_config("ippo"), root / "runs" / "hazard_grid" / "ippo" / "run0", progress=False
     )

@@ -9,9 +9,8 @@ import pytest
 
 from benchmarks import shield_traps
 from src.algos.shield.diagnostics import clone_env
-from src.algos.train import train_run
 from src.seeds import TUNING
-from tests.tiny_runs import tiny_run_config
+from tests.tiny_runs import train_tiny_shield
 
 pytestmark = pytest.mark.slow
 
@@ -20,10 +19,7 @@ pytestmark = pytest.mark.slow
 def results(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A results folder with one tiny shield run."""
     root = tmp_path_factory.mktemp("results")
-    shield = tiny_run_config(
-        "shield", shield_patience=1, max_risk=0.5, algo_params={"calibration_episodes": 4}
-    )
-    train_run(shield, root / "runs" / "hazard_grid" / "shield" / "run0", progress=False)
+    train_tiny_shield(root)
     return root
 
 
