@@ -148,13 +148,11 @@ def actor_from_state(
     action_filter = None
     spec = get_algorithm(config.algo)
     if shielded and spec.shielded:
-        if spec.shield_loader is None:
-            raise ValueError(
-                f"{where}: algo {config.algo} has no built-in shield; its class's load_actor "
-                "rebuilds its policy"
-            )
         # Imported by its import path: an unshielded policy loads without the shield package.
-        load_shield = load_entry(spec.shield_loader)
+        # A shielded algorithm of the user's that builds its actor here has the built-in shield.
+        loader = spec.shield_loader or get_algorithm("shield").shield_loader
+        assert loader is not None
+        load_shield = load_entry(loader)
         action_filter = load_shield(state, config, net=net, box=box)
     return Actor(net=net, config=config, action_filter=action_filter, box=box)
 

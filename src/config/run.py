@@ -303,7 +303,12 @@ class RunConfig:
             for name, values in check_mapping("sections", recorded["sections"]).items()
         }
         algo_params = check_mapping("algo_params", recorded["algo_params"])
-        held = {key: value for part in sections.values() for key, value in part.tunables().items()}
+        held = {
+            name: list(value) if isinstance(value, tuple) else value
+            for part in sections.values()
+            for name in part.tunable_names()
+            for value in (getattr(part, name),)
+        }
         for key, value in algo_params.items():
             given = list(value) if isinstance(value, tuple) else value
             if given != held[key]:
@@ -416,7 +421,12 @@ def _check_recorded_keys(recorded: Mapping[str, Any]) -> None:
             names = SECTIONS[name].tunable_names()
             fields.update(names)
             unknown += [f"sections.{name}.{key}" for key in values if key not in names]
-            missing += [f"sections.{name}.{key}" for key in names if key not in values]
+            optional = SECTIONS[name].RECORDED_IF_SET
+            missing += [
+                f"sections.{name}.{key}"
+                for key in names
+                if key not in values and key not in optional
+            ]
         if "ppo" not in sections:
             missing.append("sections.ppo")
         params = recorded.get("algo_params")

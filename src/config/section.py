@@ -23,6 +23,10 @@ class Section:
     """Fields taken from the base config (checked by create_base_config, not here)."""
     RULES: ClassVar[Mapping[str, Callable[[str, Any], Any]]] = {}
     """The rule of each tunable field: `rule(name, value) -> normalised value`."""
+    RECORDED_IF_SET: ClassVar[tuple[str, ...]] = ()
+    """Tunable fields recorded (`tunables`) only off their defaults: options added after runs
+    were recorded, whose records (and the runs' numbers) stay what they were while the option
+    is off; a record without one reads it at its default."""
 
     def __post_init__(self) -> None:
         """Check every tunable field by its rule and store the normalised value."""
@@ -50,10 +54,14 @@ class Section:
         return cls(**values)
 
     def tunables(self) -> dict[str, Any]:
-        """The tunable fields as plain values (tuples as lists), in declaration order."""
+        """The tunable fields as plain values (tuples as lists), in declaration order, those of
+        `RECORDED_IF_SET` only off their defaults."""
+        defaults = {f.name: f.default for f in dataclasses.fields(self)}  # type: ignore[arg-type]
         out = {}
         for name in self.tunable_names():
             value = getattr(self, name)
+            if name in self.RECORDED_IF_SET and value == defaults[name]:
+                continue
             out[name] = list(value) if isinstance(value, tuple) else value
         return out
 

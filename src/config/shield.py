@@ -107,6 +107,7 @@ class ShieldConfig(Section):
         "om_version",
         "shield_version",
     )
+    RECORDED_IF_SET: ClassVar[tuple[str, ...]] = ("common_plan",)
     RULES: ClassVar[Mapping[str, Callable[[str, Any], Any]]] = {
         "ensemble_size": _positive_int,
         "wm_hidden": check_int_tuple,

@@ -346,8 +346,18 @@ def test_the_common_plan_is_read_by_the_decentralised_shield_on_discrete_actions
     for config, box in ((shield_config(common_plan=True), False), (plan, True)):
         with pytest.raises(ValueError, match="common_plan=True: must be false unless"):
             config.check_against(n_agents=2, max_steps=100, box=box)
-    # Off, it is not recorded: a run config is what it was before the option.
-    assert "common_plan" not in shield_config(coordination="decentralised").to_dict()
+    # Off, it is not recorded: a run config is what it was before the option, and a record
+    # without it reads it off.
+    off = shield_config(coordination="decentralised")
+    assert "common_plan" not in off.to_dict() and "common_plan" not in off.tunables()
+    assert plan.tunables()["common_plan"] is True
+    for params in ({}, {"common_plan": True}, {"common_plan": False}):
+        run = RunConfig.from_dict(make_run_config(algo="shield_dec", algo_params=params))
+        record = run.to_dict()
+        assert ("common_plan" in record["sections"]["shield"]) == bool(params.get("common_plan"))
+        again = RunConfig.from_dict(record)
+        assert again.shield.common_plan == bool(params.get("common_plan"))
+        assert again.to_dict() == record
 
 
 def test_shield_dec_is_the_shield_with_decentralised_coordination_fixed():
