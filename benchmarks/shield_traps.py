@@ -56,6 +56,8 @@ HOT = 0.1
 """A fallback whose executed q is above this is judged against every joint action."""
 EXHAUSTIVE_CAP = 4096
 """At most this many joint actions (n_actions ** n_agents) are judged per such decision."""
+BATCH = 100
+"""Episodes played at once (copies of the env), as the ladder plays them."""
 
 
 def _median(values: Sequence[float]) -> float | None:
@@ -98,7 +100,6 @@ def trace(run: Path, episodes: int, allowance: float | None = None) -> dict[str,
     window = int(shield.config.horizon)
     first = TUNING.first + TRAPS_SHIFT
     params = config.env.constructor_params(max_steps=horizon)
-    vec = make_vector_env(config.env_name, num_envs=episodes, seed=None, **params)
     every = None
     if getattr(actor, "box", None) is None:
         count = shield.n_actions**shield.n_agents
@@ -109,37 +110,44 @@ def trace(run: Path, episodes: int, allowance: float | None = None) -> dict[str,
     violated = np.zeros((episodes, horizon), dtype=bool)
     hot: list[tuple[float, float]] = []  # (executed q, least q over every joint action)
     real: list[bool] = []  # the witness's way out from the state of each such decision
-    try:
-        obs = vec.reset(seed=list(range(first, first + episodes)))
-        actor.reset(num_envs=episodes, seed=first)
-        active = np.ones(episodes, dtype=bool)
-        step = np.ones(episodes, dtype=np.int64)
-        for t in range(horizon):
-            actions = actor.act(obs, step)
-            last = shield.last
-            raw[:, t] = np.where(active, last.raw, np.nan)
-            fell[:, t] = active & last.fallback
-            rows = np.flatnonzero(fell[:, t] & (last.raw > HOT))
-            if every is not None and len(rows):
-                with torch.inference_mode():
-                    joint = torch.as_tensor(obs[rows], dtype=torch.float32).reshape(len(rows), -1)
-                    options = every.unsqueeze(0).expand(len(rows), -1, -1)
-                    left = torch.full((len(rows),), float(window))
-                    least = shield.raw_risk_options(joint, options, left).amin(dim=1)
-                hot += list(zip(last.raw[rows].tolist(), least.tolist(), strict=True))
-            if every is not None and len(rows):  # the witness teams take Discrete actions
-                clear = witness_clear(vec, rows, window, seed=first + t)
-                if clear is not None:
-                    real += clear.tolist()
-            result = vec.step(actions)
-            violated[:, t] = active & (result.cost > 0).any(axis=1)
-            active &= ~(result.terminated.any(axis=1) | result.truncated.any(axis=1))
-            if not active.any():
-                break
-            obs = result.obs
-            step += 1
-    finally:
-        vec.close()
+    for low in range(0, episodes, BATCH):
+        # Episodes low.. in one batch of copies, as the evaluation plays them (seeded by its
+        # first reset seed).
+        high = min(low + BATCH, episodes)
+        copies, seed = high - low, first + low
+        vec = make_vector_env(config.env_name, num_envs=copies, seed=None, **params)
+        try:
+            obs = vec.reset(seed=list(range(seed, seed + copies)))
+            actor.reset(num_envs=copies, seed=seed)
+            active = np.ones(copies, dtype=bool)
+            step = np.ones(copies, dtype=np.int64)
+            for t in range(horizon):
+                actions = actor.act(obs, step)
+                last = shield.last
+                raw[low:high, t] = np.where(active, last.raw, np.nan)
+                fell[low:high, t] = active & last.fallback
+                rows = np.flatnonzero(fell[low:high, t] & (last.raw > HOT))
+                if every is not None and len(rows):  # the witness teams take Discrete actions
+                    with torch.inference_mode():
+                        joint = torch.as_tensor(obs[rows], dtype=torch.float32)
+                        options = every.unsqueeze(0).expand(len(rows), -1, -1)
+                        left = torch.full((len(rows),), float(window))
+                        least = shield.raw_risk_options(
+                            joint.reshape(len(rows), -1), options, left
+                        ).amin(dim=1)
+                    hot += list(zip(last.raw[rows].tolist(), least.tolist(), strict=True))
+                    clear = witness_clear(vec, rows, window, seed=seed + t)
+                    if clear is not None:
+                        real += clear.tolist()
+                result = vec.step(actions)
+                violated[low:high, t] = active & (result.cost > 0).any(axis=1)
+                active &= ~(result.terminated.any(axis=1) | result.truncated.any(axis=1))
+                if not active.any():
+                    break
+                obs = result.obs
+                step += 1
+        finally:
+            vec.close()
     bad = np.flatnonzero(violated.any(axis=1))
     onset = violated.argmax(axis=1)
     seen, peak = [], []

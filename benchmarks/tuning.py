@@ -42,6 +42,7 @@ from src.algos.registry import shielded_algos
 from src.algos.train import train_run
 from src.analysis.files import write_text
 from src.config.workflow import SCHEMA_PATH, resolve_run_config, validate_workflow_config
+from src.containment import inside, open_regular
 from src.evaluation.evaluate import evaluate_run
 from src.runfiles import RunFiles
 from src.seeds import TUNING
@@ -137,6 +138,8 @@ GROUPS: dict[str, Variants] = {
 (so no group is named after another benchmark's section: `mamujoco` is the env's speed)."""
 MEASURED = "tuning.json"
 """A measured run's row, kept in its folder with the run config it was measured with."""
+RECORD_BYTES = 1024**2
+"""The largest record of a measured run read back (one run config and one row)."""
 GROUP_CONFIGS: dict[str, Path] = {
     "mamujoco_lag": ROOT / "config" / "mamujoco.yaml",
     "spread_lag": ROOT / "config" / "paper.yaml",
@@ -167,6 +170,30 @@ def variant_config(
     return variant
 
 
+def measured_before(work: Path, record: Path) -> dict[str, Any] | None:
+    """The record `record` of a run measured before (`MEASURED`: its run config and row), read
+    as a regular file inside the benchmark's folder `work`; None where there is none. A record
+    that is not one is a `ValueError` naming it."""
+    path = inside(work, record.relative_to(work))
+    if not path.exists():
+        return None
+    with open_regular(work, path.relative_to(work), limit=RECORD_BYTES) as handle:
+        try:
+            earlier = json.loads(handle.read())
+        except ValueError:
+            earlier = None
+    if not (
+        isinstance(earlier, dict)
+        and isinstance(earlier.get("run_config"), dict)
+        and isinstance(earlier.get("measured"), dict)
+    ):
+        raise ValueError(
+            f"{path}: not a record of a measured run (JSON with run_config and measured); "
+            "delete it to measure the run again"
+        )
+    return earlier
+
+
 def measure_variant(
     config: Mapping[str, Any], env: str, algo: str, params: Mapping[str, Any], work: Path
 ) -> dict[str, Any]:
@@ -182,11 +209,10 @@ def measure_variant(
         # A run measured before (a killed benchmark is run again) is read back, if it was
         # measured with this very run config.
         record, recorded = files.root / MEASURED, json.loads(json.dumps(run.to_dict()))
-        if record.is_file():
-            earlier = json.loads(record.read_text())
-            if earlier.get("run_config") == recorded:
-                runs.append(earlier["measured"])
-                continue
+        earlier = measured_before(work, record)
+        if earlier is not None and earlier["run_config"] == recorded:
+            runs.append(earlier["measured"])
+            continue
         seconds, _ = cpu_seconds(train_run, run.to_dict(), files.root, progress=False, threads=1)
         evaluate_run(files.root, files.eval)
         evaluation = pd.read_parquet(files.eval)
@@ -248,12 +274,15 @@ def render_markdown(results: Mapping[str, Any]) -> str:
         mean, low, high = r["p_violation"]
         per_run = ", ".join(f"{run['violations'] / run['episodes']:.3f}" for run in r["runs"])
         params = ", ".join(f"`{k}` {v}" for k, v in r["params"].items()) or "–"
-        ratio = r["return"] / reference[r["env"]] if reference.get(r["env"]) else float("nan")
+        peer = reference.get(r["env"])
+        # A ratio reads as a share of ippo's return only where that is positive (spread's
+        # return is a negative distance: there the table gives none).
+        ratio = f"{r['return'] / peer:.2f}x" if peer is not None and peer > 0 else "–"
         marks = [run.get("certified") for run in r["runs"]]
         certified = "–" if any(mark is None for mark in marks) else f"{sum(marks)}/{len(marks)}"
         return (
             f"{r['env']} | {r['algo']} | {params} | {mean:.3f} [{low:.3f}, {high:.3f}] | "
-            f"{per_run} | {certified} | {r['return']:.1f} | {ratio:.2f}x | "
+            f"{per_run} | {certified} | {r['return']:.1f} | {ratio} | "
             f"{r['train_cpu_seconds']:.0f}"
         )
 
@@ -271,7 +300,7 @@ def render_markdown(results: Mapping[str, Any]) -> str:
             "H): mean of the runs' rates within the constraint horizon [between-run interval] "
             "(per run); certified: the shield runs certified at H (– for runs without a "
             "shield, or measured before it was recorded); return: mean evaluation return over "
-            "the whole episode, and its ratio to the env's `ippo`.",
+            "the whole episode, and its ratio to the env's `ippo` where that is positive.",
             "",
             *table(
                 "env | algo | algo_params | P(viol. <= H) | per run | certified | return | "

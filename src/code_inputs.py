@@ -44,7 +44,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from src.algos.registry import builtin_entries
+from src.algos.registry import SHIELD_LOADER, builtin_entries
 from src.containment import ContainmentError, inside
 from src.core.io import atomic_output
 
@@ -269,7 +269,12 @@ def job_code(
     """
     path = Path(script).resolve()
     closure = import_closure(path, root=root)
-    every_algo = {**builtin_entries(), **algos}
+    # The user's algorithms with the built-in shield's loader, which `actor_from_state` imports
+    # for a shielded one.
+    every_algo = {
+        **builtin_entries(),
+        **{name: (entry, SHIELD_LOADER) for name, entry in algos.items()},
+    }
 
     def components(env: str | None, algo: str | None) -> list[Path]:
         return component_code(

@@ -21,7 +21,7 @@ import torch
 from src.algos.actions import POLICY_KEY, BoxActions
 from src.algos.filters import ActionFilter
 from src.algos.networks import ActorCritic, add_agent_ids, sample_actions, sample_gaussian
-from src.algos.registry import algorithm_class, get_algorithm
+from src.algos.registry import SHIELD_LOADER, algorithm_class, get_algorithm
 from src.checks import check_int
 from src.config.run import RunConfig
 from src.core.io import load_from_file
@@ -150,9 +150,7 @@ def actor_from_state(
     if shielded and spec.shielded:
         # Imported by its import path: an unshielded policy loads without the shield package.
         # A shielded algorithm of the user's that builds its actor here has the built-in shield.
-        loader = spec.shield_loader or get_algorithm("shield").shield_loader
-        assert loader is not None
-        load_shield = load_entry(loader)
+        load_shield = load_entry(spec.shield_loader or SHIELD_LOADER)
         action_filter = load_shield(state, config, net=net, box=box)
     return Actor(net=net, config=config, action_filter=action_filter, box=box)
 

@@ -40,6 +40,7 @@ __all__ = [
     "REQUIRED_METHODS",
     "RETIRED_VERSIONS",
     "SECTION_NAMES",
+    "SHIELD_LOADER",
     "VERSIONS",
     "AlgorithmSpec",
     "algorithm_class",
@@ -119,6 +120,11 @@ class AlgorithmSpec:
     same trainer); its `algo_params` may not set them."""
 
 
+SHIELD_LOADER = "src.algos.shield.assemble:load_shield"
+"""Import path of the function that rebuilds the built-in shield from a policy.pt: the shielded
+built-in algorithms' `shield_loader`, and that of a shielded algorithm of the user's whose
+actor `src.algos.policy.actor_from_state` builds."""
+
 ALGORITHMS: dict[str, AlgorithmSpec] = {
     "ippo": AlgorithmSpec(
         name="ippo",
@@ -150,7 +156,7 @@ ALGORITHMS: dict[str, AlgorithmSpec] = {
         sections=("ppo", "shield"),
         version_keys=("shield_version", "wm_version", "om_version"),
         trainer="src.algos.shield.trainer:ShieldedIPPO",
-        shield_loader="src.algos.shield.assemble:load_shield",
+        shield_loader=SHIELD_LOADER,
         action_kinds=("discrete", "box"),
     ),
     "shield_dec": AlgorithmSpec(
@@ -163,7 +169,7 @@ ALGORITHMS: dict[str, AlgorithmSpec] = {
         version_keys=("shield_version", "wm_version", "om_version"),
         fixed={"coordination": "decentralised"},
         trainer="src.algos.shield.trainer:ShieldedIPPO",
-        shield_loader="src.algos.shield.assemble:load_shield",
+        shield_loader=SHIELD_LOADER,
         action_kinds=("discrete", "box"),
     ),
 }
@@ -271,7 +277,8 @@ def builtin_entries() -> dict[str, tuple[str, ...]]:
     """Per built-in algorithm, the import paths of its code that only its own runs import
     (`trainer`, `shield_loader`): `src.code_inputs.job_code` lists their modules in the code
     of that algorithm's jobs only, so that changing a shield module reruns the shields' jobs
-    and not `ippo`'s."""
+    and not `ippo`'s. (An algorithm of the user's may load the built-in shield,
+    `SHIELD_LOADER`, whatever it imports: its jobs list that too.)"""
     return {
         name: tuple(entry for entry in (spec.trainer, spec.shield_loader) if entry)
         for name, spec in ALGORITHMS.items()

@@ -40,6 +40,10 @@ def test_a_deployed_shield_is_traced_on_the_spent_tuning_seeds(
     deployed = shield_traps.trace(run, episodes=3)
     assert deployed["allowance"] > 1e-9 and deployed["fallback_share"] < 1.0
     assert TUNING.contains(TUNING.first + shield_traps.TRAPS_SHIFT + 2)
+    monkeypatch.setattr(shield_traps, "BATCH", 2)  # two batches of copies: 2 episodes, then 1
+    batched = shield_traps.trace(run, episodes=3)
+    assert batched["episodes"] == 3 and 0 <= batched["violations"] <= 3
+    assert 0.0 <= batched["fallback_share"] <= 1.0
     text = shield_traps.render_markdown(
         {
             "command": "python -m benchmarks.shield_traps --results r",

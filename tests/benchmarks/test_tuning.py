@@ -17,6 +17,7 @@ from src.config.workflow import (
     resolve_run_config,
     validate_workflow_config,
 )
+from src.containment import ContainmentError
 from src.seeds import TUNING
 
 
@@ -82,6 +83,22 @@ def test_a_variant_is_trained_evaluated_and_reported(
     }
     table = tuning.render_markdown(results)
     assert "| hazard_grid | ippo_lag | `pid_ki` 0.5 |" in table and "1.00x" in table
+    # A return that is a negative distance has no ratio to it.
+    negative = {**row, "return": -abs(row["return"]) - 1.0}
+    results["rows"] = [{**negative, "algo": "ippo", "params": {}}, negative]
+    assert "x |" not in tuning.render_markdown(results)
+
+    # A record that is not one, or a link in its place, is named; nothing is measured.
+    record = tmp_path / "run0" / tuning.MEASURED
+    record.write_text("{half")
+    with pytest.raises(ValueError, match=f"{record}: not a record of a measured run"):
+        tuning.measure_variant(tiny, "hazard_grid", "ippo_lag", {"pid_ki": 0.5}, tmp_path)
+    outside = tmp_path.parent / "outside.json"
+    outside.write_text("{}")
+    record.unlink()
+    record.symlink_to(outside)
+    with pytest.raises(ContainmentError):
+        tuning.measure_variant(tiny, "hazard_grid", "ippo_lag", {"pid_ki": 0.5}, tmp_path)
 
 
 def test_an_option_of_the_base_config_is_set_there(config: dict) -> None:
