@@ -7,6 +7,7 @@ import re
 from pathlib import Path
 
 import pytest
+import yaml
 
 from benchmarks import tuning
 from benchmarks.common import experiment
@@ -136,3 +137,28 @@ def test_no_group_writes_another_benchmarks_section() -> None:
             written |= set(re.findall(r'(?:save_results|write_section)\(\s*"(\w+)"', source))
     assert "mamujoco" in written and "numerics" in written  # the scan sees the others' names
     assert not set(tuning.GROUPS) & written
+
+
+def test_runs_measured_in_parallel_are_those_measured_in_turn(config: dict, tmp_path: Path) -> None:
+    """`jobs` processes measure the same runs, bit for bit, as one process does in turn; each
+    variant's runs in their order."""
+    tiny = copy.deepcopy(config)
+    tiny["num_runs"] = 2
+    tiny["base"].update(num_envs=2, timesteps=2 * 16 * 2, rollouts=16, final_policy_eval_episodes=4)
+    tiny["env_params"]["hazard_grid"]["max_steps"] = 10
+    tiny["base"]["final_policy_eval_horizons"] = [1, 10]
+    path = tmp_path / "tiny.yaml"
+    path.write_text(yaml.safe_dump(tiny))
+    variants = {"hazard_grid": [("ippo", {}), ("ippo_lag", {"pid_ki": 0.5})]}
+
+    def rows(jobs: int) -> list[dict]:
+        out = tuning.benchmark(["hazard_grid"], tmp_path / str(jobs), variants, path, jobs)
+        for row in out["rows"]:
+            row.pop("train_cpu_seconds")
+            for run in row["runs"]:
+                run.pop("train_cpu_seconds")
+        return out["rows"]
+
+    alone, together = rows(1), rows(2)
+    assert together == alone
+    assert [(row["algo"], len(row["runs"])) for row in together] == [("ippo", 2), ("ippo_lag", 2)]
