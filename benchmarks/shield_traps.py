@@ -18,6 +18,10 @@ looked at was within the allowance). Per run:
   same models. Equal to the executed q: the models see no way out (a trap, in the models);
   far below it: a joint action the models judge safe was not taken (the search, or the
   decentralised shield's rule of judging each agent alone);
+- per decision whose one-step risk r of the executed joint action (the models' probability of
+  a violation at this very step, the first term of q) is above `NEAR` by the worst member
+  (Discrete actions): r of the worst member and the members' mean against the share of those
+  steps that violated in the real env (the one-step risk calibrated, or not, where it counts);
 - and, in the true env (the copy cloned, `src.algos.shield.diagnostics.clone_env`), whether
   the task's witness team (`src.envs.witness`: the careful team that gives the risk floor)
   goes the shield's `horizon` steps from that state without a violation: a way out in
@@ -54,6 +58,9 @@ TRAPS_SHIFT = 900_000
 the tuning benchmark below 600,000)."""
 HOT = 0.1
 """A fallback whose executed q is above this is judged against every joint action."""
+NEAR = 0.05
+"""A decision whose one-step risk r (the worst member's) is above this is compared with what
+the step did in the real env."""
 EXHAUSTIVE_CAP = 4096
 """At most this many joint actions (n_actions ** n_agents) are judged per such decision."""
 BATCH = 100
@@ -87,6 +94,19 @@ def witness_clear(env: Any, rows: np.ndarray, steps: int, seed: int) -> np.ndarr
     return clear
 
 
+def one_step_risk(shield: Any, obs: np.ndarray, actions: np.ndarray) -> np.ndarray:
+    """[M, E] every world-model member's one-step team risk r of the joint actions `actions`
+    [E, A] in the copies' observations `obs` [E, A, D]."""
+    m = shield.world_model.ensemble_size
+    with torch.inference_mode():
+        joint = torch.as_tensor(obs, dtype=torch.float32).reshape(len(obs), -1)
+        joint_action = torch.as_tensor(np.asarray(actions), dtype=torch.int64)
+        _, risk, _ = shield.world_model.predict(
+            joint.expand(m, *joint.shape), joint_action.expand(m, *joint_action.shape)
+        )
+    return risk[..., 0].double().numpy()
+
+
 def trace(run: Path, episodes: int, allowance: float | None = None) -> dict[str, Any]:
     """`run`'s shield deployed at `allowance` (default: its deployed allowance) on `episodes`
     episodes: the row of this benchmark (module docstring)."""
@@ -108,6 +128,7 @@ def trace(run: Path, episodes: int, allowance: float | None = None) -> dict[str,
     raw = np.full((episodes, horizon), np.nan)
     fell = np.zeros((episodes, horizon), dtype=bool)
     violated = np.zeros((episodes, horizon), dtype=bool)
+    near: list[tuple[float, float, bool]] = []  # (worst r, mean r, violated at the step)
     hot: list[tuple[float, float]] = []  # (executed q, least q over every joint action)
     real: list[bool] = []  # the witness's way out from the state of each such decision
     for low in range(0, episodes, BATCH):
@@ -139,8 +160,19 @@ def trace(run: Path, episodes: int, allowance: float | None = None) -> dict[str,
                     clear = witness_clear(vec, rows, window, seed=seed + t)
                     if clear is not None:
                         real += clear.tolist()
+                if every is not None:
+                    r = one_step_risk(shield, obs, actions)  # [M, copies]
                 result = vec.step(actions)
                 violated[low:high, t] = active & (result.cost > 0).any(axis=1)
+                if every is not None:
+                    worst, mean = r.max(axis=0), r.mean(axis=0)
+                    rows = np.flatnonzero(active & (worst > NEAR))
+                    near += zip(
+                        worst[rows].tolist(),
+                        mean[rows].tolist(),
+                        violated[low + rows, t].tolist(),
+                        strict=True,
+                    )
                 active &= ~(result.terminated.any(axis=1) | result.truncated.any(axis=1))
                 if not active.any():
                     break
@@ -177,6 +209,10 @@ def trace(run: Path, episodes: int, allowance: float | None = None) -> dict[str,
         "hot_way_out": float(np.mean(np.array(least) <= shield.allowance)) if hot else None,
         "hot_real_way_out": float(np.mean(real)) if real else None,
         "exhaustive": every is not None,
+        "near": len(near) if every is not None else None,
+        "near_worst_r": float(np.mean([n[0] for n in near])) if near else None,
+        "near_mean_r": float(np.mean([n[1] for n in near])) if near else None,
+        "near_violated": float(np.mean([n[2] for n in near])) if near else None,
     }
     print(row, file=sys.stderr, flush=True)
     return row
@@ -201,8 +237,9 @@ def render_markdown(results: Mapping[str, Any]) -> str:
             *table(
                 "env | algo | run | allowance | certified | violating | fell back | median q | "
                 "seen coming | peak q before | fallbacks q > 0.1 | their q | least q of all "
-                "joint actions | with a way out | witness's way out",
-                "lllrlrrrrrrrrrr",
+                "joint actions | with a way out | witness's way out | r > 0.05 | worst r | "
+                "mean r | violated at the step",
+                "lllrlrrrrrrrrrrrrrr",
                 (
                     f"{r['env']} | {r['algo']} | {r['run']} | {r['allowance']:g} | "
                     f"{'yes' if r['certified'] else 'no'} | "
@@ -210,7 +247,9 @@ def render_markdown(results: Mapping[str, Any]) -> str:
                     f"{r['median_q']:.4f} | {_cell(r['seen_coming'], 2)} | "
                     f"{_cell(r['peak_q'])} | {r['hot'] if r['exhaustive'] else '–'} | "
                     f"{_cell(r['hot_executed_q'])} | {_cell(r['hot_least_q'])} | "
-                    f"{_cell(r['hot_way_out'], 2)} | {_cell(r.get('hot_real_way_out'), 2)}"
+                    f"{_cell(r['hot_way_out'], 2)} | {_cell(r.get('hot_real_way_out'), 2)} | "
+                    f"{_cell(r.get('near'), 0)} | {_cell(r.get('near_worst_r'))} | "
+                    f"{_cell(r.get('near_mean_r'))} | {_cell(r.get('near_violated'))}"
                     for r in results["rows"]
                 ),
             ),
@@ -227,6 +266,11 @@ def render_markdown(results: Mapping[str, Any]) -> str:
             "judge safe existed and was not taken). Witness's way out: the share of those "
             "decisions from whose state, in the true env, the task's witness team went the "
             "shield's horizon without a violation (a way out in reality).",
+            f"- r > {NEAR}: decisions whose one-step risk of the executed joint action (the "
+            "models' probability of a violation at that step, the first term of q) was above "
+            f"{NEAR} by the worst member; worst r, mean r: its mean by the worst member and by "
+            "the members' mean; violated at the step: the share of those steps that violated "
+            "in the real env.",
         ]
     )
 

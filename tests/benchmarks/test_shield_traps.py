@@ -58,6 +58,39 @@ def test_a_deployed_shield_is_traced_on_the_spent_tuning_seeds(
     assert "| hazard_grid | shield | 0 | 1e-09 |" in text and "40,900,000" in text
 
 
+def test_the_one_step_risk_is_the_models_risk_of_one_step(
+    results: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """r is every member's q with one step left (the critic's V_0 = 0); with NEAR below 0
+    every decision is compared with its step in the real env."""
+    import torch
+
+    from src.algos.policy import load_actor
+    from src.envs.registry import make_vector_env
+
+    run = results / "runs" / "hazard_grid" / "shield" / "run0"
+    actor = load_actor(run)
+    shield = actor.action_filter
+    params = actor.config.env.constructor_params(max_steps=10)
+    vec = make_vector_env("hazard_grid", num_envs=4, seed=None, **params)
+    obs = vec.reset(seed=list(range(4)))
+    actions = np.random.default_rng(0).integers(0, shield.n_actions, (4, shield.n_agents))
+    r = shield_traps.one_step_risk(shield, obs, actions)
+    with torch.inference_mode():
+        q = shield.member_q(
+            torch.as_tensor(obs, dtype=torch.float32).reshape(4, -1),
+            torch.as_tensor(actions),
+            torch.ones(4),
+        )
+    np.testing.assert_allclose(r, q.double().numpy(), rtol=1e-5, atol=1e-7)
+    vec.close()
+    monkeypatch.setattr(shield_traps, "NEAR", -1.0)
+    row = shield_traps.trace(run, episodes=3)
+    assert row["near"] >= 3 and row["near_worst_r"] >= row["near_mean_r"]
+    assert 0.0 <= row["near_violated"] <= 1.0
+    assert (row["near_violated"] == 0.0) == (row["violations"] == 0)
+
+
 def test_bad_arguments_are_named_before_anything_runs(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
