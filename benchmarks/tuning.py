@@ -10,7 +10,7 @@ seconds per run.
 
 Run: `python -m benchmarks.tuning [--group tuning|shield_options|shield_settings|
 shield_plan|mamujoco_lag|spread_lag|critic_budget|
-spread_critic] [--env ...] [--jobs N] [--write]`.
+spread_critic] [--env ...] [--jobs N] [--runs N] [--write]`.
 Results go to `benchmarks/out/<group>.json` and, with `--write`, the group's section of
 BENCHMARKS.md (the rows of shield options since deleted stay there as measured).
 """
@@ -298,12 +298,18 @@ def measure_variant(
 
 
 def benchmark(
-    envs: Sequence[str], work: Path, variants: Variants, path: Path = CONFIG, jobs: int = 1
+    envs: Sequence[str],
+    work: Path,
+    variants: Variants,
+    path: Path = CONFIG,
+    jobs: int = 1,
+    runs: int | None = None,
 ) -> dict[str, Any]:
     """Every variant of `envs` in `variants` (a group of `GROUPS`), in its order, on the
     workflow config at `path`; `jobs` runs at once, each in its own process on one thread
     (run idx of every variant before run idx + 1 of any, so that a stopped benchmark leaves
-    its variants measured on the same seeds)."""
+    its variants measured on the same seeds); with `runs`, the first `runs` runs of each
+    variant (the same runs as in a measurement of all `num_runs`)."""
     clock, config = Clock(), experiment(path)
     chosen = [
         (env, number, algo, params)
@@ -311,6 +317,8 @@ def benchmark(
         for number, (algo, params) in enumerate(variants[env])
     ]
     counts = [checked_runs(config, env, algo, params) for env, _, algo, params in chosen]
+    if runs is not None:
+        counts = [min(runs, count) for count in counts]
     tasks = sorted((idx, v) for v, count in enumerate(counts) for idx in range(count))
     args = [
         (
@@ -406,8 +414,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--jobs", type=int, default=1, help="runs measured at once, one process each (default 1)"
     )
+    parser.add_argument(
+        "--runs", type=int, help="the first N runs of each variant (default: the config's num_runs)"
+    )
     parser.add_argument("--work", type=Path, help="run folders (default: benchmarks/out/GROUP)")
     args = parser.parse_args(argv)
+    if args.runs is not None and args.runs < 1:
+        parser.error(f"--runs must be at least 1, got {args.runs}")
     if args.jobs < 1 or args.jobs > (os.cpu_count() or 1):
         parser.error(f"--jobs must lie between 1 and the {os.cpu_count()} CPUs, got {args.jobs}")
     variants = GROUPS[args.group]
@@ -416,7 +429,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if unknown:
         parser.error(f"group {args.group} has no variants on {', '.join(unknown)}")
     path = GROUP_CONFIGS.get(args.group, CONFIG)
-    results = benchmark(envs, args.work or OUT / args.group, variants, path, args.jobs)
+    results = benchmark(envs, args.work or OUT / args.group, variants, path, args.jobs, args.runs)
     results["command"] = " ".join(["python -m benchmarks.tuning", *(argv or sys.argv[1:])])
     save_results(args.group, results, render_markdown(results), quick=not args.write)
     return 0

@@ -151,8 +151,9 @@ def test_runs_measured_in_parallel_are_those_measured_in_turn(config: dict, tmp_
     path.write_text(yaml.safe_dump(tiny))
     variants = {"hazard_grid": [("ippo", {}), ("ippo_lag", {"pid_ki": 0.5})]}
 
-    def rows(jobs: int) -> list[dict]:
-        out = tuning.benchmark(["hazard_grid"], tmp_path / str(jobs), variants, path, jobs)
+    def rows(jobs: int, runs: int | None = None) -> list[dict]:
+        work = tmp_path / str(jobs)
+        out = tuning.benchmark(["hazard_grid"], work, variants, path, jobs, runs)
         for row in out["rows"]:
             row.pop("train_cpu_seconds")
             for run in row["runs"]:
@@ -162,3 +163,6 @@ def test_runs_measured_in_parallel_are_those_measured_in_turn(config: dict, tmp_
     alone, together = rows(1), rows(2)
     assert together == alone
     assert [(row["algo"], len(row["runs"])) for row in together] == [("ippo", 2), ("ippo_lag", 2)]
+    # The first run of each variant alone: the same run, read back.
+    first = rows(1, runs=1)
+    assert [row["runs"] for row in first] == [row["runs"][:1] for row in alone]
