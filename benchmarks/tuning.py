@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
+from scipy.stats import ttest_rel
 
 from benchmarks.common import (
     CONFIG,
@@ -359,6 +360,30 @@ def benchmark(
     }
 
 
+def paired_tests(rows: Sequence[Mapping[str, Any]]) -> list[str]:
+    """Each variant against its env's first variant of the same algorithm, where both have the
+    same runs (the same training seeds and evaluation episodes, at least 2): a paired t-test
+    over the runs of their violation rates and of their returns (two-sided)."""
+    lines = []
+    for i, r in enumerate(rows):
+        base = next((b for b in rows[:i] if (b["env"], b["algo"]) == (r["env"], r["algo"])), None)
+        if base is None or len(base["runs"]) != len(r["runs"]) or len(r["runs"]) < 2:
+            continue
+        rate = [[run["violations"] / run["episodes"] for run in v["runs"]] for v in (r, base)]
+        ret = [[run["return"] for run in v["runs"]] for v in (r, base)]
+        p_rate, p_ret = (float(ttest_rel(*pair).pvalue) for pair in (rate, ret))
+
+        def name(v: Mapping[str, Any]) -> str:
+            return ", ".join(f"`{k}` {x}" for k, x in v["params"].items()) or "as configured"
+
+        lines.append(
+            f"- {r['env']} `{r['algo']}` {name(r)} against {name(base)}, paired over "
+            f"{len(r['runs'])} runs: rate p = {p_rate:.3g}, return p = {p_ret:.3g} "
+            "(t-test, two-sided)."
+        )
+    return lines
+
+
 def render_markdown(results: Mapping[str, Any]) -> str:
     """The group's section of BENCHMARKS.md."""
     m = results["machine"]
@@ -402,6 +427,7 @@ def render_markdown(results: Mapping[str, Any]) -> str:
                 "lllrlrrrr",
                 map(row, results["rows"]),
             ),
+            *(["", *tests] if (tests := paired_tests(results["rows"])) else []),
         ]
     )
 

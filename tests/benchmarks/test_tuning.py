@@ -166,3 +166,27 @@ def test_runs_measured_in_parallel_are_those_measured_in_turn(config: dict, tmp_
     # The first run of each variant alone: the same run, read back.
     first = rows(1, runs=1)
     assert [row["runs"] for row in first] == [row["runs"][:1] for row in alone]
+
+
+def test_a_variant_is_compared_with_its_algorithms_first_by_a_paired_test() -> None:
+    """Paired over the runs they share; none where the runs differ in number or the algorithm
+    has no earlier variant."""
+    from scipy.stats import ttest_rel
+
+    def variant(algo: str, params: dict, rates: list[float], returns: list[float]) -> dict:
+        runs = [
+            {"violations": round(r * 200), "episodes": 200, "return": x}
+            for r, x in zip(rates, returns, strict=True)
+        ]
+        return {"env": "spread", "algo": algo, "params": params, "runs": runs}
+
+    base = variant("shield", {}, [0.2, 0.3, 0.1], [-700.0, -900.0, -550.0])
+    other = variant("shield", {"critic_steps": 16}, [0.05, 0.1, 0.04], [-460.0, -400.0, -390.0])
+    short = variant("shield", {"critic_steps": 8}, [0.05, 0.1], [-460.0, -400.0])
+    lines = tuning.paired_tests([variant("ippo", {}, [1.0] * 3, [0.0] * 3), base, other, short])
+    assert len(lines) == 1
+    p_rate = ttest_rel([0.05, 0.1, 0.04], [0.2, 0.3, 0.1]).pvalue
+    assert (
+        f"rate p = {p_rate:.3g}" in lines[0]
+        and "`critic_steps` 16 against as configured" in lines[0]
+    )
