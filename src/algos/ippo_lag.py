@@ -319,6 +319,12 @@ class IPPOLag(IPPO):
         )
         return advantages, returns, torch.ones(violating.shape[:2], dtype=torch.bool)
 
+    def entropy_coef(self) -> float:
+        """`ent_coef`, divided by 1 + lambda with `entropy_as_reward` (the reward's share)."""
+        if self.lag.entropy_as_reward:
+            return self.cfg.ent_coef / (1.0 + self.multiplier.value)
+        return self.cfg.ent_coef
+
     def extra_losses(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         """The cost critic's value loss over the cost process's steps, weighted like V's."""
         loss = masked_value_loss(

@@ -350,3 +350,46 @@ def test_multiplier_rises_while_violated_and_falls_once_satisfied_on_the_toy_tas
     assert lam[-1] < 0.1 * max(lam)  # fell once the constraint was satisfied
     late_return = np.mean([row[M.EPISODE_RETURN] for row in trainer.updates[-quarter:]])
     assert late_return > 0.9 * 13.46
+
+
+def _trained_policy(**algo_params: object) -> tuple[dict[str, torch.Tensor], list[float]]:
+    """A whole tiny run of ippo_lag on the toy task: its network's weights and lambdas."""
+    config = toy_config(
+        algo="ippo_lag",
+        lag_version="pid",
+        env_params={"risk": 0.6},
+        algo_params={"lambda_init": 1.0, "lambda_max": 1.0, **algo_params},
+    )
+    trainer = build_trainer(config, make_toy_env(config))
+    trainer.train(progress=False)
+    lambdas = [row[M.LAMBDA] for row in trainer.updates]
+    return {k: v.clone() for k, v in trainer.net.state_dict().items()}, lambdas
+
+
+def test_entropy_as_reward_weighs_the_entropy_bonus_like_the_reward() -> None:
+    # lambda is pinned at its cap 1 (the toy violates far above max_risk), so the entropy
+    # weight of `entropy_as_reward` is ent_coef / 2 at every update: the same run as a fixed
+    # ent_coef of half the size, bit for bit, and another run than the fixed ent_coef itself.
+    halved, lambdas = _trained_policy(ent_coef=0.5, entropy_as_reward=True)
+    assert lambdas and set(lambdas) == {1.0}
+    fixed_half, _ = _trained_policy(ent_coef=0.25)
+    fixed, _ = _trained_policy(ent_coef=0.5)
+    assert all(torch.equal(halved[k], fixed_half[k]) for k in halved)
+    assert not all(torch.equal(halved[k], fixed[k]) for k in halved)
+    trainer = _lag_trainer(entropy_as_reward=True, ent_coef=0.3)
+    trainer.multiplier.value = 2.0
+    assert trainer.entropy_coef() == pytest.approx(0.1)
+    assert _lag_trainer(ent_coef=0.3).entropy_coef() == 0.3
+
+
+def test_entropy_as_reward_is_recorded_only_when_set() -> None:
+    on = RunConfig.from_dict(toy_config(algo="ippo_lag", algo_params={"entropy_as_reward": True}))
+    off = RunConfig.from_dict(toy_config(algo="ippo_lag"))
+    assert on.lagrange.entropy_as_reward and not off.lagrange.entropy_as_reward
+    # Off, it is not recorded: a run config is what it was before the option.
+    assert on.to_dict()["sections"]["lagrange"]["entropy_as_reward"] is True
+    assert "entropy_as_reward" not in off.to_dict()["sections"]["lagrange"]
+    for run in (on, off):
+        assert RunConfig.from_dict(run.to_dict()).to_dict() == run.to_dict()
+    with pytest.raises(ValueError, match="entropy_as_reward"):
+        RunConfig.from_dict(toy_config(algo="ippo_lag", algo_params={"entropy_as_reward": 1}))
