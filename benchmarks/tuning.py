@@ -127,13 +127,13 @@ GROUPS: dict[str, Variants] = {
             ("ippo_lag", {"entropy_as_reward": True}),
         ],
     },
-    # The decentralised shield's common plan against each agent deciding alone
-    # (ShieldConfig.common_plan), at the default experiment's scale.
+    # The decentralised shield's common plan (ShieldConfig.common_plan, as configured) against
+    # each agent deciding alone, at the default experiment's scale.
     "shield_plan": {
         env: [
             ("ippo", {}),
+            ("shield_dec", {"common_plan": False}),
             ("shield_dec", {}),
-            ("shield_dec", {"common_plan": True}),
         ]
         for env in ("hazard_grid", "intersection")
     },
