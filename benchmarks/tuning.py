@@ -42,6 +42,7 @@ from benchmarks.common import (
     save_results,
     table,
 )
+from src.algos.checkpoint import code_fingerprint
 from src.algos.registry import shielded_algos
 from src.algos.train import train_run
 from src.analysis.files import write_text
@@ -112,14 +113,12 @@ GROUPS: dict[str, Variants] = {
         ],
     },
     # Safe Multi-Agent MuJoCo's multiplier (config/mamujoco.yaml): the configured one kept the
-    # risk but not half of ippo's return in the experiment's runs. The entropy bonus weighed
-    # like the reward: against a fixed one, a large lambda shrinks the policy gradient, and the
-    # policy's spread grows while lambda is high.
+    # risk but not half of ippo's return in the experiment's runs (an option measured against
+    # it was deleted; its row stays in BENCHMARKS.md).
     "mamujoco_lag": {
         "mamujoco": [
             ("ippo", {}),
             ("ippo_lag", {}),
-            ("ippo_lag", {"entropy_as_reward": True}),
         ],
     },
     # The decentralised shield's common plan (ShieldConfig.common_plan, as configured) against
@@ -230,16 +229,17 @@ def measure_run(
     config: Mapping[str, Any], env: str, algo: str, params: Mapping[str, Any], work: Path, idx: int
 ) -> dict[str, Any]:
     """Train and evaluate run `idx` of one variant (or read it back, where it was measured
-    before with this very run config): its violations, return, training CPU seconds and
-    certificate."""
+    before with this very run config by the same `src`): its violations, return, training CPU
+    seconds and certificate."""
     workflow = variant_config(config, env, algo, params)
     run = resolve_run_config(workflow, env, algo, idx)
     files = RunFiles(work / f"run{idx}")
     # A run measured before (a killed benchmark is run again) is read back, if it was measured
-    # with this very run config.
+    # with this very run config by this very code.
     record, recorded = files.root / MEASURED, json.loads(json.dumps(run.to_dict()))
+    code = code_fingerprint()
     earlier = measured_before(work, record)
-    if earlier is not None and earlier["run_config"] == recorded:
+    if earlier is not None and earlier["run_config"] == recorded and earlier.get("code") == code:
         return earlier["measured"]
     seconds, _ = cpu_seconds(train_run, run.to_dict(), files.root, progress=False, threads=1)
     evaluate_run(files.root, files.eval)
@@ -254,7 +254,7 @@ def measure_run(
         "train_cpu_seconds": seconds,
         "certified": None if pd.isna(at_h["certified"]) else bool(at_h["certified"]),
     }
-    write_text(json.dumps({"run_config": recorded, "measured": measured}), record)
+    write_text(json.dumps({"run_config": recorded, "code": code, "measured": measured}), record)
     return measured
 
 

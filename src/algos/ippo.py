@@ -333,10 +333,6 @@ class IPPO:
         }
         return self.prepare_batch(batch)
 
-    def entropy_coef(self) -> float:
-        """Weight of the entropy bonus in this update's loss (`ent_coef`)."""
-        return self.cfg.ent_coef
-
     def update_policy(
         self, batch: dict[str, torch.Tensor], *, callbacks: Sequence[TrainingCallback] = ()
     ) -> dict[str, float | None]:
@@ -367,7 +363,7 @@ class IPPO:
                     clip_coef=cfg.clip_coef if cfg.clip_value_loss else None,
                 )
                 extra = self.extra_losses({**mb, "new_log_probs": new_log_probs})
-                loss = pg_loss - self.entropy_coef() * entropy + cfg.vf_coef * v_loss
+                loss = pg_loss - cfg.ent_coef * entropy + cfg.vf_coef * v_loss
                 for term in extra.values():
                     loss = loss + term
                 self.optimizer.zero_grad(set_to_none=True)

@@ -37,11 +37,7 @@ Each update:
 2. cost advantages are standardised over the unmasked steps like the reward advantages
    (`normalise_cost_advantages`), so that lambda weighs two signals of the same scale;
 3. the policy follows `(A_r - lambda * A_c) / (1 + lambda)`, as in OmniSafe's PPO-Lag and
-   CPPO-PID, and the cost critic is trained alongside the reward critic. The entropy bonus
-   keeps its weight `ent_coef` unless `entropy_as_reward` weighs it like the reward,
-   `ent_coef / (1 + lambda)`: the bonus is part of the reward's objective, and against a
-   fixed one a large lambda shrinks the policy gradient, so that the bonus alone widens the
-   policy (a Gaussian's spread grows while lambda is high).
+   CPPO-PID, and the cost critic is trained alongside the reward critic.
 
 The multiplier is capped at `lambda_max`. Where the policy cannot meet the constraint, a
 multiplier that keeps rising silences the reward advantages: an untrained policy that
@@ -322,12 +318,6 @@ class IPPOLag(IPPO):
             gae_lambda=cfg.cost_gae_lambda,
         )
         return advantages, returns, torch.ones(violating.shape[:2], dtype=torch.bool)
-
-    def entropy_coef(self) -> float:
-        """`ent_coef`, divided by 1 + lambda with `entropy_as_reward` (the reward's share)."""
-        if self.lag.entropy_as_reward:
-            return self.cfg.ent_coef / (1.0 + self.multiplier.value)
-        return self.cfg.ent_coef
 
     def extra_losses(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         """The cost critic's value loss over the cost process's steps, weighted like V's."""

@@ -40,14 +40,12 @@ class LagrangeConfig(Section):
     """The constraint P(violation in an episode) <= `max_risk` and how ippo_lag enforces it."""
 
     BASE_KEYS: ClassVar[tuple[str, ...]] = ("max_risk", "lag_version")
-    RECORDED_IF_SET: ClassVar[tuple[str, ...]] = ("entropy_as_reward",)
     RULES: ClassVar[Mapping[str, Callable[[str, Any], Any]]] = {
         "cost_signal": partial(check_choice, choices=COST_SIGNALS),
         "cost_gamma": _unit,
         "cost_gae_lambda": _unit,
         "team_cost": check_bool,
         "normalise_cost_advantages": check_bool,
-        "entropy_as_reward": check_bool,
         "risk_window": partial(check_int, low=1),
         "risk_target_ratio": partial(check_float, low=0.0, high=1.0, open_low=True),
         "lambda_init": _non_negative,
@@ -81,10 +79,6 @@ class LagrangeConfig(Section):
     """Charge the first violation to every agent of the copy, not only to those whose cost fired."""
     normalise_cost_advantages: bool = True
     """Standardise the cost advantages over the unmasked steps (else only centre them)."""
-    entropy_as_reward: bool = False
-    """Weigh the entropy bonus like the reward advantages, `ent_coef / (1 + lambda)`, so that the
-    loss is the entropy-regularised Lagrangian divided by 1 + lambda; false keeps `ent_coef`,
-    against which a large multiplier shrinks the reward's and the cost's policy gradient."""
     risk_window: int = 100
     """The multiplier sees the violation rate of the episodes of the last rollout, or of the
     last `risk_window` finished episodes when the rollout finished fewer."""

@@ -72,6 +72,12 @@ def test_a_variant_is_trained_evaluated_and_reported(
     assert tuning.measure_variant(tiny, "hazard_grid", "ippo_lag", {"pid_ki": 0.5}, tmp_path) == row
     with pytest.raises(AssertionError, match="trained again"):
         tuning.measure_variant(tiny, "hazard_grid", "ippo_lag", {"pid_ki": 0.25}, tmp_path)
+    # A record made by other code (another `src`) is measured anew, not read back.
+    this_src = tuning.code_fingerprint
+    monkeypatch.setattr(tuning, "code_fingerprint", lambda: "another src")
+    with pytest.raises(AssertionError, match="trained again"):
+        tuning.measure_variant(tiny, "hazard_grid", "ippo_lag", {"pid_ki": 0.5}, tmp_path)
+    monkeypatch.setattr(tuning, "code_fingerprint", this_src)
     config_json = (tmp_path / "run1" / "config.json").read_text()
     assert f'"final_policy_eval_seed_offset": {TUNING.first}' in config_json
     results = {
