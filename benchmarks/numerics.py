@@ -52,9 +52,11 @@ descent (the key was deleted with the other choice)."""
 REFERENCE_VERSIONS = {"wm_version": {"v0": "v1"}, "shield_version": {"v0": "v1"}}
 """`base` values the reference names otherwise: the current world model and shield v0 were its
 v1 (its v0 were the older ones, since removed)."""
-REFERENCE_UNKNOWN = {"ippo_lag": ("risk_target_ratio",)}
+REFERENCE_UNKNOWN = {"ippo_lag": ("risk_target_ratio",), "shield_dec": ("common_plan",)}
 """`algo_params` keys the reference does not have, left out of its config: its ippo_lag steers
-to `max_risk` itself (the target moves, the work of an update does not)."""
+to `max_risk` itself (the target moves, the work of an update does not), and its shield_dec
+has each agent decide alone (with and without the plan a run trains in the same CPU time,
+BENCHMARKS.md, "The decentralised shield's common plan")."""
 
 _TRAIN = """
 import json, sys, time, yaml

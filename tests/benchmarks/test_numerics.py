@@ -65,6 +65,7 @@ def test_the_reference_is_given_the_configured_shield_in_its_own_names() -> None
     expected = copy.deepcopy(written)
     expected["base"].update(wm_version="v1", shield_version="v1")
     del expected["algo_params"]["ippo_lag"]  # its only key, risk_target_ratio, is unknown there
+    del expected["algo_params"]["shield_dec"]["common_plan"]  # unknown there as well
     for algo in ("shield", "shield_dec"):
         expected["algo_params"][algo]["backup"] = "coordinate"
     assert reference == expected
