@@ -374,17 +374,26 @@ def paired_tests(rows: Sequence[Mapping[str, Any]]) -> list[str]:
             continue
         rate = [[run["violations"] / run["episodes"] for run in v["runs"]] for v in (r, base)]
         ret = [[run["return"] for run in v["runs"]] for v in (r, base)]
-        p_rate, p_ret = (float(ttest_rel(*pair).pvalue) for pair in (rate, ret))
+        p_rate, p_ret = (_paired_p(*pair) for pair in (rate, ret))
 
         def name(v: Mapping[str, Any]) -> str:
             return ", ".join(f"`{k}` {x}" for k, x in v["params"].items()) or "as configured"
 
         lines.append(
             f"- {r['env']} `{r['algo']}` {name(r)} against {name(base)}, paired over "
-            f"{len(r['runs'])} runs: rate p = {p_rate:.3g}, return p = {p_ret:.3g} "
-            "(t-test, two-sided)."
+            f"{len(r['runs'])} runs: rate {p_rate}, return {p_ret} (t-test, two-sided)."
         )
     return lines
+
+
+def _paired_p(a: Sequence[float], b: Sequence[float]) -> str:
+    """The paired t-test's p-value as the tables print it; where the pairs differ by the same
+    amount in every run the test is undefined, and that is said instead."""
+    differences = {x - y for x, y in zip(a, b, strict=True)}
+    if len(differences) == 1:
+        (d,) = differences
+        return "equal in every run" if d == 0 else f"the same difference {d:.3g} in every run"
+    return f"p = {float(ttest_rel(a, b).pvalue):.3g}"
 
 
 def render_markdown(results: Mapping[str, Any]) -> str:

@@ -196,3 +196,8 @@ def test_a_variant_is_compared_with_its_algorithms_first_by_a_paired_test() -> N
         f"rate p = {p_rate:.3g}" in lines[0]
         and "`critic_steps` 16 against as configured" in lines[0]
     )
+    # Pairs that differ by the same amount in every run have no t-test: it is said, not "nan".
+    same = variant("shield", {"critic_steps": 2}, [0.2, 0.3, 0.1], [-600.0, -800.0, -450.0])
+    (line,) = tuning.paired_tests([base, same])
+    assert "rate equal in every run" in line
+    assert "return the same difference 100 in every run" in line and "nan" not in line

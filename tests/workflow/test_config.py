@@ -218,6 +218,7 @@ TRAINING_SEED = copy_seeds(1001, 4)[2]
         ),
         (2_000_000, "of the ladder's tuning (spent) (2000000..2999999) share seed 2000000"),
         (9_999_999, "of earlier certificate checks (spent) (9000000..9999999) share seed 9999999"),
+        (30_500_000, "of earlier certificate checks (spent) (30000000..31999999)"),
         (31_500_000, "of earlier certificate checks (spent) (30000000..31999999)"),
         (32_500_000, "of the certificate check (benchmarks/certificate_check.py)"),
         (40_000_000, "of the hyperparameter tuning (benchmarks/tuning.py, spent)"),
