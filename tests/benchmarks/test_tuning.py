@@ -133,6 +133,37 @@ def test_every_variant_is_a_config_the_workflow_runs() -> None:
                 resolve_run_config(variant, env, algo, 0)
 
 
+def test_a_variant_trains_the_run_the_workflow_would() -> None:
+    """A variant's run is the workflow's run of the group's config (defaults as the workflow
+    fills them) but for what the variant sets: its seeds and its settings. `config/mamujoco.yaml`
+    leaves `lag_version` to the schema (pid), which the run config's own default (v0) must not
+    replace."""
+    moved = {"seed_offset", "seed", "final_policy_eval_seed_offset", "calibration_seed_offset"}
+    for name, group in tuning.GROUPS.items():
+        config = experiment(tuning.GROUP_CONFIGS.get(name, tuning.CONFIG))
+        workflow = check_workflow_config(copy.deepcopy(config), check_components=False)
+        for env, variants in group.items():
+            for algo, params in variants:
+                expected = resolve_run_config(workflow, env, algo, 0).to_dict()
+                trained = tuning.variant_workflow(config, env, algo, params)
+                got = resolve_run_config(trained, env, algo, 0).to_dict()
+                kept = moved | set(params)
+                for run in (expected, got):
+                    run["algo_params"] = {
+                        k: v for k, v in run["algo_params"].items() if k not in kept
+                    }
+                    run["sections"] = {
+                        section: {k: v for k, v in values.items() if k not in kept}
+                        for section, values in run["sections"].items()
+                    }
+                differ = {k for k in expected.keys() | got.keys() if expected.get(k) != got.get(k)}
+                assert differ <= kept, (name, env, algo, params, differ)
+    mamujoco = experiment(tuning.GROUP_CONFIGS["mamujoco_lag"])
+    assert "lag_version" not in mamujoco["base"]
+    trained = tuning.variant_workflow(mamujoco, "mamujoco", "ippo_lag", {})
+    assert resolve_run_config(trained, "mamujoco", "ippo_lag", 0).lagrange.lag_version == "pid"
+
+
 def test_no_group_writes_another_benchmarks_section() -> None:
     """A group's section of BENCHMARKS.md is named after the group: no other benchmark
     module writes a section of that name (a group `mamujoco` overwrote the env's speed)."""
