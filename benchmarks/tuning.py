@@ -115,13 +115,14 @@ GROUPS: dict[str, Variants] = {
     # Safe Multi-Agent MuJoCo's multiplier (config/mamujoco.yaml): the configured one kept the
     # risk but not half of ippo's return in the experiment's runs. Against it: no entropy bonus
     # (the Gaussian may narrow, as in CleanRL's MuJoCo PPO), and a five times faster integral
-    # (a rate of 0 against the target 0.06 unwinds lambda by only 0.012 per update).
+    # (a rate of 0 against the target 0.06 unwinds lambda by only 0.012 per update), and both.
     "mamujoco_lag": {
         "mamujoco": [
             ("ippo", {}),
             ("ippo_lag", {}),
             ("ippo_lag", {"ent_coef": 0.0}),
             ("ippo_lag", {"pid_ki": 1.0}),
+            ("ippo_lag", {"ent_coef": 0.0, "pid_ki": 1.0}),
         ],
     },
     # The decentralised shield's common plan (ShieldConfig.common_plan, as configured) against
