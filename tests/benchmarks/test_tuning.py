@@ -72,6 +72,14 @@ def test_a_variant_is_trained_evaluated_and_reported(
     assert tuning.measure_variant(tiny, "hazard_grid", "ippo_lag", {"pid_ki": 0.5}, tmp_path) == row
     with pytest.raises(AssertionError, match="trained again"):
         tuning.measure_variant(tiny, "hazard_grid", "ippo_lag", {"pid_ki": 0.25}, tmp_path)
+    # The same settings spelled otherwise (a setting named at the value the config gives it)
+    # are the same runs.
+    kp = resolve_run_config(
+        tuning.variant_workflow(tiny, "hazard_grid", "ippo_lag", {}), "hazard_grid", "ippo_lag", 0
+    ).lagrange.pid_kp
+    spelled = {"pid_ki": 0.5, "pid_kp": kp}
+    again = tuning.measure_variant(tiny, "hazard_grid", "ippo_lag", spelled, tmp_path)
+    assert again["runs"] == row["runs"] and again["params"] == spelled
     # A record made by other code (another `src`) is measured anew, not read back.
     this_src = tuning.code_fingerprint
     monkeypatch.setattr(tuning, "code_fingerprint", lambda: "another src")
