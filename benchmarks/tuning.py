@@ -252,12 +252,12 @@ def measure_run(
     config: Mapping[str, Any], env: str, algo: str, params: Mapping[str, Any], work: Path, idx: int
 ) -> dict[str, Any]:
     """Train and evaluate run `idx` of one variant (or read it back, where it was measured
-    before with this very run config by the same `src`): its violations, return, training CPU
-    seconds and certificate."""
+    before with the same settings (`settings`) by the same `src`): its violations, return,
+    training CPU seconds and certificate."""
     run = resolve_run_config(variant_workflow(config, env, algo, params), env, algo, idx)
     files = RunFiles(work / f"run{idx}")
     # A run measured before (a killed benchmark is run again) is read back, if it was measured
-    # with this very run config by this very code.
+    # with the same settings by this very code.
     record, recorded = files.root / MEASURED, json.loads(json.dumps(run.to_dict()))
     code = code_fingerprint()
     earlier = measured_before(work, record)
