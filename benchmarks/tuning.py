@@ -9,8 +9,8 @@ between-run interval, the mean return against its peer, the env's `ippo`, and th
 seconds per run.
 
 Run: `python -m benchmarks.tuning [--group tuning|shield_options|shield_settings|
-shield_plan|mamujoco_lag|spread_lag|critic_budget|
-spread_critic] [--env ...] [--jobs N] [--runs N] [--write]`.
+shield_plan|shield_dec_settings|mamujoco_lag|spread_lag|critic_budget|spread_critic]
+[--env ...] [--jobs N] [--runs N] [--write]`.
 Results go to `benchmarks/out/<group>.json` and, with `--write`, the group's section of
 BENCHMARKS.md (the rows of shield options since deleted stay there as measured).
 """
@@ -116,7 +116,9 @@ GROUPS: dict[str, Variants] = {
     # bonus it kept the risk but not half of ippo's return in the experiment's runs. Against
     # it: no entropy bonus (the Gaussian may narrow, as in CleanRL's MuJoCo PPO; configured
     # since), a five times faster integral (a rate of 0 against the target 0.06 unwinds lambda
-    # by only 0.012 per update), and both.
+    # by only 0.012 per update), and both. Without the bonus the rate stayed far below the
+    # target while lambda held at 2 or more, at 0.36x ippo's return: then a middle integral, a
+    # target at max_risk and a lower cap on lambda, each without the bonus.
     "mamujoco_lag": {
         "mamujoco": [
             ("ippo", {}),
@@ -124,6 +126,9 @@ GROUPS: dict[str, Variants] = {
             ("ippo_lag", {"ent_coef": 0.0}),
             ("ippo_lag", {"ent_coef": 0.01, "pid_ki": 1.0}),
             ("ippo_lag", {"ent_coef": 0.0, "pid_ki": 1.0}),
+            ("ippo_lag", {"ent_coef": 0.0, "pid_ki": 0.5}),
+            ("ippo_lag", {"ent_coef": 0.0, "risk_target_ratio": 1.0}),
+            ("ippo_lag", {"ent_coef": 0.0, "lambda_max": 2.0}),
         ],
     },
     # The decentralised shield's common plan (ShieldConfig.common_plan, as configured) against
@@ -135,6 +140,20 @@ GROUPS: dict[str, Variants] = {
             ("shield_dec", {}),
         ]
         for env in ("hazard_grid", "intersection")
+    },
+    # The decentralised shield's return on intersection, at 0.80x ippo's with the plan: its
+    # settings that the central shield's return moved with ("shield_settings"), one at a time;
+    # the one that moved it most on hazard_grid too (the configs set it for both tasks).
+    "shield_dec_settings": {
+        "hazard_grid": [("ippo", {}), ("shield_dec", {}), ("shield_dec", {"horizon": 5})],
+        "intersection": [
+            ("ippo", {}),
+            ("shield_dec", {}),
+            ("shield_dec", {"horizon": 5}),
+            ("shield_dec", {"imitation": 1.0}),
+            ("shield_dec", {"intervention_penalty": 0.02}),
+            ("shield_dec", {"opponent_samples": 16}),
+        ],
     },
     # `spread` at the paper's scale (config/paper.yaml): the configured multiplier (target 0.6 x
     # max_risk) pinned at lambda_max from the first tenth of training in the paper grid's run,
@@ -175,6 +194,8 @@ MEASURED = "tuning.json"
 """A measured run's row, kept in its folder with the run config it was measured with."""
 RECORD_BYTES = 1024**2
 """The largest record of a measured run read back (one run config and one row)."""
+UPDATES_BYTES = 256 * 1024**2
+"""The largest per-update metrics file read back (a run's `updates.json`)."""
 GROUP_CONFIGS: dict[str, Path] = {
     "mamujoco_lag": ROOT / "config" / "mamujoco.yaml",
     "spread_lag": ROOT / "config" / "paper.yaml",
@@ -248,12 +269,31 @@ def settings(run_config: Mapping[str, Any]) -> dict[str, Any]:
     return {key: value for key, value in run_config.items() if key != "algo_params"}
 
 
+def multiplier_trace(run_dir: Path, work: Path) -> dict[str, float] | None:
+    """What the multiplier did in the run trained in `run_dir` (inside `work`), from its
+    per-update metrics: lambda at the end, the reward's mean share of the policy's advantage
+    over the updates (`1 / (1 + lambda)`, docs/design.md, section 6.2) and the policy's entropy
+    at the end; None for a run without a multiplier."""
+    files = RunFiles(run_dir)
+    relative = files.updates_json.relative_to(work)
+    with open_regular(work, relative, limit=UPDATES_BYTES) as handle:
+        updates = json.loads(handle.read())
+    lambdas = [u["safety/lambda"] for u in updates if u.get("safety/lambda") is not None]
+    if not lambdas:
+        return None
+    return {
+        "lambda_end": float(lambdas[-1]),
+        "reward_share": sum(1.0 / (1.0 + x) for x in lambdas) / len(lambdas),
+        "entropy_end": float(updates[-1]["losses/entropy"]),
+    }
+
+
 def measure_run(
     config: Mapping[str, Any], env: str, algo: str, params: Mapping[str, Any], work: Path, idx: int
 ) -> dict[str, Any]:
     """Train and evaluate run `idx` of one variant (or read it back, where it was measured
     before with the same settings (`settings`) by the same `src`): its violations, return,
-    training CPU seconds and certificate."""
+    training CPU seconds and certificate, and what its multiplier did (`multiplier_trace`)."""
     run = resolve_run_config(variant_workflow(config, env, algo, params), env, algo, idx)
     files = RunFiles(work / f"run{idx}")
     # A run measured before (a killed benchmark is run again) is read back, if it was measured
@@ -266,7 +306,7 @@ def measure_run(
         and settings(earlier["run_config"]) == settings(recorded)
         and earlier.get("code") == code
     ):
-        return earlier["measured"]
+        return {**earlier["measured"], "multiplier": multiplier_trace(files.root, work)}
     seconds, _ = cpu_seconds(train_run, run.to_dict(), files.root, progress=False, threads=1)
     evaluate_run(files.root, files.eval)
     evaluation = pd.read_parquet(files.eval)
@@ -281,7 +321,7 @@ def measure_run(
         "certified": None if pd.isna(at_h["certified"]) else bool(at_h["certified"]),
     }
     write_text(json.dumps({"run_config": recorded, "code": code, "measured": measured}), record)
-    return measured
+    return {**measured, "multiplier": multiplier_trace(files.root, work)}
 
 
 def summarise_variant(
@@ -419,6 +459,27 @@ def _paired_p(a: Sequence[float], b: Sequence[float]) -> str:
     return f"p = {float(ttest_rel(a, b).pvalue):.3g}"
 
 
+def multiplier_lines(rows: Sequence[Mapping[str, Any]]) -> list[str]:
+    """Per variant with a multiplier, what it did in each run (`multiplier_trace`)."""
+    lines = []
+    for r in rows:
+        traces = [run.get("multiplier") for run in r["runs"]]
+        if not traces or any(trace is None for trace in traces):
+            continue
+
+        ends, shares, entropies = (
+            ", ".join(f"{trace[key]:.{digits}f}" for trace in traces)
+            for key, digits in (("lambda_end", 2), ("reward_share", 2), ("entropy_end", 1))
+        )
+        params = ", ".join(f"`{k}` {v}" for k, v in r["params"].items()) or "as configured"
+        lines.append(
+            f"- {r['env']} `{r['algo']}` {params}, per run: lambda at the end {ends}; the "
+            "reward's mean share of the policy's advantage over training, 1 / (1 + lambda), "
+            f"{shares}; the policy's entropy at the end {entropies}."
+        )
+    return lines
+
+
 def render_markdown(results: Mapping[str, Any]) -> str:
     """The group's section of BENCHMARKS.md."""
     m = results["machine"]
@@ -462,6 +523,7 @@ def render_markdown(results: Mapping[str, Any]) -> str:
                 "lllrlrrrr",
                 map(row, results["rows"]),
             ),
+            *(["", *traces] if (traces := multiplier_lines(results["rows"])) else []),
             *(["", *tests] if (tests := paired_tests(results["rows"])) else []),
         ]
     )

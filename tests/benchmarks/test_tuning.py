@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import json
 import re
 from pathlib import Path
 
@@ -62,6 +63,17 @@ def test_a_variant_is_trained_evaluated_and_reported(
     rates = [run["violations"] / 4 for run in row["runs"]]
     mean, low, high = row["p_violation"]
     assert mean == pytest.approx(sum(rates) / 2) and low <= mean <= high
+    # What the multiplier did, from each run's per-update metrics.
+    for idx, run in enumerate(row["runs"]):
+        updates = json.loads((tmp_path / f"run{idx}" / "updates.json").read_text())
+        lambdas = [u["safety/lambda"] for u in updates]
+        assert run["multiplier"] == {
+            "lambda_end": lambdas[-1],
+            "reward_share": pytest.approx(sum(1 / (1 + x) for x in lambdas) / len(lambdas)),
+            "entropy_end": updates[-1]["losses/entropy"],
+        }
+    plain = tuning.measure_variant(tiny, "hazard_grid", "ippo", {}, tmp_path / "ippo")
+    assert all(run["multiplier"] is None for run in plain["runs"])
 
     # Measured again (a killed benchmark rerun): the runs are read back, not trained again;
     # another setting is measured anew.
@@ -98,6 +110,11 @@ def test_a_variant_is_trained_evaluated_and_reported(
     }
     table = tuning.render_markdown(results)
     assert "| hazard_grid | ippo_lag | `pid_ki` 0.5 |" in table and "1.00x" in table
+    ends = ", ".join(f"{run['multiplier']['lambda_end']:.2f}" for run in row["runs"])
+    assert f"- hazard_grid `ippo_lag` `pid_ki` 0.5, per run: lambda at the end {ends};" in table
+    results["rows"] = [plain, row]
+    assert tuning.render_markdown(results).count("lambda at the end") == 1
+    results["rows"] = [{**row, "algo": "ippo", "params": {}}, row]
     # A return that is a negative distance has no ratio to it.
     negative = {**row, "return": -abs(row["return"]) - 1.0}
     results["rows"] = [{**negative, "algo": "ippo", "params": {}}, negative]
