@@ -117,8 +117,8 @@ GROUPS: dict[str, Variants] = {
     # it: no entropy bonus (the Gaussian may narrow, as in CleanRL's MuJoCo PPO; configured
     # since), a five times faster integral (a rate of 0 against the target 0.06 unwinds lambda
     # by only 0.012 per update), and both. Without the bonus the rate stayed far below the
-    # target while lambda held at 2 or more, at 0.36x ippo's return: then a middle integral, a
-    # target at max_risk and a lower cap on lambda, each without the bonus.
+    # target and lambda high: then a middle integral, a target at max_risk and a lower cap on
+    # lambda, each without the bonus.
     "mamujoco_lag": {
         "mamujoco": [
             ("ippo", {}),
