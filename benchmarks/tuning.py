@@ -141,9 +141,10 @@ GROUPS: dict[str, Variants] = {
         ]
         for env in ("hazard_grid", "intersection")
     },
-    # The decentralised shield's return on intersection, at 0.80x ippo's with the plan: its
-    # settings that the central shield's return moved with ("shield_settings"), one at a time;
-    # the one that moved it most on hazard_grid too (the configs set it for both tasks).
+    # The decentralised shield's return on intersection, near the 0.8x of ippo's that the
+    # default experiment asks for: the settings the central shield's return moved with
+    # ("shield_settings"), one at a time; the one that moved it most on hazard_grid too (the
+    # config sets it for both tasks).
     "shield_dec_settings": {
         "hazard_grid": [("ippo", {}), ("shield_dec", {}), ("shield_dec", {"horizon": 5})],
         "intersection": [
