@@ -132,12 +132,13 @@ GROUPS: dict[str, Variants] = {
         ],
     },
     # The decentralised shield's common plan (ShieldConfig.common_plan, as configured) against
-    # each agent deciding alone, at the default experiment's scale.
+    # each agent deciding alone, at the default experiment's scale (measured at the risk
+    # horizon of 10 that config/config.yaml then gave shield_dec).
     "shield_plan": {
         env: [
             ("ippo", {}),
-            ("shield_dec", {"common_plan": False}),
-            ("shield_dec", {}),
+            ("shield_dec", {"common_plan": False, "horizon": 10}),
+            ("shield_dec", {"horizon": 10}),
         ]
         for env in ("hazard_grid", "intersection")
     },
@@ -145,15 +146,20 @@ GROUPS: dict[str, Variants] = {
     # default experiment asks for: the settings the central shield's return moved with
     # ("shield_settings"), one at a time; the one that moved it most on hazard_grid too (the
     # config sets it for both tasks).
+    # Measured when the risk horizon was 10 for every shield: the horizon is named.
     "shield_dec_settings": {
-        "hazard_grid": [("ippo", {}), ("shield_dec", {}), ("shield_dec", {"horizon": 5})],
+        "hazard_grid": [
+            ("ippo", {}),
+            ("shield_dec", {"horizon": 10}),
+            ("shield_dec", {"horizon": 5}),
+        ],
         "intersection": [
             ("ippo", {}),
-            ("shield_dec", {}),
+            ("shield_dec", {"horizon": 10}),
             ("shield_dec", {"horizon": 5}),
-            ("shield_dec", {"imitation": 1.0}),
-            ("shield_dec", {"intervention_penalty": 0.02}),
-            ("shield_dec", {"opponent_samples": 16}),
+            ("shield_dec", {"horizon": 10, "imitation": 1.0}),
+            ("shield_dec", {"horizon": 10, "intervention_penalty": 0.02}),
+            ("shield_dec", {"horizon": 10, "opponent_samples": 16}),
         ],
     },
     # `spread` at the paper's scale (config/paper.yaml): the configured multiplier (target 0.6 x
@@ -337,8 +343,14 @@ def summarise_variant(
     runs: Sequence[Mapping[str, Any]],
 ) -> dict[str, Any]:
     """One variant's row from its runs: the between-run interval of the violation rate, the
-    mean return and training CPU seconds."""
+    mean return and training CPU seconds, and whether its settings are those the config gives
+    the algorithm (`configured`), however the variant spells them."""
     workflow = variant_workflow(config, env, algo, params)
+
+    def resolved(settings_over: Mapping[str, Any]) -> dict[str, Any]:
+        run_workflow = variant_workflow(config, env, algo, settings_over)
+        return settings(resolve_run_config(run_workflow, env, algo, 0).to_dict())
+
     confidence = float(workflow["base"]["final_policy_eval_confidence"])
     k, n = [r["violations"] for r in runs], [r["episodes"] for r in runs]
     return {
@@ -350,6 +362,7 @@ def summarise_variant(
         "return": sum(run["return"] for run in runs) / len(runs),
         "train_cpu_seconds": sum(run["train_cpu_seconds"] for run in runs) / len(runs),
         "max_risk": float(workflow["base"]["max_risk"]),
+        "configured": resolved(params) == resolved({}),
     }
 
 
@@ -432,20 +445,25 @@ def benchmark(
 
 
 def paired_tests(rows: Sequence[Mapping[str, Any]]) -> list[str]:
-    """Each variant against its env's first variant of the same algorithm, where both have the
-    same runs (the same training seeds and evaluation episodes, at least 2): a paired t-test
-    over the runs of their violation rates and of their returns (two-sided)."""
+    """Each variant against its env's variant of the same algorithm as configured (the first
+    such where a row says `configured`, else its first variant), where both have the same runs
+    (the same training seeds and evaluation episodes, at least 2): a paired t-test over the
+    runs of their violation rates and of their returns (two-sided)."""
     lines = []
-    for i, r in enumerate(rows):
-        base = next((b for b in rows[:i] if (b["env"], b["algo"]) == (r["env"], r["algo"])), None)
-        if base is None or len(base["runs"]) != len(r["runs"]) or len(r["runs"]) < 2:
+    for r in rows:
+        peers = [b for b in rows if (b["env"], b["algo"]) == (r["env"], r["algo"])]
+        base = next((b for b in peers if b.get("configured")), peers[0])
+        if base is r or len(base["runs"]) != len(r["runs"]) or len(r["runs"]) < 2:
             continue
         rate = [[run["violations"] / run["episodes"] for run in v["runs"]] for v in (r, base)]
         ret = [[run["return"] for run in v["runs"]] for v in (r, base)]
         p_rate, p_ret = (_paired_p(*pair) for pair in (rate, ret))
 
         def name(v: Mapping[str, Any]) -> str:
-            return ", ".join(f"`{k}` {x}" for k, x in v["params"].items()) or "as configured"
+            spelled = ", ".join(f"`{k}` {x}" for k, x in v["params"].items())
+            if not spelled:
+                return "as configured"
+            return f"{spelled} (as configured)" if v.get("configured") else spelled
 
         lines.append(
             f"- {r['env']} `{r['algo']}` {name(r)} against {name(base)}, paired over "

@@ -74,6 +74,8 @@ def test_a_variant_is_trained_evaluated_and_reported(
         }
     plain = tuning.measure_variant(tiny, "hazard_grid", "ippo", {}, tmp_path / "ippo")
     assert all(run["multiplier"] is None for run in plain["runs"])
+    # Whether a variant runs the algorithm as the config does.
+    assert plain["configured"] and not row["configured"]
 
     # Measured again (a killed benchmark rerun): the runs are read back, not trained again;
     # another setting is measured anew.
@@ -257,3 +259,28 @@ def test_a_variant_is_compared_with_its_algorithms_first_by_a_paired_test() -> N
     (line,) = tuning.paired_tests([base, same])
     assert "rate equal in every run" in line
     assert "return the same difference 100 in every run" in line and "nan" not in line
+
+
+def test_a_variant_is_compared_with_its_algorithms_configured_variant() -> None:
+    """Where a row runs the algorithm as its config does (`configured`, however its settings are
+    spelled), the others are paired with it, and it is named as configured."""
+
+    def variant(params: dict, configured: bool, rates: list[float]) -> dict:
+        runs = [{"violations": round(r * 200), "episodes": 200, "return": r} for r in rates]
+        return {
+            "env": "mamujoco",
+            "algo": "ippo_lag",
+            "params": params,
+            "runs": runs,
+            "configured": configured,
+        }
+
+    old = variant({"ent_coef": 0.01}, False, [0.2, 0.01, 0.19])
+    now = variant({"ent_coef": 0.0}, True, [0.01, 0.0, 0.035])
+    faster = variant({"ent_coef": 0.0, "pid_ki": 1.0}, False, [0.14, 0.05, 0.33])
+    lines = tuning.paired_tests([old, now, faster])
+    assert [line.split(" against ")[1].split(", paired")[0] for line in lines] == [
+        "`ent_coef` 0.0 (as configured)",
+        "`ent_coef` 0.0 (as configured)",
+    ]
+    assert lines[0].startswith("- mamujoco `ippo_lag` `ent_coef` 0.01 against")
