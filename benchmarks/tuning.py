@@ -9,8 +9,8 @@ between-run interval, the mean return against its peer, the env's `ippo`, and th
 seconds per run.
 
 Run: `python -m benchmarks.tuning [--group tuning|shield_options|shield_settings|
-shield_plan|shield_dec_settings|mamujoco_lag|spread_lag|critic_budget|spread_critic|
-spread_critic_steps] [--env ...] [--jobs N] [--runs N] [--write]`.
+shield_plan|shield_dec_settings|shield_target|mamujoco_lag|spread_lag|critic_budget|
+spread_critic|spread_critic_steps] [--env ...] [--jobs N] [--runs N] [--write]`.
 Results go to `benchmarks/out/<group>.json` and, with `--write`, the group's section of
 BENCHMARKS.md (the rows of shield options since deleted stay there as measured).
 """
@@ -132,6 +132,7 @@ GROUPS: dict[str, Variants] = {
             ("ippo_lag", {"ent_coef": 0.0, "pid_ki": 0.5}),
             ("ippo_lag", {"ent_coef": 0.0, "risk_target_ratio": 1.0}),
             ("ippo_lag", {"ent_coef": 0.0, "lambda_max": 2.0}),
+            ("ippo_lag", {"ent_coef": 0.0, "risk_target_ratio": 0.8}),
         ],
     },
     # The decentralised shield's common plan (ShieldConfig.common_plan, as configured) against
@@ -164,6 +165,20 @@ GROUPS: dict[str, Variants] = {
             ("shield_dec", {"horizon": 10, "intervention_penalty": 0.02}),
             ("shield_dec", {"horizon": 10, "opponent_samples": 16}),
         ],
+    },
+    # The share of violating training episodes the shields' allowance steers to: max_risk
+    # (as configured) against 0.6 x max_risk, about the largest share a rung of the
+    # certificate passes at (k <= 12 of 200 at max_risk 0.1), so that the policy trains with
+    # about the allowance it deploys.
+    "shield_target": {
+        env: [
+            ("ippo", {}),
+            ("shield", {}),
+            ("shield", {"risk_target_ratio": 0.6}),
+            ("shield_dec", {}),
+            ("shield_dec", {"risk_target_ratio": 0.6}),
+        ]
+        for env in ("hazard_grid", "intersection")
     },
     # `spread` at the paper's scale (config/paper.yaml): the configured multiplier (target 0.6 x
     # max_risk) pinned at lambda_max from the first tenth of training in the paper grid's run,
