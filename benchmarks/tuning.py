@@ -9,8 +9,8 @@ between-run interval, the mean return against its peer, the env's `ippo`, and th
 seconds per run.
 
 Run: `python -m benchmarks.tuning [--group tuning|shield_options|shield_settings|
-shield_plan|shield_dec_settings|shield_target|mamujoco_lag|spread_lag|critic_budget|
-spread_critic|spread_critic_steps] [--env ...] [--jobs N] [--runs N] [--write]`.
+shield_plan|shield_dec_settings|mamujoco_lag|spread_lag|critic_budget|spread_critic|
+spread_critic_steps|spread_fallback] [--env ...] [--jobs N] [--runs N] [--write]`.
 Results go to `benchmarks/out/<group>.json` and, with `--write`, the group's section of
 BENCHMARKS.md (the rows of shield options since deleted stay there as measured).
 """
@@ -166,20 +166,6 @@ GROUPS: dict[str, Variants] = {
             ("shield_dec", {"horizon": 10, "opponent_samples": 16}),
         ],
     },
-    # The share of violating training episodes the shields' allowance steers to: max_risk
-    # (as configured) against 0.6 x max_risk, about the largest share a rung of the
-    # certificate passes at (k <= 12 of 200 at max_risk 0.1), so that the policy trains with
-    # about the allowance it deploys.
-    "shield_target": {
-        env: [
-            ("ippo", {}),
-            ("shield", {}),
-            ("shield", {"risk_target_ratio": 0.6}),
-            ("shield_dec", {}),
-            ("shield_dec", {"risk_target_ratio": 0.6}),
-        ]
-        for env in ("hazard_grid", "intersection")
-    },
     # `spread` at the paper's scale (config/paper.yaml): the configured multiplier (target 0.6 x
     # max_risk) pinned at lambda_max from the first tenth of training in the paper grid's run,
     # the team fleeing the landmarks; a target at max_risk and a lower cap against it.
@@ -215,6 +201,10 @@ GROUPS: dict[str, Variants] = {
     # Twice the value-iteration steps of config/paper.yaml's (since spread_critic: the schema's
     # 16 x 64), on the same seeds as spread_critic's rows.
     "spread_critic_steps": {"spread": [("shield", {"critic_steps": 32})]},
+    # The central shield at the paper's scale with its fallback keeping the team's proposal
+    # where no one-agent change is less risky (the runs of "spread_critic" before it, where
+    # a tie went to the first change).
+    "spread_fallback": {"spread": [("shield", {})]},
 }
 """Groups of variants; each writes its own section of BENCHMARKS.md, named after the group
 (so no group is named after another benchmark's section: `mamujoco` is the env's speed)."""
@@ -229,6 +219,7 @@ GROUP_CONFIGS: dict[str, Path] = {
     "spread_lag": ROOT / "config" / "paper.yaml",
     "spread_critic": ROOT / "config" / "paper.yaml",
     "spread_critic_steps": ROOT / "config" / "paper.yaml",
+    "spread_fallback": ROOT / "config" / "paper.yaml",
 }
 """The workflow config a group's variants start from (`config/config.yaml` where not named)."""
 BASE_PARAMS = frozenset({"shield_opponent_mode"})

@@ -133,7 +133,6 @@ class ShieldConfig(Section):
         "opponent_samples": partial(check_int, low=1, high=100_000),
         "common_plan": check_bool,
         "adapt_rate": partial(check_float, low=0.0, open_low=False),
-        "risk_target_ratio": partial(check_float, low=0.0, high=1.0, open_low=True),
         "calibration_episodes": partial(check_int, low=0, high=1_000_000),
         "calibration_seed_offset": partial(check_int, low=0, high=SEED_MAX),
         "certify_multiples": _multiples,
@@ -240,15 +239,9 @@ class ShieldConfig(Section):
     coordinator); elsewhere each agent decides alone."""
     adapt_rate: float = 0.1
     """Step of the log-allowance per finished training episode after arming,
-    log a += adapt_rate * (t - violated), violated: within the constraint horizon (the
-    certificate's), t = risk_target_ratio x max_risk; starting at t; 0 keeps the allowance
-    at t."""
-    risk_target_ratio: float = 1.0
-    """The share of violating training episodes the allowance steers to, as a fraction of
-    `max_risk` (in (0, 1]), as for `ippo_lag`'s multiplier. The certificate passes an
-    allowance only where the observed share is well below `max_risk` (k <= 12 of 200 at
-    `max_risk` 0.1), so at 1 the deployed allowance is a fraction of the one the policy
-    trained with; a lower target trains the policy with about the allowance it deploys."""
+    log a += adapt_rate * (max_risk - violated), violated: within the constraint horizon
+    (the certificate's); starting at max_risk; 0 keeps the allowance at
+    max_risk."""
     calibration_episodes: int = 200
     """Calibration episodes n per tested allowance of the certificate (run r uses reset
     seeds calibration_seed_offset + r * n + i); 0: no test, the run has no certificate."""

@@ -253,7 +253,7 @@ class AdaptiveAllowance:
     value: float
     """Current allowance a."""
     target: float
-    """Share of violating episodes aimed at (`risk_target_ratio` x the run's `max_risk`)."""
+    """Share of violating episodes aimed at (the run's `max_risk`)."""
     rate: float
     """Step size of log a per episode (0: the allowance stays where it started)."""
     low: float

@@ -121,9 +121,9 @@ class ShieldedIPPO(IPPO):
         # Real outcomes of the executed decisions, the allowance that tracks the constraint in
         # training, and the certificate of the deployed shield.
         self.ledger = OutcomeLedger(horizon=cfg.horizon, capacity=CALIBRATION_WINDOW)
-        start = cfg.max_risk * cfg.risk_target_ratio
+        start = cfg.max_risk
         self.adaptive = AdaptiveAllowance(
-            value=start, target=start, rate=cfg.adapt_rate, low=1e-4, high=1.0
+            value=start, target=cfg.max_risk, rate=cfg.adapt_rate, low=1e-4, high=1.0
         )
         self.shield.allowance = start
         self.certificate: Certificate | None = None

@@ -16,8 +16,7 @@ from src.algos.ippo import IPPO
 from src.algos.networks import ActorCritic
 from src.algos.policy import load_actor
 from src.algos.shield.assemble import load_shield
-from src.algos.shield.calibration import AdaptiveAllowance
-from src.algos.shield.trainer import ShieldedIPPO, constraint_outcomes
+from src.algos.shield.trainer import ShieldedIPPO
 from src.algos.train import train_run
 from src.analysis.export import updates_table
 from src.config.run import RunConfig, make_run_config
@@ -360,28 +359,3 @@ def test_the_auc_of_the_critics_q_is_logged_once_the_calibration_map_has_its_dec
             assert math.isnan(row[M.SHIELD_AUC_TEAM])
         else:
             assert row[M.SHIELD_AUC_TEAM] == expected > 0.7
-
-
-@pytest.mark.parametrize("adapt_rate", [0.0, 0.5])
-def test_the_training_allowance_steers_to_the_target_ratio_of_max_risk(adapt_rate: float) -> None:
-    config = _config(patience=1, updates=4, max_risk=0.2, calibration_episodes=0)
-    config["algo_params"].update(risk_target_ratio=0.25, adapt_rate=adapt_rate)
-    trainer = _trainer(config)
-    assert trainer.adaptive.target == trainer.shield.allowance == pytest.approx(0.05)
-    trainer.train(progress=False)
-    armed = [row[M.SHIELD_ALLOWANCE] for row in trainer.updates if row[M.SHIELD_ARMED]]
-    assert armed
-    if adapt_rate == 0.0:
-        # Fixed at the target, not at max_risk.
-        assert armed == pytest.approx([0.05] * len(armed))
-    else:
-        # Replayed from the start at the target with the armed episodes' outcomes: each
-        # violating one lowers log a by rate x (1 - 0.05), each clean one raises it by
-        # rate x 0.05 (a target of max_risk would raise it by rate x 0.2).
-        flags = constraint_outcomes(
-            trainer.history, since=trainer.armed_at, horizon=trainer.constraint_horizon
-        )
-        assert len(flags) > 0
-        replay = AdaptiveAllowance(value=0.05, target=0.05, rate=adapt_rate, low=1e-4, high=1.0)
-        assert trainer.adaptive.value == pytest.approx(replay.update(flags))
-        assert trainer.adaptive.value != pytest.approx(0.05)
