@@ -10,7 +10,7 @@ seconds per run.
 
 Run: `python -m benchmarks.tuning [--group tuning|shield_options|shield_settings|
 shield_plan|shield_dec_settings|mamujoco_lag|spread_lag|critic_budget|spread_critic|
-spread_critic_steps|spread_fallback] [--env ...] [--jobs N] [--runs N] [--write]`.
+spread_critic_steps] [--env ...] [--jobs N] [--runs N] [--write]`.
 Results go to `benchmarks/out/<group>.json` and, with `--write`, the group's section of
 BENCHMARKS.md (the rows of shield options since deleted stay there as measured).
 """
@@ -201,10 +201,6 @@ GROUPS: dict[str, Variants] = {
     # Twice the value-iteration steps of config/paper.yaml's (since spread_critic: the schema's
     # 16 x 64), on the same seeds as spread_critic's rows.
     "spread_critic_steps": {"spread": [("shield", {"critic_steps": 32})]},
-    # The central shield at the paper's scale with its fallback keeping the team's proposal
-    # where no one-agent change is less risky (the runs of "spread_critic" before it, where
-    # a tie went to the first change).
-    "spread_fallback": {"spread": [("shield", {})]},
 }
 """Groups of variants; each writes its own section of BENCHMARKS.md, named after the group
 (so no group is named after another benchmark's section: `mamujoco` is the env's speed)."""
@@ -219,7 +215,6 @@ GROUP_CONFIGS: dict[str, Path] = {
     "spread_lag": ROOT / "config" / "paper.yaml",
     "spread_critic": ROOT / "config" / "paper.yaml",
     "spread_critic_steps": ROOT / "config" / "paper.yaml",
-    "spread_fallback": ROOT / "config" / "paper.yaml",
 }
 """The workflow config a group's variants start from (`config/config.yaml` where not named)."""
 BASE_PARAMS = frozenset({"shield_opponent_mode"})

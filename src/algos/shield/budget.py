@@ -27,12 +27,9 @@ rate in training, chosen by the certificate for deployment):
 
 - `coordination: central`: the proposal is executed if q(s, a) <= a; otherwise the most
   likely joint action with q <= a that changes one agent's proposed action (the policy's
-  probability of that agent's new action); otherwise, where no such change is less risky
-  than the proposal, the proposal (the fallback: the least q found); otherwise one agent's
-  action changed at a time from the safest of those changes, each time the change of least
-  q, until q <= a (that joint action is executed) or no change lowers q (the least q found
-  is executed: the fallback). The fallback is never a joint action of higher q than the
-  proposal, and a tie goes to the proposal. This is
+  probability of that agent's new action); otherwise one agent's action changed at a time
+  from the safest of those, each time the change of least q, until q <= a (that joint action
+  is executed) or no change lowers q (the least q found is executed: the fallback). This is
   Bastani et al.'s model-predictive shielding with the backup found by the models; what it
   promises about the real env is the certificate's statement, not the models'.
 - `coordination: decentralised`: agent i's action b is allowed when the risk it adds over its
@@ -259,15 +256,6 @@ class BudgetShield(RiskFilter):
                 executed[judge[found]] = actions[found]
                 raw[judge[found]] = raws[found]
                 judge, start, start_raw = judge[~found], start[~found], start_raw[~found]
-                # Where no one-agent change is less risky than the proposal, the proposal is
-                # the least risk found (a descent from it would not move: its one-agent
-                # changes are all judged), and it is executed: the fallback never executes a
-                # joint action the models judge no safer than the team's proposal.
-                kept = raw[judge] <= start_raw
-                safest[judge[kept]] = raw[judge[kept]]
-                allowance[judge[kept]] = raw[judge[kept]]
-                fallback[judge[kept]] = True
-                judge, start, start_raw = judge[~kept], start[~kept], start_raw[~kept]
             if len(judge):
                 # One agent's action changed at a time from the safest option so far, until a
                 # joint action is within the allowance (executed); the least risk found where

@@ -216,53 +216,6 @@ def test_a_collision_of_two_individually_safe_moves_is_refused():
     assert float(oracle.q_star(joint, torch.from_numpy(executed))[0]) < 0.5
 
 
-class TableQ:
-    """A one-member model whose imagination ends after one step with the risk risk[a] of the
-    joint action a (agent 0 slowest-varying), whatever the state: the shield's q is risk[a]."""
-
-    ensemble_size = 1
-    cost_dim = 1
-
-    def __init__(self, risk: np.ndarray) -> None:
-        self.risk = torch.from_numpy(risk).float()
-
-    def predict(
-        self, joint_obs: torch.Tensor, joint_action: torch.Tensor
-    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        index = (joint_action * N_ACTIONS ** torch.arange(N_AGENTS - 1, -1, -1)).sum(-1)
-        risk = self.risk[index]
-        return joint_obs.clone(), risk.unsqueeze(-1), torch.ones(joint_obs.shape[:-1])
-
-
-def _index(actions: np.ndarray) -> np.ndarray:
-    """The joint actions' indices [N] in `joint_actions` order (agent 0 slowest-varying)."""
-    return (actions * N_ACTIONS ** np.arange(N_AGENTS - 1, -1, -1)).sum(1)
-
-
-@pytest.mark.parametrize("table", ["ties", "random"])
-def test_the_fallback_is_never_riskier_than_the_proposal_and_a_tie_keeps_it(table):
-    """Where no joint action is within the allowance, the executed one has q <= the
-    proposal's; where every joint action has the same q, the proposal is executed as it is
-    (no override that the models do not judge safer)."""
-    copies, n_joint = 64, N_ACTIONS**N_AGENTS
-    rng = np.random.default_rng(5)
-    risk = np.full(n_joint, 0.5) if table == "ties" else rng.uniform(0.2, 0.9, n_joint)
-    model = TableQ(risk)
-    shield = _shield(model, max_risk=0.1)
-    shield.reset(copies, 0)
-    obs = _env(copies).observe()
-    proposed = rng.integers(0, N_ACTIONS, size=(copies, N_AGENTS))
-    executed, intervened = shield.filter(
-        obs, proposed, torch.zeros(copies, N_AGENTS, N_ACTIONS), np.ones(copies, dtype=np.int64)
-    )
-    assert np.all(risk[_index(executed)] <= risk[_index(proposed)] + 1e-7)
-    assert shield.last.fallback.all()
-    if table == "ties":
-        assert np.array_equal(executed, proposed) and not intervened.any()
-    else:
-        assert intervened.any()  # the search moved the copies whose proposal was not least
-
-
 class ChainModel:
     """A known model on a chain of cells 0..4 (obs: the cell), one agent, two actions.
 
