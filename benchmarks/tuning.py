@@ -121,7 +121,7 @@ GROUPS: dict[str, Variants] = {
     # since), a five times faster integral (a rate of 0 against the target 0.06 unwinds lambda
     # by only 0.012 per update), and both. Without the bonus the rate stayed far below the
     # target and lambda high: then a middle integral, a target at max_risk and a lower cap on
-    # lambda, each without the bonus.
+    # lambda, each without the bonus; then a target between the configured one and max_risk.
     "mamujoco_lag": {
         "mamujoco": [
             ("ippo", {}),
