@@ -11,6 +11,14 @@ of `benchmarks/paper_grid.py`'s section of BENCHMARKS.md ("Paper grid cost"), pe
 - CPU-hours: the sum over the jobs found; per (env, algo) also the mean per run, next to the
   estimate's train + evaluate CPU-hours per run. Rendering and the experiment's small jobs
   (export, aggregate, figures, report, upload) have no benchmark file and are not counted.
+- A training stopped and resumed (a grid run over several sittings) has one benchmark file, of
+  its last attempt: Snakemake writes it when the job ends. Its earlier attempts are counted
+  from their logs (`logs/train.<n>.log`, kept by the training, `src.algos.train`): each
+  attempt's wall time from the first to the last timestamp of its log, times the config's
+  `threads` (a job cannot use more CPU than that), an upper bound of its CPU time. So a
+  resumed job counts its work up to the kill, the updates after its last checkpoint, which
+  the next attempt trains again, included: the cost as the grid ran. An evaluation stopped
+  part-way starts again and leaves no record of the stopped attempt; it is not counted.
 - Wall time: the time during which at least one measured job ran (the union of the jobs'
   intervals), so a grid run in several sittings does not count the pauses; and the greedy
   schedule of the measured jobs on 8 cores (`paper_grid.list_schedule`, evaluation after its
@@ -30,8 +38,10 @@ from __future__ import annotations
 
 import math
 import os
+import re
 import sys
 from collections.abc import Mapping, Sequence
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -49,7 +59,7 @@ from benchmarks.common import (
     workflow_config,
 )
 from benchmarks.paper_grid import CORES, Job, list_schedule
-from src.containment import open_regular
+from src.containment import inside, open_regular
 
 STAGES = ("train", "evaluate")
 """The rules whose jobs Snakemake measures (a `benchmark:` file per run)."""
@@ -62,6 +72,12 @@ ESTIMATE_COLUMNS = ("env", "algo", "train CPU-h", "evaluate CPU-h")
 """The columns of the estimate's table that the comparison reads."""
 BENCHMARK_BYTES = 1024**2
 """The largest benchmark file read (a job's has two lines)."""
+ATTEMPT_LOG = re.compile(r"train\.([0-9]+)\.log")
+"""The log of an earlier training attempt, `logs/train.<n>.log` (`src.algos.train`)."""
+LOG_BYTES = 256 * 1024**2
+"""The largest attempt log read (a full paper run logs about 100 KB)."""
+STAMP = re.compile(rb"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?Z) ")
+"""The timestamp that starts a log line (`src.core.logging`)."""
 
 
 def job_records(folder: Path, config: Mapping[str, Any]) -> list[dict[str, Any]]:
@@ -85,6 +101,9 @@ def job_records(folder: Path, config: Mapping[str, Any]) -> list[dict[str, Any]]
                     if measured.empty or not {"s", "cpu_time", "max_rss"} <= set(measured):
                         raise ValueError(f"{folder / relative}: not a Snakemake benchmark file")
                     last = measured.iloc[-1]
+                    earlier = earlier_attempts(folder, relative.parent) if stage == "train" else []
+                    earlier_s = sum(end - start for start, end in earlier)
+                    threads = int(config.get("threads", 1)) if stage == "train" else 1
                     records.append(
                         {
                             "env": env,
@@ -92,17 +111,46 @@ def job_records(folder: Path, config: Mapping[str, Any]) -> list[dict[str, Any]]
                             "run": run,
                             "stage": stage,
                             "wall_s": float(last["s"]),
-                            "cpu_s": float(last["cpu_time"]),
+                            "cpu_s": float(last["cpu_time"]) + threads * earlier_s,
                             "max_rss_mb": float(last["max_rss"]),
                             "ended": ended,
+                            "attempts": 1 + len(earlier),
+                            "earlier": earlier,
                         }
                     )
     return records
 
 
+def earlier_attempts(folder: Path, logs: Path) -> list[tuple[float, float]]:
+    """(start, end) in seconds since the epoch of each earlier training attempt whose log is in
+    `logs` (relative to `folder`, listed inside it): the first and the last timestamp of its
+    log. A log without a timestamp is an error naming it."""
+    spans = []
+    with os.scandir(inside(folder, logs)) as entries:
+        names = sorted(
+            (int(match.group(1)), entry.name)
+            for entry in entries
+            if (match := ATTEMPT_LOG.fullmatch(entry.name))
+        )
+    for _, name in names:
+        with open_regular(folder, logs / name, limit=LOG_BYTES) as handle:
+            stamps = [m.group(1) for line in handle if (m := STAMP.match(line))]
+        if not stamps:
+            raise ValueError(f"{folder / logs / name}: no timestamped line in this attempt log")
+        first, last = (
+            datetime.fromisoformat(stamp.decode()).timestamp() for stamp in (stamps[0], stamps[-1])
+        )
+        spans.append((first, last))
+    return spans
+
+
 def busy_hours(records: Sequence[Mapping[str, Any]]) -> float:
-    """Hours during which at least one of the jobs ran (the union of their intervals)."""
-    spans = sorted((r["ended"] - r["wall_s"], r["ended"]) for r in records)
+    """Hours during which at least one of the jobs ran (the union of their intervals, earlier
+    attempts included)."""
+    spans = sorted(
+        [(r["ended"] - r["wall_s"], r["ended"]) for r in records]
+        + [span for r in records for span in r.get("earlier", ())]
+    )
     total, reach = 0.0, -math.inf
     for start, end in spans:
         if end > reach:
@@ -215,6 +263,10 @@ def summarise(
         "pairs": pairs,
         "rules": rules,
         "jobs": len(records),
+        "resumed": sum(1 for r in records if r.get("attempts", 1) > 1),
+        "earlier_attempts": sum(r.get("attempts", 1) - 1 for r in records),
+        "earlier_hours": sum(end - start for r in records for start, end in r.get("earlier", ()))
+        / 3600,
         "expected_jobs": expected,
         "cpu_hours": float(frame["cpu_s"].sum()) / 3600 if len(frame) else 0.0,
         "busy_hours": busy_hours(records),
@@ -268,7 +320,15 @@ def render_markdown(summary: Mapping[str, Any], config_path: str, header: str) -
             ),
         ),
         "",
-        f"- CPU-hours of the measured jobs: {summary['cpu_hours']:.2f}.",
+        f"- CPU-hours of the measured jobs: {summary['cpu_hours']:.2f}."
+        + (
+            f" Training jobs run in more than one attempt: {summary['resumed']}; their "
+            f"earlier attempts ({summary['earlier_attempts']}) count "
+            f"{summary['earlier_hours']:.2f} h, their wall time from their logs times the "
+            "job's threads, an upper bound of their CPU time (module docstring)."
+            if summary["resumed"]
+            else ""
+        ),
         f"- Wall time with at least one job running: {summary['busy_hours']:.2f} h (pauses "
         "between sittings not counted).",
         f"- The measured jobs scheduled on {summary['cores']} cores (greedy, longest first, "

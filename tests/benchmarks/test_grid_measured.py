@@ -132,3 +132,47 @@ def test_the_estimate_is_read_from_the_paper_grid_section(tmp_path: Path) -> Non
     path.write_text(section.format(head + "| spread | ippo | n/a | 0.1 |\n"))
     with pytest.raises(ValueError, match="a paper_grid row without its CPU-hours"):
         estimate(path)
+
+
+def test_a_resumed_training_counts_its_earlier_attempts_from_their_logs(tmp_path: Path) -> None:
+    write_job(tmp_path, "ippo", 0, "train", wall=100, cpu=90, rss=400, ended=10_000)
+    logs = tmp_path / "runs" / "hazard_grid" / "ippo" / "run0" / "logs"
+    # Attempt 1 ran 00:00:00-00:10:00, attempt 2 00:20:00-00:25:00 (1970-01-01, UTC).
+    (logs / "train.1.log").write_text(
+        "1970-01-01T00:00:00.000Z INFO     [train] training\n"
+        "Traceback (most recent call last): a line without a timestamp\n"
+        "1970-01-01T00:10:00.000Z INFO     [train] update 10/20\n"
+    )
+    (logs / "train.2.log").write_text(
+        "1970-01-01T00:20:00.000Z INFO     [train] resumed\n"
+        "1970-01-01T00:25:00.000Z INFO     [train] update 15/20\n"
+    )
+    (logs / "train.log").write_text("1970-01-01T02:00:00.000Z INFO     [train] resumed\n")
+    (record,) = job_records(tmp_path, {**CONFIG, "threads": 2})
+    assert record["attempts"] == 3 and record["earlier"] == [(0.0, 600.0), (1200.0, 1500.0)]
+    # The last attempt's measured CPU, and the earlier ones' wall time on 2 threads at most.
+    assert record["cpu_s"] == pytest.approx(90 + 2 * 900)
+    assert busy_hours([record]) == pytest.approx((600 + 300 + 100) / 3600)
+    summary = summarise([record], CONFIG, {})
+    assert (summary["resumed"], summary["earlier_attempts"]) == (1, 2)
+    text = render_markdown(summary, "config/paper.yaml", "header")
+    assert "more than one attempt: 1; their earlier attempts (2) count 0.25 h" in text
+
+
+def test_an_attempt_log_without_a_timestamp_is_named(tmp_path: Path) -> None:
+    write_job(tmp_path, "ippo", 0, "train", wall=1, cpu=1, rss=1, ended=1)
+    log = tmp_path / "runs" / "hazard_grid" / "ippo" / "run0" / "logs" / "train.1.log"
+    log.write_text("no timestamp here\n")
+    with pytest.raises(ValueError, match=r"train\.1\.log: no timestamped line"):
+        job_records(tmp_path, CONFIG)
+
+
+def test_an_attempt_log_that_links_outside_is_refused(tmp_path: Path) -> None:
+    folder = tmp_path / "results"
+    write_job(folder, "ippo", 0, "train", wall=1, cpu=1, rss=1, ended=1)
+    outside = tmp_path / "elsewhere.log"
+    outside.write_text("1970-01-01T00:00:00.000Z INFO     [train] x\n")
+    link = folder / "runs" / "hazard_grid" / "ippo" / "run0" / "logs" / "train.1.log"
+    link.symlink_to(outside)
+    with pytest.raises(ContainmentError):
+        job_records(folder, CONFIG)
