@@ -9,7 +9,8 @@ of `benchmarks/paper_grid.py`'s section of BENCHMARKS.md ("Paper grid cost"), pe
 (env, algo); a measured cost more than 30% off it is flagged.
 
 - CPU-hours: the sum over the jobs found; per (env, algo) also the mean per run, next to the
-  estimate's train + evaluate CPU-hours per run. Rendering and the experiment's small jobs
+  estimate's train + evaluate CPU-hours per run, and the mean CPU time of its training jobs
+  against `ippo`'s on the same env (what a shield's training costs over ippo's). Rendering and the experiment's small jobs
   (export, aggregate, figures, report, upload) have no benchmark file and are not counted.
 - A training stopped and resumed (a grid run over several sittings) has one benchmark file, of
   its last attempt: Snakemake writes it when the job ends. Its earlier attempts are counted
@@ -236,7 +237,15 @@ def summarise(
                 per_run / row["estimate_hours"] if per_run and row["estimate_hours"] else None
             )
             row["off"] = row["ratio"] is not None and abs(row["ratio"] - 1) > OFF_BY
+            trained = mine[mine["stage"] == "train"] if len(mine) else mine
+            row["train_per_run_s"] = float(trained["cpu_s"].mean()) if len(trained) else None
+            row["resumed"] = int((trained["attempts"] > 1).sum()) if len(trained) else 0
             pairs.append(row)
+    # Each algorithm's training against ippo's on the same env: mean CPU per training job.
+    ippo_train = {p["env"]: p["train_per_run_s"] for p in pairs if p["algo"] == "ippo"}
+    for row in pairs:
+        mine, theirs = row["train_per_run_s"], ippo_train.get(row["env"])
+        row["train_vs_ippo"] = mine / theirs if mine and theirs else None
     rules = []
     for stage in STAGES:
         mine = frame[frame["stage"] == stage] if len(frame) else frame
@@ -297,13 +306,17 @@ def render_markdown(summary: Mapping[str, Any], config_path: str, header: str) -
         "",
         *table(
             "env | algo | runs measured | CPU-h measured | CPU-h / run | estimate / run "
-            "| measured / estimate",
-            "llrrrrr",
+            "| measured / estimate | training / ippo's",
+            "llrrrrrr",
             (
-                f"{p['env']} | {p['algo']} | {p['runs']} | {p['cpu_hours']:.2f} | "
+                f"{p['env']} | {p['algo']} | {p['runs']} | {p['cpu_hours']:.2f}"
+                + (f" ({p['resumed']} resumed)" if p["resumed"] else "")
+                + " | "
                 f"{_hours(p['per_run_hours'])} | {_hours(p['estimate_hours'])} | "
                 + ("–" if p["ratio"] is None else f"{p['ratio']:.2f}x")
                 + (" (off by more than 30%)" if p["off"] else "")
+                + " | "
+                + ("–" if p["train_vs_ippo"] is None else f"{p['train_vs_ippo']:.1f}x")
                 for p in summary["pairs"]
             ),
         ),
@@ -322,7 +335,7 @@ def render_markdown(summary: Mapping[str, Any], config_path: str, header: str) -
         "",
         f"- CPU-hours of the measured jobs: {summary['cpu_hours']:.2f}."
         + (
-            f" Training jobs run in more than one attempt: {summary['resumed']}; their "
+            f" Training jobs run in more than one attempt (resumed): {summary['resumed']}; their "
             f"earlier attempts ({summary['earlier_attempts']}) count "
             f"{summary['earlier_hours']:.2f} h, their wall time from their logs times the "
             "job's threads, an upper bound of their CPU time (module docstring)."
@@ -331,6 +344,8 @@ def render_markdown(summary: Mapping[str, Any], config_path: str, header: str) -
         ),
         f"- Wall time with at least one job running: {summary['busy_hours']:.2f} h (pauses "
         "between sittings not counted).",
+        "- Training / ippo's: the mean CPU time of the algorithm's training jobs measured "
+        "against that of ippo's on the same env.",
         f"- The measured jobs scheduled on {summary['cores']} cores (greedy, longest first, "
         f"each job on one core for its CPU time): {summary['scheduled_hours']:.2f} h.",
         f"- Resources set from the measurement: runtime {RUNTIME_FACTOR:g}x the longest job "

@@ -61,6 +61,8 @@ def test_records_sums_and_resources_of_a_partly_run_grid(tmp_path: Path) -> None
     assert ippo["per_run_hours"] == pytest.approx(99 / 3600)
     assert ippo["ratio"] == pytest.approx(99 / 72) and ippo["off"]
     assert shield["runs"] == 0 and shield["ratio"] is None and not shield["off"]
+    # Training CPU per job against ippo's: 360 s against the mean of 90 s and 108 s.
+    assert shield["train_vs_ippo"] == pytest.approx(360 / 99) and ippo["train_vs_ippo"] == 1
     train = summary["rules"][0]  # its longest job by CPU time, what it takes on a core alone
     assert (train["rule"], train["jobs"], train["slowest_s"], train["peak_mb"]) == (
         "train",
@@ -73,7 +75,9 @@ def test_records_sums_and_resources_of_a_partly_run_grid(tmp_path: Path) -> None
     assert summary["expected_jobs"] == 8
     text = render_markdown(summary, "config/paper.yaml", "header")
     assert (
-        "1.38x (off by more than 30%)" in text and "| train | 3 | 6.0 | 900 | 12 | 1400 |" in text
+        "1.38x (off by more than 30%) | 1.0x |" in text
+        and "| – | 3.6x |" in text
+        and "| train | 3 | 6.0 | 900 | 12 | 1400 |" in text
     )
 
 
@@ -155,8 +159,9 @@ def test_a_resumed_training_counts_its_earlier_attempts_from_their_logs(tmp_path
     assert busy_hours([record]) == pytest.approx((600 + 300 + 100) / 3600)
     summary = summarise([record], CONFIG, {})
     assert (summary["resumed"], summary["earlier_attempts"]) == (1, 2)
+    assert summary["pairs"][0]["resumed"] == 1
     text = render_markdown(summary, "config/paper.yaml", "header")
-    assert "more than one attempt: 1; their earlier attempts (2) count 0.25 h" in text
+    assert "more than one attempt (resumed): 1; their earlier attempts (2) count 0.25 h" in text
 
 
 def test_an_attempt_log_without_a_timestamp_is_named(tmp_path: Path) -> None:
