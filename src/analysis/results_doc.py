@@ -43,6 +43,7 @@ from src.algos.metrics import (
     SHIELD_SECONDS,
 )
 from src.algos.registry import get_algorithm
+from src.algos.shield.calibration import fixed_sequence_test
 from src.analysis.aggregate import load_table
 from src.analysis.constraint import (
     CERTIFICATE_STATEMENT,
@@ -677,11 +678,57 @@ def _certificate_outcome(run: pd.Series, max_risk: float | None) -> str:
             f"<= delta = {delta:g}), so the test certified P(violation within {horizon} steps) "
             f"<= {bound} for this run, in the per-run sense stated above"
         )
-    return (
+    episodes, violations = int(run["cert_episodes"]), int(run["cert_violations"])
+    text = (
         f"no certificate: with the most cautious allowance {allowance}, {tally} (p = "
         f"{p_value:.3g} > delta = {delta:g}); the shield deploys that allowance without a "
         f"guarantee of {bound}"
     )
+    if max_risk is None:
+        return text
+    passing = passing_violations(episodes, max_risk=max_risk, delta=delta)
+    share = f"{violations / episodes:.3f} ({violations / episodes / max_risk:.2f} x `max_risk`)"
+    if passing < 0:
+        return f"{text}: on {episodes} episodes no count of violations passes the test"
+    return (
+        f"{text}: on {episodes} episodes a rung passes with at most {passing} violating "
+        f"({passing / episodes:.3f}, {passing / episodes / max_risk:.2f} x `max_risk`), and "
+        f"its most cautious rung violated in {share} of them"
+    )
+
+
+def passing_violations(episodes: int, *, max_risk: float, delta: float) -> int:
+    """The most violating episodes of `episodes` with which an allowance passes the
+    certificate's test (`fixed_sequence_test`, both looks: as many of the violations as fit in
+    the first half, where the first look refuses all but a few), or -1 when none does."""
+
+    def certified(k: int) -> bool:
+        early = min(k, episodes // 2)
+
+        def outcomes(_: float, first: int, stop: int) -> tuple[int, float]:
+            if first > 0:
+                return k - early, 0.0
+            return (early if stop < episodes else k), 0.0
+
+        test = fixed_sequence_test(
+            [1.0],
+            outcomes,
+            episodes=episodes,
+            max_risk=max_risk,
+            delta=delta,
+            horizon=1,
+            first_seed=0,
+        )
+        return test.certified
+
+    low, high = -1, episodes  # certified(low) holds (or low = -1); certified(high + 1) fails
+    while low < high:
+        middle = (low + high + 1) // 2
+        if certified(middle):
+            low = middle
+        else:
+            high = middle - 1
+    return low
 
 
 def certificate_lines(evaluation: pd.DataFrame, configs: Sequence[dict]) -> list[str]:

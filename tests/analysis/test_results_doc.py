@@ -27,6 +27,7 @@ from src.analysis.results_doc import (
     experiment_dir,
     main,
     md_escape,
+    passing_violations,
     return_ratio,
     shield_comparison,
     write_results_doc,
@@ -148,7 +149,9 @@ def test_page_states_each_shield_runs_certificate(experiment: Path, tmp_path: Pa
         "in the per-run sense stated above.",
         "- `hazard_grid`, `shield` run 1: no certificate: with the most cautious allowance "
         "0.02, 40 of 200 calibration episodes violated within 100 steps (p = 0.97 > delta = "
-        "0.05); the shield deploys that allowance without a guarantee of `max_risk` = 0.1.",
+        "0.05); the shield deploys that allowance without a guarantee of `max_risk` = 0.1: on "
+        "200 episodes a rung passes with at most 12 violating (0.060, 0.60 x `max_risk`), and "
+        "its most cautious rung violated in 0.200 (2.00 x `max_risk`) of them.",
     ]
     # Each certificate is worded as the per-run, unconditional statement of its test, never as
     # holding given that the run was certified.
@@ -168,6 +171,16 @@ def test_page_states_each_shield_runs_certificate(experiment: Path, tmp_path: Pa
     ) in section
     # The section comes after what the run shows and before the figures.
     assert text.index("## What this run shows") < text.index("## Certificates of the shields")
+
+
+def test_the_count_a_rung_passes_with_is_the_certificates_own_test() -> None:
+    # docs/design.md, section 6.3: 12 of 200 and 83 of 1000 at max_risk 0.1; 4 of 200 and 37
+    # of 1000 at 0.05; one episode passes with none.
+    passing = [
+        passing_violations(n, max_risk=risk, delta=0.05)
+        for n, risk in ((200, 0.1), (1000, 0.1), (200, 0.05), (1000, 0.05), (1, 0.05))
+    ]
+    assert passing == [12, 83, 4, 37, -1]
 
 
 def _eval_rows(run: int, certificate: dict | None) -> list[dict]:
