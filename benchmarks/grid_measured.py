@@ -10,8 +10,9 @@ of `benchmarks/paper_grid.py`'s section of BENCHMARKS.md ("Paper grid cost"), pe
 
 - CPU-hours: the sum over the jobs found; per (env, algo) also the mean per run, next to the
   estimate's train + evaluate CPU-hours per run, and the mean CPU time of its training jobs
-  against `ippo`'s on the same env (what a shield's training costs over ippo's). Rendering and the experiment's small jobs
-  (export, aggregate, figures, report, upload) have no benchmark file and are not counted.
+  against `ippo`'s on the same env (what a shield's training costs over ippo's). Rendering and
+  the experiment's small jobs (export, aggregate, figures, report, upload) have no benchmark
+  file and are not counted.
 - A training stopped and resumed (a grid run over several sittings) has one benchmark file, of
   its last attempt: Snakemake writes it when the job ends. Its earlier attempts are counted
   from their logs (`logs/train.<n>.log`, kept by the training, `src.algos.train`): each
