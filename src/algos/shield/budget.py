@@ -344,6 +344,14 @@ class BudgetShield(RiskFilter):
             if len(judged):
                 chosen[judged] = rho(copies, agents, proposed[alone].reshape(-1, 1))[:, 0]
             refused = judged[chosen[judged] > self.allowance]
+            if len(refused) and self.config.common_plan and self.config.plan_refused == "plan":
+                # The predicted joint action is within the allowance here: a refused agent
+                # executes its part of it.
+                c, i = refused // a, refused % a
+                executed[c, i] = start[c, i]
+                chosen[refused] = rho(c, i, start[c, i].reshape(-1, 1))[:, 0]
+                fallback[refused] = chosen[refused] > self.allowance
+                refused = refused[:0]
             if len(refused):
                 c, i = refused // a, refused % a
                 rows = np.arange(len(refused))
