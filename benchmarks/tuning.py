@@ -146,18 +146,6 @@ GROUPS: dict[str, Variants] = {
             ("ippo_lag", {"ent_coef": 0.0, "risk_target_ratio": 0.9}),
         ],
     },
-    # The decentralised shield with the common plan: an agent whose own proposal is refused
-    # where the predicted joint action is within the allowance executes its part of that joint
-    # action (`plan_refused: plan`), against its most likely own action of acceptable excess
-    # risk (as configured).
-    "shield_dec_refused": {
-        env: [
-            ("ippo", {}),
-            ("shield_dec", {}),
-            ("shield_dec", {"plan_refused": "plan"}),
-        ]
-        for env in ("hazard_grid", "intersection")
-    },
     # The decentralised shield's common plan (ShieldConfig.common_plan, as configured) against
     # each agent deciding alone, at the default experiment's scale (measured at the risk
     # horizon of 10 that config/config.yaml then gave shield_dec).

@@ -107,7 +107,7 @@ class ShieldConfig(Section):
         "om_version",
         "shield_version",
     )
-    RECORDED_IF_SET: ClassVar[tuple[str, ...]] = ("common_plan", "plan_refused")
+    RECORDED_IF_SET: ClassVar[tuple[str, ...]] = ("common_plan",)
     RULES: ClassVar[Mapping[str, Callable[[str, Any], Any]]] = {
         "ensemble_size": _positive_int,
         "wm_hidden": check_int_tuple,
@@ -132,7 +132,6 @@ class ShieldConfig(Section):
         "coordination": partial(check_choice, choices=COORDINATIONS),
         "opponent_samples": partial(check_int, low=1, high=100_000),
         "common_plan": check_bool,
-        "plan_refused": partial(check_choice, choices=("excess", "plan")),
         "adapt_rate": partial(check_float, low=0.0, open_low=False),
         "calibration_episodes": partial(check_int, low=0, high=1_000_000),
         "calibration_seed_offset": partial(check_int, low=0, high=SEED_MAX),
@@ -238,11 +237,6 @@ class ShieldConfig(Section):
     agent executes its part of the common plan, the descent on the risk from that joint
     action, which every agent computes alike from the joint observation it knows (no
     coordinator); elsewhere each agent decides alone."""
-    plan_refused: str = "excess"
-    """With `common_plan`, where the predicted joint action is within the allowance: what an
-    agent whose own proposal is beyond it executes. `excess`: its most likely own action whose
-    risk exceeds its safest own action's by at most the allowance; `plan`: its part of the
-    predicted joint action (the common plan there)."""
     adapt_rate: float = 0.1
     """Step of the log-allowance per finished training episode after arming,
     log a += adapt_rate * (max_risk - violated), violated: within the constraint horizon
@@ -276,8 +270,6 @@ class ShieldConfig(Section):
             del out["candidates"]
         if not out["common_plan"]:
             del out["common_plan"]
-        if out["plan_refused"] == "excess":
-            del out["plan_refused"]
         return out
 
     def check_box(self) -> None:
@@ -313,8 +305,6 @@ class ShieldConfig(Section):
                 "false unless the shield is decentralised (shield_dec) on Discrete actions, "
                 "the only shield that reads it",
             )
-        if self.plan_refused != "excess" and not self.common_plan:
-            raise fail("plan_refused", self.plan_refused, "'excess' unless common_plan is set")
         if box:
             self.check_box()
             return

@@ -281,12 +281,15 @@ class BudgetShield(RiskFilter):
     ) -> tuple[np.ndarray, np.ndarray, int]:
         """`coordination: decentralised`: each agent's shield on its own (`decentral`).
 
-        Agent i's action b is allowed when the risk it adds over agent i's safest action,
-        rho_i(s, b) - min_b' rho_i(s, b'), is within the allowance (the others' share of the
-        risk is not agent i's to offset). The proposal is kept when allowed (at once when
-        rho_i(s, proposal) itself is within the allowance); otherwise the agent takes its most
-        likely allowed action (its policy's probability), which its safest action always is.
-        The decision's risk q is the largest rho_i of the executed actions over the agents.
+        A proposal whose rho_i(s, proposal) is within the allowance is kept. Otherwise, with
+        `common_plan`, the agent executes its part of the common plan: the joint action the
+        opponent model predicts where that is within the allowance, else the descent on q from
+        it. Without the plan, agent i's action b is allowed when the risk it adds over agent
+        i's safest action, rho_i(s, b) - min_b' rho_i(s, b'), is within the allowance (the
+        others' share of the risk is not agent i's to offset); the proposal is kept when
+        allowed, otherwise the agent takes its most likely allowed action (its policy's
+        probability), which its safest action always is. The decision's risk q is the largest
+        rho_i of the executed actions over the agents.
         """
         e, a = proposed.shape
         n = self.n_actions
@@ -344,15 +347,14 @@ class BudgetShield(RiskFilter):
             if len(judged):
                 chosen[judged] = rho(copies, agents, proposed[alone].reshape(-1, 1))[:, 0]
             refused = judged[chosen[judged] > self.allowance]
-            if len(refused) and self.config.common_plan and self.config.plan_refused == "plan":
+            if len(refused) and self.config.common_plan:
                 # The predicted joint action is within the allowance here: a refused agent
-                # executes its part of it.
+                # executes its part of it, the common plan where the plan is that action.
                 c, i = refused // a, refused % a
                 executed[c, i] = start[c, i]
                 chosen[refused] = rho(c, i, start[c, i].reshape(-1, 1))[:, 0]
                 fallback[refused] = chosen[refused] > self.allowance
-                refused = refused[:0]
-            if len(refused):
+            elif len(refused):
                 c, i = refused // a, refused % a
                 rows = np.arange(len(refused))
                 own = (proposed[c, i][:, None] + np.arange(1, n)) % n  # [R, n - 1]

@@ -184,7 +184,7 @@ def test_each_agent_keeps_a_proposal_within_the_allowance_else_its_likeliest_all
     assert ((taken > allowance) & (executed == proposed)).any()
 
 
-def test_where_the_predicted_joint_action_is_risky_the_team_executes_the_common_plan():
+def test_the_common_plan_is_the_predicted_joint_action_or_the_descent_from_it():
     copies = 300
     env = _env(copies)
     oracle = ExactQ(env)
@@ -203,10 +203,21 @@ def test_where_the_predicted_joint_action_is_risky_the_team_executes_the_common_
     for proposed in (rng.integers(0, N_ACTIONS, size=(copies, N_AGENTS)) for _ in range(2)):
         alone.reset(copies, 0)
         plan.reset(copies, 0)
-        expected, _ = alone.filter(obs, proposed, logits, steps)
+        without, _ = alone.filter(obs, proposed, logits, steps)
         executed, _ = plan.filter(obs, proposed, logits, steps)
-        # Elsewhere each agent decides alone, as without the plan.
+        # Elsewhere, where the predicted joint action is within the allowance, an agent keeps
+        # a proposal whose expected risk is within it and otherwise executes its part of the
+        # predicted joint action, not its likeliest action of acceptable excess risk.
+        p = (1 - plan.opponent_weight) * model.double().numpy() + plan.opponent_weight / N_ACTIONS
+        rho = _by_hand(oracle, obs, p)
+        own = np.take_along_axis(rho, proposed[:, :, None], axis=2)[:, :, 0]
+        expected = np.where(own <= plan.allowance, proposed, start)
         np.testing.assert_array_equal(executed[~risky], expected[~risky])
+        taken = np.take_along_axis(rho, expected[:, :, None], axis=2)[:, :, 0].max(axis=1)
+        np.testing.assert_allclose(plan.last.raw[~risky], taken[~risky], atol=1e-6)
+        kept = own <= plan.allowance
+        assert (~kept[~risky]).any() and kept[~risky].any()  # both cases are exercised
+        assert (executed[~risky] != without[~risky]).any()  # the rule differs from deciding alone
         runs.append((executed, plan.last))
     (first, last), (second, _) = runs
     # The plan is the agents' common knowledge: whatever they propose, the same joint action.
