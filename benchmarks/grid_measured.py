@@ -135,14 +135,16 @@ def earlier_attempts(folder: Path, logs: Path) -> list[tuple[float, float]]:
             if (match := ATTEMPT_LOG.fullmatch(entry.name))
         )
     for _, name in names:
+        first = last = None  # the first and the latest timestamp read
         with open_regular(folder, logs / name, limit=LOG_BYTES) as handle:
-            stamps = [m.group(1) for line in handle if (m := STAMP.match(line))]
-        if not stamps:
+            for line in handle:
+                if match := STAMP.match(line):
+                    last = match.group(1)
+                    first = first or last
+        if first is None or last is None:
             raise ValueError(f"{folder / logs / name}: no timestamped line in this attempt log")
-        first, last = (
-            datetime.fromisoformat(stamp.decode()).timestamp() for stamp in (stamps[0], stamps[-1])
-        )
-        spans.append((first, last))
+        start, end = (datetime.fromisoformat(s.decode()).timestamp() for s in (first, last))
+        spans.append((start, end))
     return spans
 
 
