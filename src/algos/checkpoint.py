@@ -16,10 +16,12 @@ that. A kill at any point therefore leaves either the
 previous complete checkpoint or the new one, never a half-written one that would be loaded.
 
 A checkpoint resumes only the run that wrote it: `complete.json` holds the run's fingerprint
-(`run_fingerprint`: its config and the code that trains it, the `src` package and the modules
-of a task or algorithm given by import path), and `train_run` starts afresh from a checkpoint
-with another fingerprint (or none), so a run resumed after the code or the config changed never
-mixes updates of two versions.
+(`run_fingerprint`: its config and the code that trains it, `training_code`: the import
+closure of `src.algos.train` with the run's own algorithm and task, built-in or given by import
+path, the files the workflow's train job reruns on), and `train_run` starts afresh from a
+checkpoint with another fingerprint (or none), so a run resumed after the code or the config
+changed never mixes updates of two versions, while an edit the training never imports (a
+figure, the summary, another algorithm) leaves part-way trainings resumable.
 
 The checkpoint folder lies inside the run folder and is deleted and re-created there, so
 every path of it goes through `src.containment`: a `checkpoint` that is a symlink (to a folder
@@ -32,10 +34,8 @@ from __future__ import annotations
 import contextlib
 import functools
 import hashlib
-import importlib.util
 import json
 import re
-from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -57,6 +57,7 @@ __all__ = [
     "run_fingerprint",
     "save_checkpoint",
     "split_state",
+    "training_code",
 ]
 
 _NAME = re.compile(r"^update-(\d{6,})$")
@@ -133,12 +134,14 @@ def join_state(tree: Any, tensors: dict[str, Any], arrays: dict[str, np.ndarray]
 
 
 _SOURCE = Path(__file__).resolve().parents[1]
-"""The `src` package: the code every run trains with."""
+"""The `src` package."""
 
 
-def _hash_files(paths: list[Path], digest: Any, base: Path | None = None) -> None:
+def _hash_files(paths: list[Path], digest: Any, base: Path) -> None:
+    """Add each file's name (its path under `base`, or its absolute path outside) and its
+    content's SHA-256 to `digest`."""
     for path in paths:
-        name = path.relative_to(base).as_posix() if base is not None else str(path)
+        name = path.relative_to(base).as_posix() if path.is_relative_to(base) else str(path)
         digest.update(name.encode())
         digest.update(hashlib.sha256(path.read_bytes()).digest())
 
@@ -151,28 +154,32 @@ def code_fingerprint() -> str:
     return digest.hexdigest()
 
 
-def _entries(value: Any) -> Iterator[str]:
-    """The import paths `module:attribute` in a run config's `custom` entry."""
-    if isinstance(value, str):
-        yield value
-    elif isinstance(value, Mapping):
-        for item in value.values():
-            yield from _entries(item)
+def training_code(config: Any) -> list[Path]:
+    """The files of the code that trains a run (`RunConfig`, or its flat form): the import
+    closure of `src.algos.train` with the modules of the run's algorithm and task (a built-in
+    algorithm's own module, the user's task or algorithm given by import path and what they
+    import), as `src.code_inputs.job_code` lists them for the workflow's train job."""
+    from src.code_inputs import job_code  # here: code_inputs imports the algorithm registry
+
+    flat = dict(config.to_dict() if hasattr(config, "to_dict") else config)
+    env, algo, custom = str(flat["env_name"]), str(flat["algo"]), flat.get("custom", {})
+    _, files = job_code(
+        _SOURCE / "algos" / "train.py",
+        envs={env: custom["env"]} if "env" in custom else {},
+        algos={algo: custom["algo"]} if "algo" in custom else {},
+        env=env,
+        algo=algo,
+    )
+    return files
 
 
 def run_fingerprint(config: Any) -> str:
     """SHA-256 of what a run's numbers depend on: its config in flat form (`RunConfig.to_dict`,
-    or a mapping of it), the `src` package, and the source files of the modules its `custom`
-    entry names (a task or algorithm given by import path)."""
+    or a mapping of it) and the code that trains it (`training_code`; files inside the
+    repository by their path in it, the user's elsewhere by their absolute path)."""
     flat = dict(config.to_dict() if hasattr(config, "to_dict") else config)
     digest = hashlib.sha256(json.dumps(flat, sort_keys=True, default=str).encode())
-    digest.update(code_fingerprint().encode())
-    modules = sorted({entry.split(":", 1)[0] for entry in _entries(flat.get("custom", {}))})
-    for module in modules:
-        spec = importlib.util.find_spec(module)
-        origin = Path(spec.origin) if spec is not None and spec.origin else None
-        if origin is not None and origin.is_file():
-            _hash_files([origin], digest)
+    _hash_files(training_code(flat), digest, _SOURCE.parent)
     return digest.hexdigest()
 
 

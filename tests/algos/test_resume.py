@@ -163,11 +163,33 @@ def test_a_checkpoint_of_another_config_or_code_is_not_resumed(tmp_path, monkeyp
     assert load_from_file(reference, "history.json") == load_from_file(stale, "history.json")
 
 
-def test_the_fingerprint_follows_the_config_and_the_code(monkeypatch):
+def test_the_fingerprint_follows_the_config_and_the_code(monkeypatch, tmp_path):
     config = RunConfig.from_dict(toy_config())
     first = run_fingerprint(config)
     assert run_fingerprint(config.to_dict()) == first  # the flat form is the same run
     changed = RunConfig.from_dict({**toy_config(), "learning_rate": 1e-2})
     assert run_fingerprint(changed) != first
-    monkeypatch.setattr(checkpoint_module, "code_fingerprint", lambda: "edited")
-    assert run_fingerprint(config) != first
+    # The code: an edit to any file of the training's code changes it.
+    code = checkpoint_module.training_code(config)
+    module = tmp_path / "module.py"
+    module.write_text("x = 1\n")
+    monkeypatch.setattr(checkpoint_module, "training_code", lambda config: [*code, module])
+    before = run_fingerprint(config)
+    assert before != first
+    module.write_text("x = 2\n")
+    assert run_fingerprint(config) != before
+
+
+def test_the_training_code_is_what_the_run_imports():
+    """A run's training code holds its own algorithm's modules and not what the training
+    never imports (the reports, another algorithm), so editing those resumes part-way runs."""
+    root = Path(checkpoint_module.__file__).resolve().parents[2]
+
+    def names(algo: str) -> set[str]:
+        config = RunConfig.from_dict(toy_config(algo=algo))
+        return {p.relative_to(root).as_posix() for p in checkpoint_module.training_code(config)}
+
+    ippo, shield = names("ippo"), names("shield_dec")
+    assert {"src/algos/train.py", "src/algos/ippo.py", "src/algos/checkpoint.py"} <= ippo
+    assert "src/algos/shield/budget.py" in shield and "src/algos/shield/budget.py" not in ippo
+    assert not any(name.startswith("src/analysis/") for name in ippo | shield)
