@@ -474,12 +474,16 @@ def _with_adjusted(comparison: Comparison, p: float) -> Comparison:
 @dataclass(frozen=True)
 class CertificateFamily:
     """The certificates of an experiment taken together: one per shielded run that tested an
-    allowance, each at its run's delta."""
+    allowance, each at the level its run tested at."""
 
     runs: tuple[str, ...]
     """`env/algo/run{r}` of every run with a certificate attempt."""
     deltas: tuple[float, ...]
-    """Each run's delta (`shield_credible_delta` of its config), in the order of `runs`."""
+    """The level each run's certificate tested at (`shield_credible_delta` /
+    `certificate_family` of its config), in the order of `runs`."""
+    target: float = 0.05
+    """The experiment's delta (the largest `shield_credible_delta` of its runs): the joint
+    statement the configs ask for is at 1 - target."""
 
     @property
     def joint(self) -> float:
@@ -489,18 +493,24 @@ class CertificateFamily:
         return round(1.0 - float(sum(self.deltas)), 12) + 0.0  # + 0.0: no "-0"
 
     def statement(self) -> str:
-        """The family statement in words, with the per-run delta a joint statement needs.
+        """The family statement in words, and how to make it joint at 1 - target where it is
+        not.
 
         >>> print(CertificateFamily(runs=("a", "b", "c"), deltas=(0.05,) * 3).statement())
         ... # doctest: +NORMALIZE_WHITESPACE
         The experiment's 3 certificates (its 3 shielded runs that tested an allowance) all
         hold together with probability >= 1 - 3 × 0.05 = 0.85 (Bonferroni); a joint
-        statement at 1 - 0.05 needs `shield_credible_delta` = 0.05 / 3 = 0.0167 in every run.
+        statement at 1 - 0.05 needs `joint_certificates: true` in the workflow config (each
+        run then tests at 0.05 / 3 = 0.0167).
+        >>> print(CertificateFamily(runs=("a", "b"), deltas=(0.025,) * 2).statement())
+        ... # doctest: +NORMALIZE_WHITESPACE
+        The experiment's 2 certificates (its 2 shielded runs that tested an allowance) all
+        hold together with probability >= 1 - 2 × 0.025 = 0.95 (Bonferroni: each run tested
+        at 0.05 / 2, `joint_certificates`).
         """
         count = len(self.runs)
-        target = max(self.deltas)
         if len(set(self.deltas)) == 1:
-            bound = f"1 - {count} × {target:g} = {self.joint:.3g}"
+            bound = f"1 - {count} × {self.deltas[0]:g} = {self.joint:.3g}"
         else:
             bound = f"1 - ({' + '.join(f'{d:g}' for d in self.deltas)}) = {self.joint:.3g}"
         if count == 1:
@@ -508,12 +518,20 @@ class CertificateFamily:
                 f"The experiment has one certificate ({self.runs[0]}): it holds with "
                 f"probability >= {bound}, its own statement."
             )
+        head = (
+            f"The experiment's {count} certificates (its {count} shielded runs that tested an "
+            f"allowance) all hold together with probability >= {bound}"
+        )
+        if self.joint >= 1.0 - self.target - 1e-12:
+            return (
+                f"{head} (Bonferroni: each run tested at {self.target:g} / {count}, "
+                "`joint_certificates`)."
+            )
         nothing = ", which promises nothing jointly" if self.joint <= 0 else ""
         return (
-            f"The experiment's {count} certificates (its {count} shielded runs that tested an "
-            f"allowance) all hold together with probability >= {bound} (Bonferroni){nothing}; "
-            f"a joint statement at 1 - {target:g} needs `shield_credible_delta` = "
-            f"{target:g} / {count} = {target / count:.3g} in every run."
+            f"{head} (Bonferroni){nothing}; a joint statement at 1 - {self.target:g} needs "
+            f"`joint_certificates: true` in the workflow config (each run then tests at "
+            f"{self.target:g} / {count} = {self.target / count:.3g})."
         )
 
 
@@ -521,9 +539,9 @@ def certificate_family(
     evaluation: pd.DataFrame, configs: Sequence[Mapping[str, Any]]
 ) -> CertificateFamily | None:
     """The experiment's certificate attempts: every run whose eval rows carry a certificate
-    that tested an allowance (`cert_episodes` > 0), with the delta of its config
-    (`shield_credible_delta`; the certificate's `cert_delta` for a config without it). None
-    when no run attempted one.
+    that tested an allowance (`cert_episodes` > 0), with the level it tested at (its config's
+    `shield_credible_delta` / `certificate_family`; the certificate's `cert_delta` for a
+    config without it). None when no run attempted one.
     """
     needed = {"env", "algo", "run", "certified", "cert_episodes", "cert_delta"}
     if evaluation.empty or not needed <= set(evaluation.columns):
@@ -532,14 +550,20 @@ def certificate_family(
     by_run = {(str(c["env_name"]), str(c["algo"]), int(c["run_idx"])): c for c in configs}
     runs: list[str] = []
     deltas: list[float] = []
+    targets: list[float] = []
     for (env, algo, run), group in rows.groupby(["env", "algo", "run"], sort=True):
         first = group.iloc[0]
         if pd.isna(first["cert_episodes"]) or int(first["cert_episodes"]) == 0:
             continue
         config = by_run.get((str(env), str(algo), int(run)), {})
-        delta = config.get("shield_credible_delta", first["cert_delta"])
+        if "shield_credible_delta" in config:
+            shared = int(config.get("algo_params", {}).get("certificate_family", 1))
+            targets.append(float(config["shield_credible_delta"]))
+            deltas.append(targets[-1] / shared)
+        else:
+            deltas.append(float(first["cert_delta"]))
+            targets.append(deltas[-1])
         runs.append(f"{env}/{algo}/run{run}")
-        deltas.append(float(delta))
     if not runs:
         return None
-    return CertificateFamily(runs=tuple(runs), deltas=tuple(deltas))
+    return CertificateFamily(runs=tuple(runs), deltas=tuple(deltas), target=max(targets))

@@ -868,7 +868,8 @@ def write_results_doc(
             "the shield deploys the last that passed (fixed-sequence testing, "
             "`src/algos/shield/calibration.py`). Each run's certificate is a per-run, "
             f"unconditional statement about its test: {statement} (H = the constraint "
-            "horizon, delta = `shield_credible_delta` from the run's config). It is not a "
+            "horizon, delta = the level it tested at, `shield_credible_delta` / "
+            "`certificate_family` from the run's config). It is not a "
             "probability that a run which was certified meets `max_risk`, and the summary's "
             '"x/y runs certified" is a count of the runs that passed, not a joint claim; the '
             "evaluation above measures every deployed policy again on other episodes.",

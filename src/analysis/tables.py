@@ -552,7 +552,8 @@ def _notes(frame: pd.DataFrame, family: CertificateFamily | None = None) -> list
             "the fixed-sequence binomial test that ends its training, on calibration episodes "
             "in the real env that nothing else uses: a count, not a joint claim. Each run's "
             f"certificate is a per-run, unconditional statement: {statement} (H = the "
-            "constraint horizon, delta = the run's shield_credible_delta); it is not a "
+            "constraint horizon, delta = the run's shield_credible_delta / certificate_family, "
+            "the level it tested at); it is not a "
             "probability that a run which was certified meets max_risk. Not tested: the "
             "shield ran no calibration episodes."
         )

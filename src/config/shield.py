@@ -107,7 +107,7 @@ class ShieldConfig(Section):
         "om_version",
         "shield_version",
     )
-    RECORDED_IF_SET: ClassVar[tuple[str, ...]] = ("common_plan",)
+    RECORDED_IF_SET: ClassVar[tuple[str, ...]] = ("common_plan", "certificate_family")
     RULES: ClassVar[Mapping[str, Callable[[str, Any], Any]]] = {
         "ensemble_size": _positive_int,
         "wm_hidden": check_int_tuple,
@@ -136,6 +136,7 @@ class ShieldConfig(Section):
         "calibration_episodes": partial(check_int, low=0, high=1_000_000),
         "calibration_seed_offset": partial(check_int, low=0, high=SEED_MAX),
         "certify_multiples": _multiples,
+        "certificate_family": partial(check_int, low=1, high=1_000_000),
         "candidates": partial(check_int, low=1, high=10_000),
     }
 
@@ -253,6 +254,13 @@ class ShieldConfig(Section):
     allowance training settled at (its geometric mean over the second half of the armed
     updates)."""
 
+    certificate_family: int = 1
+    """The number of certificates that share `shield_credible_delta`: the certificate tests at
+    delta / certificate_family (`certificate_delta`), so that the experiment's certificates
+    all hold together with probability >= 1 - delta (Bonferroni). The workflow sets it to its
+    number of certificates where the config asks for `joint_certificates`; 1: each
+    certificate holds on its own at 1 - delta."""
+
     candidates: int = DEFAULT_CANDIDATES
     """Box actions: joint actions the central shield samples from the agents' Gaussian
     policies per refused proposal (besides the proposal and the cross-entropy search's
@@ -282,6 +290,11 @@ class ShieldConfig(Section):
                 "'executed' on Box actions (the shield judges sampled candidate joint actions "
                 "there, not enumerated ones)",
             )
+
+    @property
+    def certificate_delta(self) -> float:
+        """The level the certificate tests at: delta / `certificate_family`."""
+        return self.shield_credible_delta / self.certificate_family
 
     def calibration_seeds(self, run_idx: int) -> range:
         """Reset seeds of run `run_idx`'s calibration episodes."""

@@ -44,6 +44,7 @@ from src.config.base import (
     check_optional_value,
 )
 from src.config.run import SECTIONS, RunConfig
+from src.config.shield import ShieldConfig
 from src.custom import (
     ComponentError,
     EnvEntry,
@@ -585,6 +586,15 @@ def resolve_run_config(
     }
     if "constraint_horizon" not in base:
         flat["constraint_horizon"] = episode_cap(workflow_config, env)
+    if workflow_config.get("joint_certificates") and algo in certificate_algos(workflow_config):
+        if "certificate_family" in flat["algo_params"]:
+            raise WorkflowConfigError(
+                f"config key 'algo_params.{algo}.certificate_family' = "
+                f"{_one_line(flat['algo_params']['certificate_family'])}: "
+                "`joint_certificates: true` sets it (to the experiment's number of "
+                "certificates); remove one of the two"
+            )
+        flat["algo_params"]["certificate_family"] = certificate_count(workflow_config)
     custom = recorded_entries(env, algo)
     if custom:
         flat["custom"] = custom
@@ -593,6 +603,27 @@ def resolve_run_config(
     except ConfigError as error:
         message = _workflow_message(str(error), workflow_config, env, algo)
         raise WorkflowConfigError(message) from None
+
+
+def certificate_algos(workflow_config: Mapping[str, Any]) -> list[str]:
+    """The config's shielded algorithms whose runs test an allowance (`calibration_episodes`
+    > 0 in their algo_params, or by the shield's default)."""
+    from src.algos.registry import get_algorithm
+
+    default = ShieldConfig.calibration_episodes
+    return [
+        algo
+        for algo in workflow_config["algos"]
+        if get_algorithm(algo).shielded
+        and workflow_config["algo_params"].get(algo, {}).get("calibration_episodes", default) > 0
+    ]
+
+
+def certificate_count(workflow_config: Mapping[str, Any]) -> int:
+    """The experiment's certificates: one per run of `certificate_algos` on every env, the N
+    that `joint_certificates` shares `shield_credible_delta` between."""
+    envs, runs = len(workflow_config["envs"]), workflow_config["num_runs"]
+    return len(certificate_algos(workflow_config)) * envs * runs
 
 
 def iter_runs(workflow_config: Mapping[str, Any]) -> Iterator[tuple[str, str, int]]:

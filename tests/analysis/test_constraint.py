@@ -258,13 +258,21 @@ def test_the_family_of_certificates_is_bonferroni_over_the_attempts() -> None:
     ]
     configs = [{**offset_config("shield", r), "shield_credible_delta": 0.05} for r in range(4)]
     family = certificate_family(pd.DataFrame(rows), configs)
-    assert family == CertificateFamily(
-        runs=("grid/shield/run0", "grid/shield/run1", "grid/shield/run3"), deltas=(0.05,) * 3
-    )
+    runs = ("grid/shield/run0", "grid/shield/run1", "grid/shield/run3")
+    assert family == CertificateFamily(runs=runs, deltas=(0.05,) * 3, target=0.05)
     assert family.joint == pytest.approx(0.85)
     text = family.statement()
     assert "all hold together with probability >= 1 - 3 × 0.05 = 0.85 (Bonferroni)" in text
-    assert "`shield_credible_delta` = 0.05 / 3 = 0.0167 in every run" in text
+    assert "needs `joint_certificates: true` in the workflow config" in text
+    assert "each run then tests at 0.05 / 3 = 0.0167" in text
+    # With `joint_certificates` each run tested at 0.05 / 3: together at 0.95.
+    shared = [{**c, "algo_params": {"certificate_family": 3}} for c in configs]
+    joint = certificate_family(pd.DataFrame(rows), shared)
+    assert joint is not None and joint.deltas == pytest.approx((0.05 / 3,) * 3)
+    assert joint.joint == pytest.approx(0.95) and joint.target == 0.05
+    assert "= 0.95 (Bonferroni: each run tested at 0.05 / 3, `joint_certificates`)." in (
+        joint.statement()
+    )
     # Twenty attempts at 0.05 promise nothing together.
     many = CertificateFamily(runs=tuple(map(str, range(20))), deltas=(0.05,) * 20)
     assert "= 0 (Bonferroni), which promises nothing jointly" in many.statement()

@@ -159,15 +159,16 @@ def test_page_states_each_shield_runs_certificate(experiment: Path, tmp_path: Pa
         "Each run's certificate is a per-run, unconditional statement about its test: with "
         "probability >= 1 - delta over its calibration episodes, the test does not certify an "
         "allowance whose P(violation within H steps of an episode, reset seeds drawn like the "
-        "calibration ones) exceeds `max_risk` (H = the constraint horizon, delta = "
-        "`shield_credible_delta` from the run's config)."
+        "calibration ones) exceeds `max_risk` (H = the constraint horizon, delta = the level it "
+        "tested at, `shield_credible_delta` / `certificate_family` from the run's config)."
     ) in section
     assert "holds with confidence" not in text and "A certified run's deployed policy" not in text
     # Both runs tested an allowance at delta 0.05: together at least 1 - 2 x 0.05 = 0.9.
     assert (
         "The experiment's 2 certificates (its 2 shielded runs that tested an allowance) all "
         "hold together with probability >= 1 - 2 × 0.05 = 0.9 (Bonferroni); a joint statement "
-        "at 1 - 0.05 needs `shield_credible_delta` = 0.05 / 2 = 0.025 in every run."
+        "at 1 - 0.05 needs `joint_certificates: true` in the workflow config (each run then "
+        "tests at 0.05 / 2 = 0.025)."
     ) in section
     # The section comes after what the run shows and before the figures.
     assert text.index("## What this run shows") < text.index("## Certificates of the shields")

@@ -292,7 +292,9 @@ def test_make_summary_states_the_certificates(tmp_path: Path) -> None:
     assert f"| {cell} |" in markdown
     # The two certificates together, from the configs' shield_credible_delta (0.05 each).
     assert "all hold together with probability >= 1 - 2 × 0.05 = 0.9 (Bonferroni)" in markdown
-    assert "`shield_credible_delta` = 0.05 / 2 = 0.025 in every run" in markdown
+    assert "`joint_certificates: true` in the workflow config (each run then tests at 0.05 / 2" in (
+        markdown
+    )
     latex = (tmp_path / "tables" / "summary.tex").read_text()
     assert "2/2 runs certified (each its own test: $\\leq$ 0.1 at delta = 0.05)" in latex
 

@@ -354,6 +354,36 @@ def test_a_knob_no_shield_decides_by_is_refused_off_its_default_whatever_runs(
     check_workflow_config(config, check_components=False)
 
 
+def test_joint_certificates_share_delta_between_the_runs_that_test_an_allowance() -> None:
+    """Two runs of shield and shield_dec (2 x 2 certificates; ippo has none): each shielded
+    run tests at delta / 4, ippo's config is untouched, and a calibration-free algorithm adds
+    no certificate; off by default; an explicit certificate_family with it is refused."""
+    config = _shielded(shield_patience=4)
+    config["algos"] = ["ippo", "shield", "shield_dec"]
+    config["joint_certificates"] = True
+    check_workflow_config(config, check_components=False)
+    for algo in ("shield", "shield_dec"):
+        run = resolve_run_config(config, "hazard_grid", algo, 1)
+        assert run.shield.certificate_family == 4
+        assert run.shield.certificate_delta == pytest.approx(0.05 / 4)
+    assert (
+        "certificate_family" not in resolve_run_config(config, "hazard_grid", "ippo", 0).algo_params
+    )
+    config["algo_params"] = {"shield_dec": {"calibration_episodes": 0}}
+    assert resolve_run_config(config, "hazard_grid", "shield", 0).shield.certificate_family == 2
+    plain = check_workflow_config(_shielded(shield_patience=4), check_components=False)
+    assert resolve_run_config(plain, "hazard_grid", "shield", 0).shield.certificate_family == 1
+    config["algo_params"] = {"shield": {"certificate_family": 3}}
+    with pytest.raises(
+        WorkflowConfigError,
+        match=re.escape(
+            "config key 'algo_params.shield.certificate_family' = 3: `joint_certificates: true` "
+            "sets it (to the experiment's number of certificates); remove one of the two"
+        ),
+    ):
+        check_workflow_config(config, check_components=False)
+
+
 def test_a_knob_some_run_reads_is_kept() -> None:
     """shield_dec reads the opponent mode; defaults pass; an experiment without shields keeps
     its shield keys for later."""

@@ -276,7 +276,7 @@ class ShieldedIPPO(IPPO):
         test = partial(
             fixed_sequence_test,
             max_risk=cfg.max_risk,
-            delta=cfg.shield_credible_delta,
+            delta=cfg.certificate_delta,
             horizon=self.constraint_horizon,
             first_seed=seeds.start,
         )
@@ -286,7 +286,7 @@ class ShieldedIPPO(IPPO):
                 certified=False,
                 allowance=anchor,
                 max_risk=cfg.max_risk,
-                delta=cfg.shield_credible_delta,
+                delta=cfg.certificate_delta,
                 horizon=self.constraint_horizon,
                 episodes=0,
                 violations=-1,

@@ -177,11 +177,12 @@ def scripted_violations(seed: int, allowance: float) -> tuple[int, ...]:
 
 
 def scripted_calibration_config(
-    *, run_idx: int = 0, updates: int = 1, constraint_horizon: int = 100
+    *, run_idx: int = 0, updates: int = 1, constraint_horizon: int = 100, family: int = 1
 ) -> dict[str, Any]:
     """A shield run on the toy grid whose certificate tests the allowances 0.02, 0.04 and
-    0.08 (max_risk 0.5 held by adapt_rate 0, times certify_multiples) with delta 0.4 on 8
-    calibration episodes from `CALIBRATION_SEED_OFFSET`, over `constraint_horizon` steps."""
+    0.08 (max_risk 0.5 held by adapt_rate 0, times certify_multiples) with delta 0.4 (shared
+    by `family` certificates) on 8 calibration episodes from `CALIBRATION_SEED_OFFSET`, over
+    `constraint_horizon` steps."""
     from src.config.run import make_run_config
 
     return make_run_config(
@@ -208,6 +209,7 @@ def scripted_calibration_config(
             "calibration_episodes": 8,
             "calibration_seed_offset": CALIBRATION_SEED_OFFSET,
             "certify_multiples": [0.04, 0.08, 0.16],
+            **({"certificate_family": family} if family != 1 else {}),
         },
     )
 
@@ -268,7 +270,7 @@ class ScriptedCalibrationEnv:
 
 
 def scripted_calibration_trainer(
-    *, run_idx: int = 0, updates: int = 1, constraint_horizon: int = 100
+    *, run_idx: int = 0, updates: int = 1, constraint_horizon: int = 100, family: int = 1
 ) -> tuple[ShieldedIPPO, list[dict[str, Any]]]:
     """A trainer of `scripted_calibration_config` on a 100-step `GridVectorEnv` whose
     calibration episodes are `ScriptedCalibrationEnv`'s at the shield's allowance, and the
@@ -276,7 +278,7 @@ def scripted_calibration_trainer(
     from src.algos.shield.trainer import ShieldedIPPO
 
     config = scripted_calibration_config(
-        run_idx=run_idx, updates=updates, constraint_horizon=constraint_horizon
+        run_idx=run_idx, updates=updates, constraint_horizon=constraint_horizon, family=family
     )
     trainer = ShieldedIPPO(config, GridVectorEnv(num_envs=2, max_steps=100))
     plays: list[dict[str, Any]] = []

@@ -106,6 +106,23 @@ def test_certify_plays_episodes_of_the_configs_constraint_horizon() -> None:
     assert certificate.horizon == 60 and certificate.violations == 0
 
 
+def test_a_certificate_of_a_family_tests_at_its_share_of_delta() -> None:
+    """Two certificates share delta 0.4: each tests at 0.2, so the first rung's first look
+    (p = 0.3125) no longer decides and it plays all 8 episodes (0 violate, p = 1 / 256 / 0.8);
+    the later rungs' p-values are as at 0.4, and the certificate records 0.2."""
+    trainer, plays = scripted_calibration_trainer(family=2)
+    trainer.updates = list(SETTLED_AT_HALF)
+    certificate = trainer.certify()
+    assert [len(play["seeds"]) for play in plays[:2]] == [4, 4]
+    assert [play["allowance"] for play in plays[:2]] == pytest.approx([0.02, 0.02])
+    tested = certificate.tested
+    assert [(r["episodes"], r["violations"]) for r in tested] == [(8, 0), (8, 2), (8, 3)]
+    assert [r["p_value"] for r in tested] == pytest.approx(
+        [1 / 256 / 0.8, 0.1806640625, 0.4541015625]
+    )
+    assert certificate.delta == pytest.approx(0.2) and certificate.allowance == pytest.approx(0.04)
+
+
 def test_a_constraint_longer_than_the_episode_is_refused() -> None:
     with pytest.raises(ValueError, match="constraint_horizon=101: at most the episode cap"):
         scripted_calibration_trainer(constraint_horizon=101)
