@@ -103,7 +103,7 @@ class SeedUse:
 CHECK_STRIDE = 10_000
 """Seeds per run of a certificate check: run k plays `CERTIFICATE_CHECK.first` + 10,000 k + i."""
 CERTIFICATE_CHECK = SeedUse(
-    "the certificate check (benchmarks/certificate_check.py)", first=34_000_000, stop=35_000_000
+    "the certificate check (benchmarks/certificate_check.py)", first=35_000_000, stop=36_000_000
 )
 """Fresh reset seeds of `benchmarks/certificate_check.py`, for up to 100 runs of at most
 `CHECK_STRIDE` episodes each."""
@@ -122,7 +122,7 @@ RESERVED: tuple[SeedUse, ...] = (
     SeedUse("the ladder's tuning (spent)", first=2_000_000, stop=3_000_000, spent=True),
     TUNING,
     SeedUse("earlier certificate checks (spent)", first=9_000_000, stop=10_000_000, spent=True),
-    SeedUse("earlier certificate checks (spent)", first=30_000_000, stop=34_000_000, spent=True),
+    SeedUse("earlier certificate checks (spent)", first=30_000_000, stop=35_000_000, spent=True),
     SeedUse(
         "the default experiment's calibration at the per-run level (spent)",
         first=22_000_000,
