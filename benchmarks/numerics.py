@@ -57,6 +57,10 @@ REFERENCE_UNKNOWN = {"ippo_lag": ("risk_target_ratio",), "shield_dec": ("common_
 to `max_risk` itself (the target moves, the work of an update does not), and its shield_dec
 has each agent decide alone (with and without the plan a run trains in the same CPU time,
 BENCHMARKS.md, "The decentralised shield's common plan")."""
+REFERENCE_UNKNOWN_KEYS = ("joint_certificates",)
+"""Top-level config keys the reference does not have, left out of its config: its certificates
+each test at `shield_credible_delta` (the level decides only which rung deploys after training;
+training is the same)."""
 
 _TRAIN = """
 import json, sys, time, yaml
@@ -114,8 +118,10 @@ def fingerprints_of(
 def reference_config(config: dict[str, Any]) -> dict[str, Any]:
     """The workflow config `config` (as written) in the names of `REFERENCE`: the same runs,
     trained with that commit's code (`REFERENCE_SHIELD`, `REFERENCE_VERSIONS`,
-    `REFERENCE_UNKNOWN`). `config` is not changed."""
+    `REFERENCE_UNKNOWN`, `REFERENCE_UNKNOWN_KEYS`). `config` is not changed."""
     config = copy.deepcopy(config)
+    for key in REFERENCE_UNKNOWN_KEYS:
+        config.pop(key, None)
     base = config.setdefault("base", {})
     for key, renamed in REFERENCE_VERSIONS.items():
         if key in base:

@@ -66,6 +66,7 @@ def test_the_reference_is_given_the_configured_shield_in_its_own_names() -> None
     expected["base"].update(wm_version="v1", shield_version="v1")
     del expected["algo_params"]["ippo_lag"]  # its only key, risk_target_ratio, is unknown there
     del expected["algo_params"]["shield_dec"]["common_plan"]  # unknown there as well
+    del expected["joint_certificates"]  # so is the workflow's joint_certificates
     for algo in ("shield", "shield_dec"):
         expected["algo_params"][algo]["backup"] = "coordinate"
     assert reference == expected
