@@ -46,7 +46,13 @@ from src.algos.checkpoint import code_fingerprint
 from src.algos.registry import shielded_algos
 from src.algos.train import train_run
 from src.analysis.files import write_text
-from src.config.workflow import SCHEMA_PATH, resolve_run_config, validate_workflow_config
+from src.config.workflow import (
+    SCHEMA_PATH,
+    certificate_algos,
+    certificate_count,
+    resolve_run_config,
+    validate_workflow_config,
+)
 from src.containment import inside, open_regular
 from src.evaluation.evaluate import evaluate_run
 from src.runfiles import RunFiles
@@ -237,8 +243,12 @@ def variant_config(
     config: Mapping[str, Any], env: str, algo: str, params: Mapping[str, Any]
 ) -> dict[str, Any]:
     """The workflow config of one variant: `config` on `env` and `algo` alone, the variant's
-    `params` on top of the algorithm's, training and reset seeds of the tuning."""
+    `params` on top of the algorithm's, training and reset seeds of the tuning; a certificate
+    of `config`'s `joint_certificates` tests at the level it has there (its share of delta
+    among the whole experiment's certificates, not among the variant's)."""
     variant = copy.deepcopy(dict(config))
+    full = {"algo_params": {}, **variant}
+    family = certificate_count(full) if variant.pop("joint_certificates", False) else 0
     variant.update(envs=[env], algos=[algo])
     variant["base"] |= {
         "seed_offset": TRAINING_OFFSET,
@@ -249,6 +259,8 @@ def variant_config(
     extra = {}
     if algo in shielded_algos():
         extra["calibration_seed_offset"] = TUNING.first + CALIBRATION_SHIFT
+    if family and algo in certificate_algos(full):
+        extra["certificate_family"] = family
     own = {k: v for k, v in params.items() if k not in BASE_PARAMS}
     variant["algo_params"] = algo_params | {algo: {**(algo_params.get(algo) or {}), **extra, **own}}
     return variant

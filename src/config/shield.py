@@ -270,14 +270,16 @@ class ShieldConfig(Section):
     (docs/design.md, section 6.3). Discrete actions do not read it."""
 
     def to_dict(self) -> dict[str, Any]:
-        """Every field as plain values, but `candidates` and `common_plan` only off their
-        defaults: the records of a shield that does not read them are what they were before
-        them."""
+        """Every field as plain values, but `candidates`, `common_plan` and
+        `certificate_family` only off their defaults: the records of a shield that does not
+        read them are what they were before them."""
         out = super().to_dict()
         if out["candidates"] == DEFAULT_CANDIDATES:
             del out["candidates"]
         if not out["common_plan"]:
             del out["common_plan"]
+        if out["certificate_family"] == 1:
+            del out["certificate_family"]
         return out
 
     def check_box(self) -> None:

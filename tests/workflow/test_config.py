@@ -218,10 +218,15 @@ TRAINING_SEED = copy_seeds(1001, 4)[2]
         ),
         (2_000_000, "of the ladder's tuning (spent) (2000000..2999999) share seed 2000000"),
         (9_999_999, "of earlier certificate checks (spent) (9000000..9999999) share seed 9999999"),
-        (30_500_000, "of earlier certificate checks (spent) (30000000..32999999)"),
-        (31_500_000, "of earlier certificate checks (spent) (30000000..32999999)"),
-        (32_500_000, "of earlier certificate checks (spent) (30000000..32999999)"),
-        (33_500_000, "of the certificate check (benchmarks/certificate_check.py)"),
+        (30_500_000, "of earlier certificate checks (spent) (30000000..34999999)"),
+        (33_500_000, "of earlier certificate checks (spent) (30000000..34999999)"),
+        (34_500_000, "of earlier certificate checks (spent) (30000000..34999999)"),
+        (35_500_000, "of the certificate check (benchmarks/certificate_check.py)"),
+        (
+            22_000_000,
+            "of the default experiment's calibration at the per-run level (spent) "
+            "(22000000..22999999)",
+        ),
         (40_000_000, "of the hyperparameter tuning (benchmarks/tuning.py, spent)"),
         (2**32 - 300, "must be at most 4294967295"),
     ],
@@ -371,8 +376,17 @@ def test_joint_certificates_share_delta_between_the_runs_that_test_an_allowance(
     )
     config["algo_params"] = {"shield_dec": {"calibration_episodes": 0}}
     assert resolve_run_config(config, "hazard_grid", "shield", 0).shield.certificate_family == 2
+    assert (
+        resolve_run_config(config, "hazard_grid", "shield", 0).shield.to_dict()[
+            "certificate_family"
+        ]
+        == 2
+    )
+    # Off: family 1, in no record (a shield's records are what they were before the option).
     plain = check_workflow_config(_shielded(shield_patience=4), check_components=False)
-    assert resolve_run_config(plain, "hazard_grid", "shield", 0).shield.certificate_family == 1
+    shield = resolve_run_config(plain, "hazard_grid", "shield", 0).shield
+    assert shield.certificate_family == 1 and "certificate_family" not in shield.to_dict()
+    assert "certificate_family" not in shield.tunables()
     config["algo_params"] = {"shield": {"certificate_family": 3}}
     with pytest.raises(
         WorkflowConfigError,
