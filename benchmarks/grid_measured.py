@@ -126,7 +126,8 @@ def job_records(folder: Path, config: Mapping[str, Any]) -> list[dict[str, Any]]
 def earlier_attempts(folder: Path, logs: Path) -> list[tuple[float, float]]:
     """(start, end) in seconds since the epoch of each earlier training attempt whose log is in
     `logs` (relative to `folder`, listed inside it): the first and the last timestamp of its
-    log. A log without a timestamp is an error naming it."""
+    log. An empty log (an attempt stopped before it wrote a line) adds nothing; a log with
+    lines but no timestamp is an error naming it."""
     spans = []
     with os.scandir(inside(folder, logs)) as entries:
         names = sorted(
@@ -136,11 +137,15 @@ def earlier_attempts(folder: Path, logs: Path) -> list[tuple[float, float]]:
         )
     for _, name in names:
         first = last = None  # the first and the latest timestamp read
+        empty = True
         with open_regular(folder, logs / name, limit=LOG_BYTES) as handle:
             for line in handle:
+                empty = False
                 if match := STAMP.match(line):
                     last = match.group(1)
                     first = first or last
+        if empty:
+            continue
         if first is None or last is None:
             raise ValueError(f"{folder / logs / name}: no timestamped line in this attempt log")
         start, end = (datetime.fromisoformat(s.decode()).timestamp() for s in (first, last))

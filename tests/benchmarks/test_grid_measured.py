@@ -170,6 +170,10 @@ def test_an_attempt_log_without_a_timestamp_is_named(tmp_path: Path) -> None:
     log.write_text("no timestamp here\n")
     with pytest.raises(ValueError, match=r"train\.1\.log: no timestamped line"):
         job_records(tmp_path, CONFIG)
+    # An empty log, an attempt stopped before its first line, adds nothing.
+    log.write_text("")
+    (record,) = job_records(tmp_path, CONFIG)
+    assert record["earlier"] == [] and record["cpu_s"] == pytest.approx(1)
 
 
 def test_an_attempt_log_that_links_outside_is_refused(tmp_path: Path) -> None:
