@@ -157,13 +157,15 @@ GROUPS: dict[str, Variants] = {
     # (as CleanRL's MuJoCo PPO does): at the target 1.0 of "mamujoco_lag" the final policies
     # landed at 0.165, 0.160 and 0.205, and the runs of "mamujoco_lag_target" ended far apart,
     # as if the final policy's rate were the phase of a swing between the policy and the
-    # multiplier; with updates that shrink towards the end both should settle. With ippo and
-    # the configured variant beside it, by the same code.
+    # multiplier; with updates that shrink towards the end both should settle. Then the cap of
+    # 2 (0.73x at 0.297 unannealed) annealed. With ippo and the configured variant beside
+    # them, by the same code.
     "mamujoco_lag_anneal": {
         "mamujoco": [
             ("ippo", {}),
             ("ippo_lag", {"ent_coef": 0.0}),
             ("ippo_lag", {"ent_coef": 0.0, "risk_target_ratio": 1.0, "anneal_lr": True}),
+            ("ippo_lag", {"ent_coef": 0.0, "lambda_max": 2.0, "anneal_lr": True}),
         ],
     },
     # The decentralised shield's common plan (ShieldConfig.common_plan, as configured) against
