@@ -264,7 +264,7 @@ def variant_config(
     of `config`'s `joint_certificates` tests at the level it has there (its share of delta
     among the whole experiment's certificates, not among the variant's)."""
     variant = copy.deepcopy(dict(config))
-    full = {"algo_params": {}, **variant}
+    full = {**variant, "algo_params": variant.get("algo_params") or {}}
     family = certificate_count(full) if variant.pop("joint_certificates", False) else 0
     variant.update(envs=[env], algos=[algo])
     variant["base"] |= {

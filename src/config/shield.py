@@ -8,6 +8,7 @@ model sizes and training, calibration and certificate) have defaults and may be 
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
@@ -270,16 +271,14 @@ class ShieldConfig(Section):
     (docs/design.md, section 6.3). Discrete actions do not read it."""
 
     def to_dict(self) -> dict[str, Any]:
-        """Every field as plain values, but `candidates`, `common_plan` and
-        `certificate_family` only off their defaults: the records of a shield that does not
-        read them are what they were before them."""
+        """Every field as plain values, but those of `RECORDED_IF_SET` and `candidates` only
+        off their defaults: the records of a shield that does not read them are what they were
+        before them."""
         out = super().to_dict()
-        if out["candidates"] == DEFAULT_CANDIDATES:
-            del out["candidates"]
-        if not out["common_plan"]:
-            del out["common_plan"]
-        if out["certificate_family"] == 1:
-            del out["certificate_family"]
+        defaults = {f.name: f.default for f in dataclasses.fields(self)}
+        for name in (*self.RECORDED_IF_SET, "candidates"):
+            if out[name] == defaults[name]:
+                del out[name]
         return out
 
     def check_box(self) -> None:
