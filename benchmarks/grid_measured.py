@@ -8,9 +8,12 @@ the job ended), read as regular files inside the results folder only. The estima
 of `benchmarks/paper_grid.py`'s section of BENCHMARKS.md ("Paper grid cost"), per run of each
 (env, algo); a measured cost more than 30% off it is flagged.
 
-- CPU-hours: the sum over the jobs found; per (env, algo) also the mean per run, next to the
-  estimate's train + evaluate CPU-hours per run, and the mean CPU time of its training jobs
-  against `ippo`'s on the same env (what a shield's training costs over ippo's). Rendering and
+- CPU-hours: the sum over the jobs found, as they ran (below); per (env, algo) also the mean
+  per run as one attempt would cost it, next to the estimate's train + evaluate CPU-hours per
+  run, and the mean one-attempt CPU time of its training jobs against `ippo`'s on the same env
+  (what a shield's training costs over ippo's). A resumed training costs as one attempt its
+  last attempt's CPU time scaled to all of its updates, N / (N - k) when that attempt resumed
+  after update k of N (its log, `logs/train.log`, says so). Rendering and
   the experiment's small jobs (export, aggregate, figures, report, upload) have no benchmark
   file and are not counted.
 - A training stopped and resumed (a grid run over several sittings) has one benchmark file, of
@@ -23,14 +26,15 @@ of `benchmarks/paper_grid.py`'s section of BENCHMARKS.md ("Paper grid cost"), pe
   part-way starts again and leaves no record of the stopped attempt; it is not counted.
 - Wall time: the time during which at least one measured job ran (the union of the jobs'
   intervals), so a grid run in several sittings does not count the pauses; and the greedy
-  schedule of the measured jobs on 8 cores (`paper_grid.list_schedule`, evaluation after its
-  training).
-- Resources: per rule, the longest job and the peak memory, the config's `runtime` and `mem_mb`,
-  and the values they are set from: runtime 2x the longest job, memory 1.5x the peak (both
-  rounded up), within the 3x and 2x that the grid's resources may ask. A job's length is its CPU
-  time divided by the config's `threads` for training (one thread: on a core of its own, as a
-  cluster gives it, a job's wall time is its CPU time), not the wall time measured here, which
-  is longer wherever jobs shared cores or the grid was paused.
+  schedule of the measured jobs, each as one attempt, on 8 cores (`paper_grid.list_schedule`,
+  evaluation after its training).
+- Resources: per rule, the longest job (as one attempt where that is known) and the peak
+  memory, the config's `runtime` and `mem_mb`, and the values they are set from: runtime 2x the
+  longest job, memory 1.5x the peak (both rounded up), within the 3x and 2x that the grid's
+  resources may ask. A job's length is its CPU time divided by the config's `threads` for
+  training (one thread: on a core of its own, as a cluster gives it, a job's wall time is its
+  CPU time), not the wall time measured here, which is longer wherever jobs shared cores or
+  the grid was paused.
 
 Run: `python -m benchmarks.grid_measured [--config config/paper.yaml] [--results FOLDER]
 [--write]` (`--write` records the section `grid_measured_{experiment_tag}` in BENCHMARKS.md).
@@ -80,6 +84,8 @@ LOG_BYTES = 256 * 1024**2
 """The largest attempt log read (a full paper run logs about 100 KB)."""
 STAMP = re.compile(rb"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?Z) ")
 """The timestamp that starts a log line (`src.core.logging`)."""
+RESUMED = re.compile(rb"\] resumed .* from its checkpoint after update ([0-9]+) of ([0-9]+)")
+"""The line with which a training attempt says where it resumed (`src.algos.train`)."""
 
 
 def job_records(folder: Path, config: Mapping[str, Any]) -> list[dict[str, Any]]:
@@ -103,9 +109,11 @@ def job_records(folder: Path, config: Mapping[str, Any]) -> list[dict[str, Any]]
                     if measured.empty or not {"s", "cpu_time", "max_rss"} <= set(measured):
                         raise ValueError(f"{folder / relative}: not a Snakemake benchmark file")
                     last = measured.iloc[-1]
-                    earlier = earlier_attempts(folder, relative.parent) if stage == "train" else []
+                    train = stage == "train"
+                    earlier = earlier_attempts(folder, relative.parent) if train else []
                     earlier_s = sum(end - start for start, end in earlier)
-                    threads = int(config.get("threads", 1)) if stage == "train" else 1
+                    threads = int(config.get("threads", 1)) if train else 1
+                    share = last_attempt_share(folder, relative.parent) if train else 1.0
                     records.append(
                         {
                             "env": env,
@@ -114,6 +122,7 @@ def job_records(folder: Path, config: Mapping[str, Any]) -> list[dict[str, Any]]
                             "stage": stage,
                             "wall_s": float(last["s"]),
                             "cpu_s": float(last["cpu_time"]) + threads * earlier_s,
+                            "one_attempt_cpu_s": float(last["cpu_time"]) / share if share else None,
                             "max_rss_mb": float(last["max_rss"]),
                             "ended": ended,
                             "attempts": 1 + len(earlier),
@@ -153,6 +162,21 @@ def earlier_attempts(folder: Path, logs: Path) -> list[tuple[float, float]]:
     return spans
 
 
+def last_attempt_share(folder: Path, logs: Path) -> float:
+    """The share of the run's updates that its last training attempt trained: 1 when its log
+    (`logs/train.log`, relative to `folder`, read inside it) does not say it resumed, or is not
+    there; (N - k) / N when it resumed after update k of N."""
+    try:
+        with open_regular(folder, logs / "train.log", limit=LOG_BYTES) as handle:
+            for line in handle:
+                if match := RESUMED.search(line):
+                    done, total = (int(group) for group in match.groups())
+                    return (total - done) / total if total else 1.0
+    except FileNotFoundError:
+        pass
+    return 1.0
+
+
 def busy_hours(records: Sequence[Mapping[str, Any]]) -> float:
     """Hours during which at least one of the jobs ran (the union of their intervals, earlier
     attempts included)."""
@@ -170,7 +194,8 @@ def busy_hours(records: Sequence[Mapping[str, Any]]) -> float:
 
 def scheduled_hours(records: Sequence[Mapping[str, Any]], cores: int = CORES) -> float:
     """The greedy schedule's makespan (hours) of the measured jobs on `cores` cores, each on
-    one core for its CPU seconds, an evaluation after its run's training."""
+    one core for its CPU seconds as one attempt (as it ran where that is not known), an
+    evaluation after its run's training."""
     jobs: list[Job] = []
     trained: dict[tuple[str, str, int], int] = {}
     for r in sorted(records, key=lambda r: r["stage"] != "train"):
@@ -178,7 +203,8 @@ def scheduled_hours(records: Sequence[Mapping[str, Any]], cores: int = CORES) ->
         after = trained.get(key) if r["stage"] == "evaluate" else None
         if r["stage"] == "train":
             trained[key] = len(jobs)
-        jobs.append(Job(r["cpu_s"], after=after))
+        seconds = r.get("one_attempt_cpu_s")
+        jobs.append(Job(r["cpu_s"] if seconds is None else seconds, after=after))
     return list_schedule(jobs, cores) / 3600 if jobs else 0.0
 
 
@@ -236,8 +262,15 @@ def summarise(
             }
             row: dict[str, Any] = {"env": env, "algo": algo, "runs": len(complete)}
             row["cpu_hours"] = float(mine["cpu_s"].sum()) / 3600 if len(mine) else 0.0
-            both = mine[mine["run"].isin(complete)] if len(mine) else mine
-            per_run = float(both["cpu_s"].sum()) / 3600 / len(complete) if complete else None
+            # A run's jobs as one attempt would cost them (a resumed training's last attempt
+            # scaled to all its updates); runs whose last attempt trained nothing are left out.
+            per_run = None
+            if complete:
+                both = mine[mine["run"].isin(complete)]
+                known = both.groupby("run")["one_attempt_cpu_s"].agg(lambda s: s.notna().all())
+                if known.any():
+                    costed = both[both["run"].isin(known[known].index)]
+                    per_run = float(costed["one_attempt_cpu_s"].sum()) / 3600 / int(known.sum())
             guess = estimated.get((env, algo))
             row["per_run_hours"] = per_run
             row["estimate_hours"] = guess["train_h"] + guess["evaluate_h"] if guess else None
@@ -246,7 +279,8 @@ def summarise(
             )
             row["off"] = row["ratio"] is not None and abs(row["ratio"] - 1) > OFF_BY
             trained = mine[mine["stage"] == "train"] if len(mine) else mine
-            row["train_per_run_s"] = float(trained["cpu_s"].mean()) if len(trained) else None
+            one_attempt = trained["one_attempt_cpu_s"].dropna() if len(trained) else trained
+            row["train_per_run_s"] = float(one_attempt.mean()) if len(one_attempt) else None
             row["resumed"] = int((trained["attempts"] > 1).sum()) if len(trained) else 0
             pairs.append(row)
     # Each algorithm's training against ippo's on the same env: mean CPU per training job.
@@ -261,7 +295,9 @@ def summarise(
             continue
         asked = config.get("resources", {}).get(stage, {})
         threads = int(config.get("threads", 1)) if stage == "train" else 1
-        slowest = float(mine["cpu_s"].max()) / threads
+        # As one attempt, or as it ran where that is not known.
+        lengths = mine["one_attempt_cpu_s"].fillna(mine["cpu_s"])
+        slowest = float(lengths.max()) / threads
         peak = float(mine["max_rss_mb"].max())
         rules.append(
             {
@@ -313,7 +349,7 @@ def render_markdown(summary: Mapping[str, Any], config_path: str, header: str) -
         ),
         "",
         *table(
-            "env | algo | runs measured | CPU-h measured | CPU-h / run | estimate / run "
+            "env | algo | runs measured | CPU-h as run | CPU-h / run, one attempt | estimate / run "
             "| measured / estimate | training / ippo's",
             "llrrrrrr",
             (
@@ -352,10 +388,16 @@ def render_markdown(summary: Mapping[str, Any], config_path: str, header: str) -
         ),
         f"- Wall time with at least one job running: {summary['busy_hours']:.2f} h (pauses "
         "between sittings not counted).",
-        "- Training / ippo's: the mean CPU time of the algorithm's training jobs measured "
+        "- CPU-h / run, one attempt: the mean over the runs measured of what their jobs cost "
+        "as one attempt each; a resumed training counts its last attempt's CPU time scaled to "
+        "all of its updates (N / (N - k) after resuming at update k of N), not its earlier "
+        "attempts, so the comparison with the estimate and the resources leave out the work "
+        "that interruptions repeated.",
+        "- Training / ippo's: the mean one-attempt CPU time of the algorithm's training jobs "
         "against that of ippo's on the same env.",
         f"- The measured jobs scheduled on {summary['cores']} cores (greedy, longest first, "
-        f"each job on one core for its CPU time): {summary['scheduled_hours']:.2f} h.",
+        f"each job on one core for its CPU time as one attempt): "
+        f"{summary['scheduled_hours']:.2f} h.",
         f"- Resources set from the measurement: runtime {RUNTIME_FACTOR:g}x the longest job "
         "(its CPU time per thread: what it takes on cores of its own), memory "
         f"{MEMORY_FACTOR:g}x the peak, rounded up.",

@@ -185,3 +185,51 @@ def test_an_attempt_log_that_links_outside_is_refused(tmp_path: Path) -> None:
     link.symlink_to(outside)
     with pytest.raises(ContainmentError):
         job_records(folder, CONFIG)
+
+
+def test_a_resumed_training_costs_as_one_attempt_its_last_attempt_scaled(tmp_path: Path) -> None:
+    for run, resumed_at in ((0, 25), (1, None)):
+        write_job(tmp_path, "ippo", run, "train", wall=100, cpu=90, rss=400, ended=10_000)
+        write_job(tmp_path, "ippo", run, "evaluate", wall=5, cpu=6, rss=300, ended=10_100)
+        logs = tmp_path / "runs" / "hazard_grid" / "ippo" / f"run{run}" / "logs"
+        if resumed_at is not None:
+            (logs / "train.1.log").write_text(
+                "1970-01-01T00:00:00.000Z INFO     [train] training\n"
+                "1970-01-01T00:10:00.000Z INFO     [train] update 30/100\n"
+            )
+            (logs / "train.log").write_text(
+                "1970-01-01T02:00:00.000Z INFO     [train] resumed results/paper/runs/x from "
+                f"its checkpoint after update {resumed_at} of 100 (checkpoint/update-000025)\n"
+            )
+    records = job_records(tmp_path, CONFIG)
+    trains = {r["run"]: r for r in records if r["stage"] == "train"}
+    # As it ran: the last attempt plus the earlier one's wall time; as one attempt: the last
+    # attempt's 90 s for 75 of 100 updates, scaled to 120 s.
+    assert trains[0]["cpu_s"] == pytest.approx(90 + 600)
+    assert trains[0]["one_attempt_cpu_s"] == pytest.approx(120)
+    assert trains[1]["one_attempt_cpu_s"] == pytest.approx(90)
+    summary = summarise(
+        records, CONFIG, {("hazard_grid", "ippo"): {"train_h": 0.03, "evaluate_h": 0.0}}
+    )
+    (pair,) = [p for p in summary["pairs"] if p["algo"] == "ippo"]
+    assert pair["cpu_hours"] == pytest.approx((690 + 90 + 12) / 3600)
+    assert pair["per_run_hours"] == pytest.approx((120 + 90 + 12) / 2 / 3600)
+    assert pair["ratio"] == pytest.approx((120 + 90 + 12) / 2 / 3600 / 0.03)
+    (train_rule,) = [r for r in summary["rules"] if r["rule"] == "train"]
+    assert train_rule["slowest_s"] == pytest.approx(120)
+
+
+def test_a_last_attempt_that_trained_nothing_is_left_out_of_the_per_run_cost(
+    tmp_path: Path,
+) -> None:
+    write_job(tmp_path, "ippo", 0, "train", wall=100, cpu=3, rss=400, ended=10_000)
+    write_job(tmp_path, "ippo", 0, "evaluate", wall=5, cpu=6, rss=300, ended=10_100)
+    logs = tmp_path / "runs" / "hazard_grid" / "ippo" / "run0" / "logs"
+    (logs / "train.log").write_text(
+        "1970-01-01T02:00:00.000Z INFO     [train] resumed results/paper/runs/x from its "
+        "checkpoint after update 100 of 100 (checkpoint/update-000100)\n"
+    )
+    records = job_records(tmp_path, CONFIG)
+    assert [r["one_attempt_cpu_s"] for r in records if r["stage"] == "train"] == [None]
+    (pair,) = [p for p in summarise(records, CONFIG, {})["pairs"] if p["algo"] == "ippo"]
+    assert pair["runs"] == 1 and pair["per_run_hours"] is None
