@@ -132,23 +132,37 @@ def _module_name(path: Path, roots: Mapping[str, Path]) -> str | None:
 
 
 @cache
+def _imports_of(path: Path, module: str | None, stamp: tuple[int, int]) -> tuple[str, ...]:
+    """`imported_names(path, module)`, read once per version of the file (`stamp`: its
+    modification time in ns and its size): every walk of a workflow's jobs passes through
+    the same modules."""
+    return tuple(imported_names(path, module))
+
+
+@cache
 def _walk(entry: Path, roots: tuple[tuple[str, Path], ...], local: Path | None) -> tuple[Path, ...]:
     """Files reached from `entry` through imports of the packages in `roots` (and of the
     single-name modules in `local`, the folder of a script or of a top-level module)."""
     packages = dict(roots)
     found: set[Path] = set()
     pending = [entry]
+    files: dict[str, Path | None] = {}  # module name -> its file, as resolved in this walk
     while pending:
         path = pending.pop()
         if path in found:
             continue
         found.add(path)
-        for name in imported_names(path, _module_name(path, packages)):
+        stat = path.stat()
+        stamp = (stat.st_mtime_ns, stat.st_size)
+        for name in _imports_of(path, _module_name(path, packages), stamp):
             parts = name.split(".")
             if parts[0] in packages:
                 # The package and every subpackage on the way run their __init__.py.
                 for depth in range(1, len(parts) + 1):
-                    module = _module_file(".".join(parts[:depth]), packages[parts[0]])
+                    prefix = ".".join(parts[:depth])
+                    if prefix not in files:
+                        files[prefix] = _module_file(prefix, packages[parts[0]])
+                    module = files[prefix]
                     if module is not None:
                         pending.append(module)
             elif local is not None and len(parts) == 1 and path.parent == local:
