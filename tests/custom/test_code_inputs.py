@@ -66,3 +66,13 @@ def test_a_rule_gets_the_modules_its_code_reaches(user_code: Path):
     # A named cost function lives in src; an installed factory brings nothing.
     installed = {"tag": {"factory": "mpe2.simple_tag_v3:parallel_env", "cost": "mpe2_collisions"}}
     assert component_code(import_closure(SCRIPTS / "train.py"), envs=installed, algos={}) == []
+
+
+def test_a_module_changed_since_another_walk_read_it_is_read_again(user_code: Path):
+    # Walks share each file's imports while the file is unchanged; an edit is read again.
+    lab = user_code / "lab"
+    (lab / "extra.py").write_text("")
+    assert lab / "extra.py" not in set(module_closure("lab.envs.task"))
+    (lab / "util.py").write_text("from lab import extra\n\n\ndef helper():\n    return 1\n")
+    (lab / "caller.py").write_text("from lab.util import helper\n")
+    assert lab / "extra.py" in set(module_closure("lab.caller"))
