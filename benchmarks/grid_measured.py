@@ -165,13 +165,20 @@ def earlier_attempts(folder: Path, logs: Path) -> list[tuple[float, float]]:
 def last_attempt_share(folder: Path, logs: Path) -> float:
     """The share of the run's updates that its last training attempt trained: 1 when its log
     (`logs/train.log`, relative to `folder`, read inside it) does not say it resumed, or is not
-    there; (N - k) / N when it resumed after update k of N."""
+    there; (N - k) / N when it resumed after update k of N. A resumption line with k > N or
+    N = 0 is an error naming the log."""
+    log = logs / "train.log"
     try:
-        with open_regular(folder, logs / "train.log", limit=LOG_BYTES) as handle:
+        with open_regular(folder, log, limit=LOG_BYTES) as handle:
             for line in handle:
                 if match := RESUMED.search(line):
                     done, total = (int(group) for group in match.groups())
-                    return (total - done) / total if total else 1.0
+                    if not 0 <= done <= total or total == 0:
+                        raise ValueError(
+                            f"{folder / log}: resumed after update {done} of {total}, which "
+                            "is not an update of the run"
+                        )
+                    return (total - done) / total
     except FileNotFoundError:
         pass
     return 1.0

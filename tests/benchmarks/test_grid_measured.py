@@ -233,3 +233,14 @@ def test_a_last_attempt_that_trained_nothing_is_left_out_of_the_per_run_cost(
     assert [r["one_attempt_cpu_s"] for r in records if r["stage"] == "train"] == [None]
     (pair,) = [p for p in summarise(records, CONFIG, {})["pairs"] if p["algo"] == "ippo"]
     assert pair["runs"] == 1 and pair["per_run_hours"] is None
+
+
+def test_a_resumption_past_the_runs_last_update_is_named(tmp_path: Path) -> None:
+    write_job(tmp_path, "ippo", 0, "train", wall=100, cpu=90, rss=400, ended=10_000)
+    logs = tmp_path / "runs" / "hazard_grid" / "ippo" / "run0" / "logs"
+    (logs / "train.log").write_text(
+        "1970-01-01T02:00:00.000Z INFO     [train] resumed results/paper/runs/x from its "
+        "checkpoint after update 120 of 100 (checkpoint/update-000120)\n"
+    )
+    with pytest.raises(ValueError, match=r"train\.log: resumed after update 120 of 100"):
+        job_records(tmp_path, CONFIG)
