@@ -10,6 +10,7 @@ seconds per run.
 
 Run: `python -m benchmarks.tuning [--group tuning|shield_options|shield_settings|
 shield_plan|shield_dec_settings|mamujoco_lag|mamujoco_lag_target|mamujoco_lag_anneal|
+mamujoco_lag_windup|
 spread_lag|critic_budget|spread_critic|spread_critic_steps] [--env ...] [--jobs N] [--runs N]
 [--write]`.
 Results go to `benchmarks/out/<group>.json` and, with `--write`, the group's section of
@@ -168,6 +169,31 @@ GROUPS: dict[str, Variants] = {
             ("ippo_lag", {"ent_coef": 0.0, "lambda_max": 2.0, "anneal_lr": True}),
         ],
     },
+    # The multiplier's integral clamped at its cap (`pid_anti_windup`): in "mamujoco_lag" the
+    # runs of the target 0.8 ended with lambda at the cap of 5 while their final policies
+    # violated in 0.015-0.045 of their episodes, below the target 0.08: the integral had wound
+    # above the cap during the early violations and unwinds by only 0.016 per update. Clamped,
+    # lambda leaves the cap on the first update below the target. At the configured target, at
+    # 0.8, and at the target 1.0 with the learning rate annealed ("mamujoco_lag_anneal": 0.097
+    # at 0.48x, lambda at the cap at the end of its run that violated most), with ippo and the
+    # configured variant beside them, by the same code.
+    "mamujoco_lag_windup": {
+        "mamujoco": [
+            ("ippo", {}),
+            ("ippo_lag", {"ent_coef": 0.0}),
+            ("ippo_lag", {"ent_coef": 0.0, "pid_anti_windup": True}),
+            ("ippo_lag", {"ent_coef": 0.0, "pid_anti_windup": True, "risk_target_ratio": 0.8}),
+            (
+                "ippo_lag",
+                {
+                    "ent_coef": 0.0,
+                    "pid_anti_windup": True,
+                    "risk_target_ratio": 1.0,
+                    "anneal_lr": True,
+                },
+            ),
+        ],
+    },
     # The decentralised shield's common plan (ShieldConfig.common_plan, as configured) against
     # each agent deciding alone, at the default experiment's scale (measured at the risk
     # horizon of 10 that config/config.yaml then gave shield_dec).
@@ -247,6 +273,7 @@ GROUP_CONFIGS: dict[str, Path] = {
     "mamujoco_lag": ROOT / "config" / "mamujoco.yaml",
     "mamujoco_lag_target": ROOT / "config" / "mamujoco.yaml",
     "mamujoco_lag_anneal": ROOT / "config" / "mamujoco.yaml",
+    "mamujoco_lag_windup": ROOT / "config" / "mamujoco.yaml",
     "spread_lag": ROOT / "config" / "paper.yaml",
     "spread_critic": ROOT / "config" / "paper.yaml",
     "spread_critic_steps": ROOT / "config" / "paper.yaml",

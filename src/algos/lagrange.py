@@ -59,7 +59,7 @@ class PIDLagrange:
     """lambda = max(0, Kp * P + I + Kd * D), with I integrated and clamped at 0 (Stooke 2020).
 
     P is the (EMA-smoothed) constraint violation `cost - limit`; I starts at `init`, accumulates
-    `Ki * (cost - limit)` and never goes below 0 (anti-windup); D is the rise of the
+    `Ki * (cost - limit)` and never goes below 0, nor above `max_value` with `anti_windup`; D is the rise of the
     (EMA-smoothed) cost over the last `d_delay` updates, counted only when positive so that
     falling cost never pushes lambda up. `ema_p = ema_d = 0` gives the unsmoothed algorithm.
     """
@@ -77,10 +77,12 @@ class PIDLagrange:
         max_value: float = 100.0,
         init: float = 0.0,
         d_from_first: bool = True,
+        anti_windup: bool = False,
     ) -> None:
         """Gains `kp`, `ki`, `kd` >= 0; EMA weights in [0, 1); lambda is capped at `max_value`;
         `init` is the starting integral term (and lambda), at most `max_value`;
-        `d_from_first` starts the derivative's reference at the first rate (else at 0)."""
+        `d_from_first` starts the derivative's reference at the first rate (else at 0);
+        `anti_windup` keeps the integral term within [0, `max_value`] (else only >= 0)."""
         kp, ki, kd = (
             _RULES[f"pid_{n}"](f"pid {n}", g) for n, g in (("kp", kp), ("ki", ki), ("kd", kd))
         )
@@ -97,6 +99,7 @@ class PIDLagrange:
         self.cost_history: deque[float] = deque([0.0], maxlen=d_delay)
         self.measured = 0
         self.d_from_first = bool(d_from_first)
+        self.integral_max = max_value if anti_windup else math.inf
         self.value = init
 
     def update(self, cost: float) -> float:
@@ -109,7 +112,7 @@ class PIDLagrange:
             self.cost_d = cost
             self.cost_history = deque([cost], maxlen=self.cost_history.maxlen)
         self.measured += 1
-        self.integral = max(0.0, self.integral + self.ki * delta)
+        self.integral = min(max(0.0, self.integral + self.ki * delta), self.integral_max)
         self.delta_p = self.ema_p * self.delta_p + (1.0 - self.ema_p) * delta
         self.cost_d = self.ema_d * self.cost_d + (1.0 - self.ema_d) * cost
         derivative = max(0.0, self.cost_d - self.cost_history[0])
@@ -159,6 +162,7 @@ def _pid_multiplier(config: LagrangeConfig) -> PIDLagrange:
         ema_p=config.pid_ema_p,
         ema_d=config.pid_ema_d,
         d_from_first=config.pid_d_from_first,
+        anti_windup=config.pid_anti_windup,
         **_bounds(config),
     )
 

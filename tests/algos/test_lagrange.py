@@ -162,3 +162,32 @@ def test_the_multiplier_steers_to_the_risk_target_below_max_risk(version: str) -
 def test_a_risk_target_outside_the_unit_interval_is_refused(ratio: object) -> None:
     with pytest.raises(ValueError, match="risk_target_ratio"):
         LagrangeConfig(max_risk=0.1, lag_version="pid", risk_target_ratio=ratio)
+
+
+@pytest.mark.parametrize("anti_windup", [False, True])
+def test_the_integral_stops_at_the_cap_only_with_anti_windup(anti_windup: bool) -> None:
+    """A long violation, then a safe policy: clamped, the integral never passes the cap and
+    lambda leaves it on the first update below the limit; unclamped, the integral winds far
+    above the cap and lambda stays there until it has unwound. (Clamped, lambda stays at the
+    cap for the one update in which the smoothed proportional term still exceeds what the
+    integral has lost.)"""
+    config = LagrangeConfig(max_risk=0.1, lag_version="pid", pid_anti_windup=anti_windup)
+    lag = LAG_VERSIONS["pid"](config)
+    for _ in range(200):
+        lag.update(0.5)  # 0.4 above the limit: the integral gains 0.08 per update
+    assert lag.value == config.lambda_max
+    assert lag.integral == (config.lambda_max if anti_windup else pytest.approx(16.0))
+    after = [lag.update(0.0) for _ in range(50)]  # safe: the integral loses 0.02 per update
+    if anti_windup:
+        assert after[0] == config.lambda_max
+        assert all(b < a for a, b in itertools.pairwise(after))
+    else:
+        assert after == [config.lambda_max] * 50
+    clone = LAG_VERSIONS["pid"](config)
+    clone.load_state_dict(lag.state_dict())
+    assert clone.update(0.0) == lag.update(0.0)
+
+
+def test_anti_windup_is_refused_when_not_a_bool() -> None:
+    with pytest.raises(ValueError, match="pid_anti_windup"):
+        LagrangeConfig(max_risk=0.1, lag_version="pid", pid_anti_windup="yes")
