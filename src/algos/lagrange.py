@@ -5,10 +5,10 @@
 (`lag_version: pid`) is the PID-Lagrangian of Stooke, Achiam and Abbeel, "Responsive Safety in
 Reinforcement Learning by PID Lagrangian Methods" (ICML 2020), Algorithm 2, with the
 exponential smoothing of OmniSafe's `common/lagrange.py`; its integral term starts at
-`lambda_init` and lambda stops at `lambda_max`. Both expose `update(cost) -> lambda`, `value`
-and a plain-value state. `LAG_VERSIONS` maps the run config's `lag_version` to a factory
-taking its `lagrange` section. Constructor arguments are checked by the rules of
-`LagrangeConfig`, the one place they live.
+`lambda_init` and, like lambda, stops at `lambda_max` (unless `pid_anti_windup` is false).
+Both expose `update(cost) -> lambda`, `value` and a plain-value state. `LAG_VERSIONS` maps
+the run config's `lag_version` to a factory taking its `lagrange` section. Constructor
+arguments are checked by the rules of `LagrangeConfig`, the one place they live.
 """
 
 from __future__ import annotations
@@ -56,12 +56,13 @@ class GradientLagrange:
 
 
 class PIDLagrange:
-    """lambda = max(0, Kp * P + I + Kd * D), with I integrated and clamped at 0 (Stooke 2020).
+    """lambda = max(0, Kp * P + I + Kd * D), with I integrated and clamped (Stooke 2020).
 
     P is the (EMA-smoothed) constraint violation `cost - limit`; I starts at `init`, accumulates
-    `Ki * (cost - limit)` and never goes below 0, nor above `max_value` with `anti_windup`; D is the rise of the
-    (EMA-smoothed) cost over the last `d_delay` updates, counted only when positive so that
-    falling cost never pushes lambda up. `ema_p = ema_d = 0` gives the unsmoothed algorithm.
+    `Ki * (cost - limit)` and never goes below 0, nor above `max_value` with `anti_windup`; D
+    is the rise of the (EMA-smoothed) cost over the last `d_delay` updates, counted only when
+    positive so that falling cost never pushes lambda up. `ema_p = ema_d = 0` gives the
+    unsmoothed algorithm.
     """
 
     def __init__(
@@ -77,12 +78,13 @@ class PIDLagrange:
         max_value: float = 100.0,
         init: float = 0.0,
         d_from_first: bool = True,
-        anti_windup: bool = False,
+        anti_windup: bool = True,
     ) -> None:
         """Gains `kp`, `ki`, `kd` >= 0; EMA weights in [0, 1); lambda is capped at `max_value`;
         `init` is the starting integral term (and lambda), at most `max_value`;
         `d_from_first` starts the derivative's reference at the first rate (else at 0);
-        `anti_windup` keeps the integral term within [0, `max_value`] (else only >= 0)."""
+        `anti_windup` keeps the integral term within [0, `max_value`] (else only >= 0: the
+        original controller)."""
         kp, ki, kd = (
             _RULES[f"pid_{n}"](f"pid {n}", g) for n, g in (("kp", kp), ("ki", ki), ("kd", kd))
         )

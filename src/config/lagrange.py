@@ -108,11 +108,11 @@ class LagrangeConfig(Section):
     pid_d_from_first: bool = True
     """The derivative's reference starts at the first measured rate; false starts it at 0 (the
     original controller, whose first update reads the first rate as a rise)."""
-    pid_anti_windup: bool = False
-    """The integral term stops at `lambda_max` as well as at 0 (integrator clamping). Without
-    it, a long violation winds the integral far above the cap, and lambda stays at the cap
-    after the policy is safe until the integral has unwound below it, at `pid_ki` x the limit
-    per update."""
+    pid_anti_windup: bool = True
+    """The integral term stops at `lambda_max` as well as at 0 (integrator clamping); false
+    clamps it at 0 only (the original controller). Unclamped, a long violation winds the
+    integral far above the cap, and lambda stays at the cap after the policy is safe until the
+    integral has unwound below it, at `pid_ki` x the limit per update."""
 
     def __post_init__(self) -> None:
         """Every field by its rule, then `lambda_init` against `lambda_max`."""
