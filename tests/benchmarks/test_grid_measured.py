@@ -45,6 +45,16 @@ def write_job(
     return path
 
 
+def write_resumed_log(folder: Path, run: int, after: int, of: int) -> Path:
+    """ippo run `run`'s training log of an attempt that resumed after update `after` of `of`."""
+    path = folder / "runs" / "hazard_grid" / "ippo" / f"run{run}" / "logs" / "train.log"
+    path.write_text(
+        "1970-01-01T02:00:00.000Z INFO     [train] resumed results/paper/runs/x from its "
+        f"checkpoint after update {after} of {of} (checkpoint/update-{after:06d})\n"
+    )
+    return path
+
+
 def test_records_sums_and_resources_of_a_partly_run_grid(tmp_path: Path) -> None:
     write_job(tmp_path, "ippo", 0, "train", wall=100, cpu=90, rss=400, ended=1000)
     write_job(tmp_path, "ippo", 0, "evaluate", wall=10, cpu=9, rss=500, ended=1010)
@@ -197,10 +207,7 @@ def test_a_resumed_training_costs_as_one_attempt_its_last_attempt_scaled(tmp_pat
                 "1970-01-01T00:00:00.000Z INFO     [train] training\n"
                 "1970-01-01T00:10:00.000Z INFO     [train] update 30/100\n"
             )
-            (logs / "train.log").write_text(
-                "1970-01-01T02:00:00.000Z INFO     [train] resumed results/paper/runs/x from "
-                f"its checkpoint after update {resumed_at} of 100 (checkpoint/update-000025)\n"
-            )
+            write_resumed_log(tmp_path, run, resumed_at, 100)
     records = job_records(tmp_path, CONFIG)
     trains = {r["run"]: r for r in records if r["stage"] == "train"}
     # As it ran: the last attempt plus the earlier one's wall time; as one attempt: the last
@@ -224,11 +231,7 @@ def test_a_last_attempt_that_trained_nothing_is_left_out_of_the_per_run_cost(
 ) -> None:
     write_job(tmp_path, "ippo", 0, "train", wall=100, cpu=3, rss=400, ended=10_000)
     write_job(tmp_path, "ippo", 0, "evaluate", wall=5, cpu=6, rss=300, ended=10_100)
-    logs = tmp_path / "runs" / "hazard_grid" / "ippo" / "run0" / "logs"
-    (logs / "train.log").write_text(
-        "1970-01-01T02:00:00.000Z INFO     [train] resumed results/paper/runs/x from its "
-        "checkpoint after update 100 of 100 (checkpoint/update-000100)\n"
-    )
+    write_resumed_log(tmp_path, 0, 100, 100)
     records = job_records(tmp_path, CONFIG)
     assert [r["one_attempt_cpu_s"] for r in records if r["stage"] == "train"] == [None]
     (pair,) = [p for p in summarise(records, CONFIG, {})["pairs"] if p["algo"] == "ippo"]
@@ -237,10 +240,6 @@ def test_a_last_attempt_that_trained_nothing_is_left_out_of_the_per_run_cost(
 
 def test_a_resumption_past_the_runs_last_update_is_named(tmp_path: Path) -> None:
     write_job(tmp_path, "ippo", 0, "train", wall=100, cpu=90, rss=400, ended=10_000)
-    logs = tmp_path / "runs" / "hazard_grid" / "ippo" / "run0" / "logs"
-    (logs / "train.log").write_text(
-        "1970-01-01T02:00:00.000Z INFO     [train] resumed results/paper/runs/x from its "
-        "checkpoint after update 120 of 100 (checkpoint/update-000120)\n"
-    )
+    write_resumed_log(tmp_path, 0, 120, 100)
     with pytest.raises(ValueError, match=r"train\.log: resumed after update 120 of 100"):
         job_records(tmp_path, CONFIG)
