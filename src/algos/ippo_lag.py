@@ -34,8 +34,8 @@ Each update:
 1. the multiplier sees the violation rate of the episodes of the last rollout, or of the last
    `risk_window` finished episodes when the rollout finished fewer (OmniSafe and SafePO
    average over a window of episodes in the same way), and is updated by `lag_version`;
-2. cost advantages are standardised over the unmasked steps like the reward advantages
-   (`normalise_cost_advantages`), so that lambda weighs two signals of the same scale;
+2. cost advantages are standardised over the unmasked steps like the reward advantages, so
+   that lambda weighs two signals of the same scale;
 3. the policy follows `(A_r - lambda * A_c) / (1 + lambda)`, as in OmniSafe's PPO-Lag and
    CPPO-PID, and the cost critic is trained alongside the reward critic.
 
@@ -53,6 +53,9 @@ CPPOPID) and SafePO (`common/lagrange.py`, `multi_agent/mappolag.py`) and where 
   MAPPO-Lag standardises them. With an indicator cost the centred advantages are much
   smaller than the standardised reward advantages, which makes a given lambda weigh the cost
   far less than it says and forces lambda up to large values; here they are standardised.
+  Centred only, they left the team unsafe on Safe Multi-Agent MuJoCo, lambda at its cap in
+  every run (BENCHMARKS.md, "Safe Multi-Agent MuJoCo: a longer-sighted cost critic"), and
+  that option was deleted.
 - multiplier update: `pid` is OmniSafe's CPPO-PID controller (same EMA smoothing,
   positive-only derivative, integral clamped at 0). Its default gains (0.1, 0.01, 0.01) are
   tuned for episode costs of about 25; the error here is a probability (at most 1), so the
@@ -257,10 +260,7 @@ class IPPOLag(IPPO):
                 cost_values, next_cost_values
             )
         agent_mask = mask.unsqueeze(-1).expand_as(cost_values)
-        if cfg.normalise_cost_advantages:
-            cost_advantages = masked_normalise(cost_advantages, agent_mask)
-        elif agent_mask.any():
-            cost_advantages = (cost_advantages - cost_advantages[agent_mask].mean()) * agent_mask
+        cost_advantages = masked_normalise(cost_advantages, agent_mask)
         self._record_episodes()
         # No finished episode yet means no evidence about the risk: keep lambda as it is.
         self._last_rate = self.risk_estimate()

@@ -45,7 +45,6 @@ class LagrangeConfig(Section):
         "cost_gamma": _unit,
         "cost_gae_lambda": _unit,
         "team_cost": check_bool,
-        "normalise_cost_advantages": check_bool,
         "risk_window": partial(check_int, low=1),
         "risk_target_ratio": partial(check_float, low=0.0, high=1.0, open_low=True),
         "lambda_init": _non_negative,
@@ -71,15 +70,13 @@ class LagrangeConfig(Section):
     step of an episode), or only the episode's `first` violation (the indicator itself, silent
     after it: the original ippo_lag). The multiplier sees the episode violation rate either way."""
     cost_gamma: float = 0.8
-    """Discount of the cost signal. With `every`, 0.9 makes the cost-to-go the violations of
-    about the next 10 steps: the consequence an action can change, not the noise of a whole
+    """Discount of the cost signal. With `every`, 0.8 makes the cost-to-go the violations of
+    about the next 5 steps: the consequence an action can change, not the noise of a whole
     long episode; with `first`, 1 makes the cost return the episode-violation indicator."""
     cost_gae_lambda: float = 0.5
     """GAE lambda of the cost advantages."""
     team_cost: bool = False
     """Charge the first violation to every agent of the copy, not only to those whose cost fired."""
-    normalise_cost_advantages: bool = True
-    """Standardise the cost advantages over the unmasked steps (else only centre them)."""
     risk_window: int = 100
     """The multiplier sees the violation rate of the episodes of the last rollout, or of the
     last `risk_window` finished episodes when the rollout finished fewer."""

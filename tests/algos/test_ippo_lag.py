@@ -278,7 +278,6 @@ def test_new_fields_reach_the_lagrange_section_and_are_recorded() -> None:
             algo="ippo_lag",
             algo_params={
                 "team_cost": True,
-                "normalise_cost_advantages": False,
                 "risk_window": 7,
                 "lambda_max": 2.0,
                 "lambda_init": 2.0,
@@ -286,7 +285,7 @@ def test_new_fields_reach_the_lagrange_section_and_are_recorded() -> None:
         )
     )
     lag = config.lagrange
-    assert (lag.team_cost, lag.normalise_cost_advantages, lag.risk_window) == (True, False, 7)
+    assert (lag.team_cost, lag.risk_window) == (True, 7)
     assert (lag.lambda_init, lag.lambda_max) == (2.0, 2.0)
     defaults = LagrangeConfig(max_risk=0.1, lag_version="v0")
     assert (defaults.cost_gae_lambda, defaults.lambda_max, defaults.team_cost) == (0.5, 5.0, False)
@@ -301,7 +300,6 @@ def test_new_fields_reach_the_lagrange_section_and_are_recorded() -> None:
         ({"risk_window": 0}, "risk_window"),
         ({"risk_window": 2.5}, "risk_window"),
         ({"team_cost": 1}, "team_cost"),
-        ({"normalise_cost_advantages": "yes"}, "normalise_cost_advantages"),
         ({"lambda_max": -1.0}, "lambda_max"),
         ({"lambda_init": 5.0, "lambda_max": 1.0}, "lambda_init=5.0"),
         ({"lambda_init": 6.0}, "lambda_init=6.0"),
