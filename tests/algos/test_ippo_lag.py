@@ -312,6 +312,15 @@ def test_config_rejects_bad_values(params: dict[str, object], name: str) -> None
         RunConfig.from_dict(toy_config(algo="ippo_lag", algo_params=params))
 
 
+def test_the_deleted_centring_option_is_refused_by_name() -> None:
+    # Cost advantages centred only lost on Safe Multi-Agent MuJoCo and the option was deleted:
+    # a config that still sets it is refused, naming the key, not silently standardised.
+    with pytest.raises(ValueError, match=r"normalise_cost_advantages.*unknown for ippo_lag"):
+        RunConfig.from_dict(
+            toy_config(algo="ippo_lag", algo_params={"normalise_cost_advantages": False})
+        )
+
+
 def test_lambda_max_is_the_one_cap_of_both_versions() -> None:
     with pytest.raises(ValueError, match=r"pid_max_lambda.*known: .*'lambda_max'"):
         RunConfig.from_dict(toy_config(algo="ippo_lag", algo_params={"pid_max_lambda": 10.0}))
