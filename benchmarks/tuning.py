@@ -10,7 +10,7 @@ seconds per run.
 
 Run: `python -m benchmarks.tuning [--group tuning|shield_options|shield_settings|
 shield_plan|shield_dec_settings|mamujoco_lag|mamujoco_lag_target|mamujoco_lag_anneal|
-mamujoco_lag_windup|mamujoco_lag_clamped|
+mamujoco_lag_windup|mamujoco_lag_clamped|mamujoco_lag_scale|
 spread_lag|critic_budget|spread_critic|spread_critic_steps] [--env ...] [--jobs N] [--runs N]
 [--write]`.
 Results go to `benchmarks/out/<group>.json` and, with `--write`, the group's section of
@@ -209,6 +209,20 @@ GROUPS: dict[str, Variants] = {
             ("ippo_lag", {"ent_coef": 0.0, "pid_ki": 1.0, "anneal_lr": True}),
             ("ippo_lag", {"ent_coef": 0.0, "cost_gamma": 0.95}),
             ("ippo_lag", {"ent_coef": 0.0, "cost_gamma": 0.95, "risk_target_ratio": 1.0}),
+        ],
+    },
+    # The scale of the cost advantages. Standardised over each batch, a batch without a violation
+    # gets the cost critic's noise blown up to a unit signal: in the experiment's runs that
+    # parked, the cost critic's loss fell to 1e-7-1e-13 once the team was safe, while lambda
+    # (4.2 and 4.9) gave that signal 0.8 of the policy's advantage for the rest of training.
+    # Divided by the root mean variance over training instead, or zero in a batch without a
+    # violating step; beside ippo and the configured variant, by the same code.
+    "mamujoco_lag_scale": {
+        "mamujoco": [
+            ("ippo", {}),
+            ("ippo_lag", {}),
+            ("ippo_lag", {"cost_advantage_scale": "running"}),
+            ("ippo_lag", {"cost_advantage_scale": "batch_if_cost"}),
         ],
     },
     # The decentralised shield's common plan (ShieldConfig.common_plan, as configured) against

@@ -17,10 +17,12 @@ from src.checks import (
 )
 from src.config.section import Section
 
-__all__ = ["COST_SIGNALS", "LagrangeConfig", "check_lambda_init"]
+__all__ = ["COST_ADVANTAGE_SCALES", "COST_SIGNALS", "LagrangeConfig", "check_lambda_init"]
 
 COST_SIGNALS = ("every", "first")
 """Values of `cost_signal`."""
+COST_ADVANTAGE_SCALES = ("batch", "running", "batch_if_cost")
+"""Values of `cost_advantage_scale`."""
 
 _unit = partial(check_probability, open_interval=False)
 _non_negative = partial(check_float, low=0.0, open_low=False)
@@ -45,6 +47,7 @@ class LagrangeConfig(Section):
         "cost_gamma": _unit,
         "cost_gae_lambda": _unit,
         "team_cost": check_bool,
+        "cost_advantage_scale": partial(check_choice, choices=COST_ADVANTAGE_SCALES),
         "risk_window": partial(check_int, low=1),
         "risk_target_ratio": partial(check_float, low=0.0, high=1.0, open_low=True),
         "lambda_init": _non_negative,
@@ -77,6 +80,13 @@ class LagrangeConfig(Section):
     """GAE lambda of the cost advantages."""
     team_cost: bool = False
     """Charge the first violation to every agent of the copy, not only to those whose cost fired."""
+    cost_advantage_scale: str = "batch"
+    """What the cost advantages are divided by after centring them over the batch's unmasked
+    steps: their own standard deviation over the `batch` (standardised like the reward
+    advantages); the `running` root mean of that variance over every update of training so
+    far, so that a batch without violations, whose cost advantages are only the cost critic's
+    noise, gives a small cost signal instead of a unit one; or the batch's own deviation
+    (`batch_if_cost`) in a batch with a violating step and 0 in a batch without."""
     risk_window: int = 100
     """The multiplier sees the violation rate of the episodes of the last rollout, or of the
     last `risk_window` finished episodes when the rollout finished fewer."""
