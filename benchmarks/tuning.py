@@ -306,6 +306,7 @@ GROUP_CONFIGS: dict[str, Path] = {
     "mamujoco_lag_anneal": ROOT / "config" / "mamujoco.yaml",
     "mamujoco_lag_windup": ROOT / "config" / "mamujoco.yaml",
     "mamujoco_lag_clamped": ROOT / "config" / "mamujoco.yaml",
+    "mamujoco_lag_scale": ROOT / "config" / "mamujoco.yaml",
     "spread_lag": ROOT / "config" / "paper.yaml",
     "spread_critic": ROOT / "config" / "paper.yaml",
     "spread_critic_steps": ROOT / "config" / "paper.yaml",
