@@ -34,10 +34,11 @@ Each update:
 1. the multiplier sees the violation rate of the episodes of the last rollout, or of the last
    `risk_window` finished episodes when the rollout finished fewer (OmniSafe and SafePO
    average over a window of episodes in the same way), and is updated by `lag_version`;
-2. cost advantages are centred over the unmasked steps and, by default, standardised like the
-   reward advantages, so that lambda weighs two signals of the same scale
-   (`cost_advantage_scale` names the alternatives: a scale kept over training, or none in a
-   batch without a violation);
+2. cost advantages are standardised over the unmasked steps like the reward advantages, so
+   that lambda weighs two signals of the same scale; with `cost_advantage_scale:
+   batch_if_cost` they are 0 in a batch without a violating step, whose cost advantages
+   are only the cost critic's noise (standardised, a unit signal that lambda weighs like a
+   real one);
 3. the policy follows `(A_r - lambda * A_c) / (1 + lambda)`, as in OmniSafe's PPO-Lag and
    CPPO-PID, and the cost critic is trained alongside the reward critic.
 
@@ -76,7 +77,6 @@ CPPOPID) and SafePO (`common/lagrange.py`, `multi_agent/mappolag.py`) and where 
 
 from __future__ import annotations
 
-import math
 from collections import deque
 from collections.abc import Mapping
 from typing import Any, ClassVar
@@ -172,19 +172,8 @@ def markov_cost_gae(
     return advantages * keep, returns * keep
 
 
-def masked_variance(x: torch.Tensor, mask: torch.Tensor) -> float:
-    """The (biased) variance of `x` over the entries where `mask` holds (0 if there are none)."""
-    if mask.shape != x.shape:
-        raise ValueError(f"mask {tuple(mask.shape)} and x {tuple(x.shape)} differ")
-    selected = x[mask.bool()]
-    return float(selected.var(unbiased=False)) if selected.numel() > 1 else 0.0
-
-
-def masked_normalise(
-    x: torch.Tensor, mask: torch.Tensor, *, scale: float | None = None, eps: float = 1e-8
-) -> torch.Tensor:
-    """Centre `x` over the entries where `mask` holds and divide it by `scale` (None: its
-    standard deviation over them); other entries become 0."""
+def masked_normalise(x: torch.Tensor, mask: torch.Tensor, *, eps: float = 1e-8) -> torch.Tensor:
+    """Standardise `x` over the entries where `mask` holds; other entries become 0."""
     if mask.shape != x.shape:
         raise ValueError(f"mask {tuple(mask.shape)} and x {tuple(x.shape)} differ")
     keep = mask.bool()
@@ -193,9 +182,7 @@ def masked_normalise(
         return out
     selected = x[keep]
     centred = selected - selected.mean()
-    if scale is not None:
-        centred = centred / (scale + eps)
-    elif selected.numel() > 1:
+    if selected.numel() > 1:
         centred = centred / (selected.std(unbiased=False) + eps)
     out[keep] = centred
     return out
@@ -241,10 +228,6 @@ class IPPOLag(IPPO):
         self._recent_violations: deque[bool] = deque()
         self._last_rate: float | None = None
         self._violated_at_start = np.zeros(self.num_envs, dtype=bool)
-        # `cost_advantage_scale: running`: the mean over updates of the cost advantages'
-        # variance over the batch, and the number of updates it averages.
-        self._cost_variance = 0.0
-        self._cost_variance_updates = 0
 
     def collect_rollout(self) -> None:
         """IPPO's rollout, remembering which copies' episodes had violated before it began."""
@@ -294,18 +277,12 @@ class IPPOLag(IPPO):
         return batch
 
     def _scaled_cost_advantages(self, advantages: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        """The cost advantages centred over the unmasked steps and divided by the scale that
-        `cost_advantage_scale` names (`LagrangeConfig`)."""
-        mode = self.lag.cost_advantage_scale
-        if mode == "batch_if_cost" and not ((self.buffer.costs > 0) & mask).any():
+        """The cost advantages standardised over the unmasked steps, or 0 with
+        `cost_advantage_scale: batch_if_cost` when none of those steps violated."""
+        quiet = not ((self.buffer.costs > 0) & mask).any()
+        if self.lag.cost_advantage_scale == "batch_if_cost" and quiet:
             return torch.zeros_like(advantages)
-        if mode != "running":
-            return masked_normalise(advantages, mask)
-        if mask.any():
-            self._cost_variance_updates += 1
-            step = masked_variance(advantages, mask) - self._cost_variance
-            self._cost_variance += step / self._cost_variance_updates
-        return masked_normalise(advantages, mask, scale=math.sqrt(self._cost_variance))
+        return masked_normalise(advantages, mask)
 
     def _first_violation_gae(
         self, cost_values: torch.Tensor, next_cost_values: torch.Tensor
@@ -381,8 +358,6 @@ class IPPOLag(IPPO):
             "multiplier": self.multiplier.state_dict(),
             "last_rate": self._last_rate,
             "recent_violations": list(self._recent_violations),
-            "cost_variance": self._cost_variance,
-            "cost_variance_updates": self._cost_variance_updates,
         }
 
     def load_extra_state(self, state: dict[str, Any]) -> None:
@@ -391,8 +366,6 @@ class IPPOLag(IPPO):
         self._last_rate = state["last_rate"]
         self._recent_violations.clear()
         self._recent_violations.extend(bool(v) for v in state["recent_violations"])
-        self._cost_variance = float(state["cost_variance"])
-        self._cost_variance_updates = int(state["cost_variance_updates"])
 
     def extra_policy_state(self) -> dict[str, Any]:
         """The final multiplier, for reference."""

@@ -21,7 +21,7 @@ __all__ = ["COST_ADVANTAGE_SCALES", "COST_SIGNALS", "LagrangeConfig", "check_lam
 
 COST_SIGNALS = ("every", "first")
 """Values of `cost_signal`."""
-COST_ADVANTAGE_SCALES = ("batch", "running", "batch_if_cost")
+COST_ADVANTAGE_SCALES = ("batch", "batch_if_cost")
 """Values of `cost_advantage_scale`."""
 
 _unit = partial(check_probability, open_interval=False)
@@ -81,12 +81,10 @@ class LagrangeConfig(Section):
     team_cost: bool = False
     """Charge the first violation to every agent of the copy, not only to those whose cost fired."""
     cost_advantage_scale: str = "batch"
-    """What the cost advantages are divided by after centring them over the batch's unmasked
-    steps: their own standard deviation over the `batch` (standardised like the reward
-    advantages); the `running` root mean of that variance over every update of training so
-    far, so that a batch without violations, whose cost advantages are only the cost critic's
-    noise, gives a small cost signal instead of a unit one; or the batch's own deviation
-    (`batch_if_cost`) in a batch with a violating step and 0 in a batch without."""
+    """How the cost advantages are scaled: standardised over the `batch`'s unmasked steps like
+    the reward advantages, or so in a batch with a violating step and 0 in a batch without
+    (`batch_if_cost`). Standardised, a batch without a violation turns the cost critic's noise
+    into a signal of unit scale, which lambda weighs like a real one."""
     risk_window: int = 100
     """The multiplier sees the violation rate of the episodes of the last rollout, or of the
     last `risk_window` finished episodes when the rollout finished fewer."""
