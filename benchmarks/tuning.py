@@ -10,7 +10,7 @@ seconds per run.
 
 Run: `python -m benchmarks.tuning [--group tuning|shield_options|shield_settings|
 shield_plan|shield_dec_settings|mamujoco_lag|mamujoco_lag_target|mamujoco_lag_anneal|
-mamujoco_lag_windup|mamujoco_lag_clamped|mamujoco_lag_scale|
+mamujoco_lag_windup|mamujoco_lag_clamped|mamujoco_lag_scale|mamujoco_lag_quiet|
 spread_lag|critic_budget|spread_critic|spread_critic_steps] [--env ...] [--jobs N] [--runs N]
 [--write]`.
 Results go to `benchmarks/out/<group>.json` and, with `--write`, the group's section of
@@ -226,6 +226,19 @@ GROUPS: dict[str, Variants] = {
             ("ippo_lag", {"cost_advantage_scale": "batch_if_cost"}),
         ],
     },
+    # With no cost advantages in a batch without a violation (configured since
+    # "mamujoco_lag_scale"), no run parks, but lambda sits at its cap of 5 from the second
+    # quarter of training on, where the cap and the cost signal set the rate: a cap of 3; and
+    # the cost critic of 5 steps again (`cost_gamma` 0.8), chosen against when batches without
+    # a violation still had a unit cost signal.
+    "mamujoco_lag_quiet": {
+        "mamujoco": [
+            ("ippo", {}),
+            ("ippo_lag", {}),
+            ("ippo_lag", {"lambda_max": 3.0}),
+            ("ippo_lag", {"cost_gamma": 0.8}),
+        ],
+    },
     # The decentralised shield's common plan (ShieldConfig.common_plan, as configured) against
     # each agent deciding alone, at the default experiment's scale (measured at the risk
     # horizon of 10 that config/config.yaml then gave shield_dec).
@@ -308,6 +321,7 @@ GROUP_CONFIGS: dict[str, Path] = {
     "mamujoco_lag_windup": ROOT / "config" / "mamujoco.yaml",
     "mamujoco_lag_clamped": ROOT / "config" / "mamujoco.yaml",
     "mamujoco_lag_scale": ROOT / "config" / "mamujoco.yaml",
+    "mamujoco_lag_quiet": ROOT / "config" / "mamujoco.yaml",
     "spread_lag": ROOT / "config" / "paper.yaml",
     "spread_critic": ROOT / "config" / "paper.yaml",
     "spread_critic_steps": ROOT / "config" / "paper.yaml",
