@@ -233,17 +233,39 @@ def test_cost_advantage_scale_of_a_batch_with_violations_then_one_without(mode: 
     first = trainer._scaled_cost_advantages(loud, mask)
     assert first.std(unbiased=False).item() == pytest.approx(1.0, abs=1e-5)
     # Violating steps outside the cost process's mask do not count as a violation.
-    only_violating = costs.sum(-1, keepdim=True).expand_as(mask) == 0
-    outside = trainer._scaled_cost_advantages(loud, only_violating)
+    calm = costs.sum(-1, keepdim=True).expand_as(mask) == 0  # the copies' steps without one
+    outside = trainer._scaled_cost_advantages(loud, calm)
     costs.zero_()  # the next batch has no violating step
     second = trainer._scaled_cost_advantages(quiet, mask)
     if mode == "batch":
-        assert outside[only_violating].std(unbiased=False).item() == pytest.approx(1.0, abs=1e-5)
+        assert outside[calm].std(unbiased=False).item() == pytest.approx(1.0, abs=1e-5)
         # The noise blown up to a unit signal.
         assert second.std(unbiased=False).item() == pytest.approx(1.0, rel=1e-3)
     else:
         assert torch.equal(outside, torch.zeros_like(outside))
         assert torch.equal(second, torch.zeros_like(second))
+
+
+@pytest.mark.parametrize("mode", ["batch", "batch_if_cost"])
+def test_a_batch_without_violations_follows_the_reward_alone_with_batch_if_cost(mode: str) -> None:
+    config = toy_config(
+        algo="ippo_lag",
+        lag_version="pid",
+        env_params={"risk": 0.0},  # the risky action never costs
+        algo_params={"lambda_init": 1.0, "cost_advantage_scale": mode},
+    )
+    trainer = build_trainer(config, make_toy_env(config))
+    trainer._obs = trainer.env.reset(seed=[0, 1, 2, 3])
+    trainer.collect_rollout()
+    assert not (trainer.buffer.costs > 0).any()
+    trainer.prepare_batch = lambda batch: batch  # IPPO's batch: the reward advantages alone
+    reward_advantages = trainer.compute_advantages()["advantages"].clone()
+    del trainer.prepare_batch
+    combined = trainer.compute_advantages()["advantages"]
+    lam = trainer.multiplier.value
+    assert lam > 0.0
+    follows_reward = torch.allclose(combined, reward_advantages / (1.0 + lam), atol=1e-6)
+    assert follows_reward == (mode == "batch_if_cost")
 
 
 def test_a_rollout_starting_inside_a_violated_episode_masks_its_steps() -> None:
