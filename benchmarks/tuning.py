@@ -228,7 +228,7 @@ GROUPS: dict[str, Variants] = {
     },
     # With no cost advantages in a batch without a violation (configured since
     # "mamujoco_lag_scale"), no run parks, but lambda sits at its cap of 5 from the second
-    # quarter of training on, where the cap and the cost signal set the rate: a cap of 3; and
+    # quarter of training on, where the cap and the cost signal set the rate: caps of 3 and 4; and
     # the cost critic of 5 steps again (`cost_gamma` 0.8), chosen against when batches without
     # a violation still had a unit cost signal.
     "mamujoco_lag_quiet": {
@@ -237,6 +237,7 @@ GROUPS: dict[str, Variants] = {
             ("ippo_lag", {}),
             ("ippo_lag", {"lambda_max": 3.0}),
             ("ippo_lag", {"cost_gamma": 0.8}),
+            ("ippo_lag", {"lambda_max": 4.0}),
         ],
     },
     # The decentralised shield's common plan (ShieldConfig.common_plan, as configured) against
