@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import re
+from dataclasses import fields
 from pathlib import Path
 
 import pytest
@@ -202,6 +203,21 @@ def test_schema_file_is_the_shipped_one():
 
     assert SCHEMA_PATH == REPO / "workflow" / "schemas" / "config.schema.yaml"
     assert Path(SCHEMA_PATH).is_file()
+
+
+def test_schema_descriptions_state_the_shield_defaults():
+    """The shield keys the schema describes name the defaults `ShieldConfig` gives them."""
+    from src.config.shield import ShieldConfig
+    from src.config.workflow import SCHEMA_PATH
+
+    schema = yaml.safe_load(Path(SCHEMA_PATH).read_text())
+    shield = schema["properties"]["algo_params"]["properties"]["shield"]["properties"]
+    defaults = {f.name: f.default for f in fields(ShieldConfig)}
+    assert shield, "the schema describes no shield key"
+    for key, entry in shield.items():
+        stated = re.search(r"\(default (\d+)", entry["description"])
+        assert stated, f"{key}: the description states no default"
+        assert int(stated.group(1)) == defaults[key], key
 
 
 # Training copies of the config below: seed_offset 1000, 2 runs, 4 env copies.
