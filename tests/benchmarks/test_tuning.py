@@ -117,6 +117,17 @@ def test_a_variant_is_trained_evaluated_and_reported(
     results["rows"] = [plain, row]
     assert tuning.render_markdown(results).count("lambda at the end") == 1
     results["rows"] = [{**row, "algo": "ippo", "params": {}}, row]
+    # The ratio is to ippo trained on as many steps.
+    longer = {"timesteps": 4 * 16 * 2}
+    results["rows"] = [
+        {**row, "algo": "ippo", "params": longer, "return": 4 * row["return"]},
+        {**row, "algo": "ippo", "params": {}, "return": 2 * row["return"]},
+        {**row, "params": longer},
+    ]
+    table = tuning.render_markdown(results)
+    assert "| hazard_grid | ippo_lag | `timesteps` 128 |" in table and "| 0.25x |" in table
+    assert "| 0.50x |" not in table
+    results["rows"] = [{**row, "algo": "ippo", "params": {}}, row]
     # A return that is a negative distance has no ratio to it.
     negative = {**row, "return": -abs(row["return"]) - 1.0}
     results["rows"] = [{**negative, "algo": "ippo", "params": {}}, negative]
@@ -136,7 +147,8 @@ def test_a_variant_is_trained_evaluated_and_reported(
 
 
 def test_an_option_of_the_base_config_is_set_there(config: dict) -> None:
-    """`shield_opponent_mode` is a base key: the variant sets it in `base`, not algo_params."""
+    """`shield_opponent_mode` and `timesteps` are base keys: the variant sets them in `base`,
+    not algo_params."""
     variant = tuning.variant_config(
         config, "intersection", "shield_dec", {"shield_opponent_mode": "uniform", "horizon": 5}
     )
@@ -144,6 +156,8 @@ def test_an_option_of_the_base_config_is_set_there(config: dict) -> None:
     assert "shield_opponent_mode" not in variant["algo_params"]["shield_dec"]
     assert variant["algo_params"]["shield_dec"]["horizon"] == 5
     assert config["base"]["shield_opponent_mode"] == "monotone_floor"  # the config unchanged
+    budget = tuning.variant_config(config, "hazard_grid", "ippo", {"timesteps": 4096})
+    assert budget["base"]["timesteps"] == 4096 and "timesteps" not in budget["algo_params"]["ippo"]
 
 
 def test_every_variant_is_a_config_the_workflow_runs() -> None:
