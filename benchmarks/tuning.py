@@ -10,7 +10,7 @@ seconds per run.
 
 Run: `python -m benchmarks.tuning [--group tuning|shield_options|shield_settings|
 shield_plan|shield_dec_settings|mamujoco_lag|mamujoco_lag_target|mamujoco_lag_anneal|
-mamujoco_lag_windup|mamujoco_lag_clamped|mamujoco_lag_scale|mamujoco_lag_quiet|mamujoco_lag_budget|
+mamujoco_lag_windup|mamujoco_lag_clamped|mamujoco_lag_scale|mamujoco_lag_quiet|
 spread_lag|critic_budget|spread_critic|spread_critic_steps] [--env ...] [--jobs N] [--runs N]
 [--write]`.
 Results go to `benchmarks/out/<group>.json` and, with `--write`, the group's section of
@@ -240,17 +240,6 @@ GROUPS: dict[str, Variants] = {
             ("ippo_lag", {"lambda_max": 4.0}),
         ],
     },
-    # Twice the training budget for ippo and ippo_lag (configured: the cap of 4 of
-    # "mamujoco_lag_quiet"): at its cap the multiplier no longer steers the rate, and the
-    # runs' rates and returns spread far between seeds; with more updates the policy may
-    # settle nearer the balance of reward and cost the cap sets. Its ratio is to ippo on the
-    # same budget.
-    "mamujoco_lag_budget": {
-        "mamujoco": [
-            ("ippo", {"timesteps": 2_097_152}),
-            ("ippo_lag", {"timesteps": 2_097_152}),
-        ],
-    },
     # The decentralised shield's common plan (ShieldConfig.common_plan, as configured) against
     # each agent deciding alone, at the default experiment's scale (measured at the risk
     # horizon of 10 that config/config.yaml then gave shield_dec).
@@ -334,7 +323,6 @@ GROUP_CONFIGS: dict[str, Path] = {
     "mamujoco_lag_clamped": ROOT / "config" / "mamujoco.yaml",
     "mamujoco_lag_scale": ROOT / "config" / "mamujoco.yaml",
     "mamujoco_lag_quiet": ROOT / "config" / "mamujoco.yaml",
-    "mamujoco_lag_budget": ROOT / "config" / "mamujoco.yaml",
     "spread_lag": ROOT / "config" / "paper.yaml",
     "spread_critic": ROOT / "config" / "paper.yaml",
     "spread_critic_steps": ROOT / "config" / "paper.yaml",
