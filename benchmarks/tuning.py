@@ -10,9 +10,9 @@ seconds per run.
 
 Run: `python -m benchmarks.tuning [--group tuning|shield_options|shield_settings|
 shield_plan|shield_dec_settings|mamujoco_lag|mamujoco_lag_target|mamujoco_lag_anneal|
-mamujoco_lag_windup|mamujoco_lag_clamped|mamujoco_lag_scale|mamujoco_lag_quiet|mamujoco_lag_credit|
-spread_lag|critic_budget|spread_critic|spread_critic_steps] [--env ...] [--jobs N] [--runs N]
-[--write]`.
+mamujoco_lag_windup|mamujoco_lag_clamped|mamujoco_lag_scale|mamujoco_lag_quiet|
+mamujoco_lag_credit|mamujoco_lag_signal|spread_lag|critic_budget|spread_critic|
+spread_critic_steps] [--env ...] [--jobs N] [--runs N] [--write]`.
 Results go to `benchmarks/out/<group>.json` and, with `--write`, the group's section of
 BENCHMARKS.md (the rows of shield options since deleted stay there as measured).
 """
@@ -252,6 +252,17 @@ GROUPS: dict[str, Variants] = {
             ("ippo_lag", {"cost_gae_lambda": 0.95}),
         ],
     },
+    # The cost signal of the constraint itself (`cost_signal: first`: only the episode's first
+    # violation costs, and the cost process ends there) instead of every violating step, with
+    # the cap of 4: at the cap, the count of `every` charges a long run above the threshold
+    # many times over, while the constraint counts the episode once.
+    "mamujoco_lag_signal": {
+        "mamujoco": [
+            ("ippo", {}),
+            ("ippo_lag", {}),
+            ("ippo_lag", {"cost_signal": "first"}),
+        ],
+    },
     # The decentralised shield's common plan (ShieldConfig.common_plan, as configured) against
     # each agent deciding alone, at the default experiment's scale (measured at the risk
     # horizon of 10 that config/config.yaml then gave shield_dec).
@@ -336,6 +347,7 @@ GROUP_CONFIGS: dict[str, Path] = {
     "mamujoco_lag_scale": ROOT / "config" / "mamujoco.yaml",
     "mamujoco_lag_quiet": ROOT / "config" / "mamujoco.yaml",
     "mamujoco_lag_credit": ROOT / "config" / "mamujoco.yaml",
+    "mamujoco_lag_signal": ROOT / "config" / "mamujoco.yaml",
     "spread_lag": ROOT / "config" / "paper.yaml",
     "spread_critic": ROOT / "config" / "paper.yaml",
     "spread_critic_steps": ROOT / "config" / "paper.yaml",
