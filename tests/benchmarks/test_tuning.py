@@ -116,7 +116,6 @@ def test_a_variant_is_trained_evaluated_and_reported(
     assert f"- hazard_grid `ippo_lag` `pid_ki` 0.5, per run: lambda at the end {ends};" in table
     results["rows"] = [plain, row]
     assert tuning.render_markdown(results).count("lambda at the end") == 1
-    results["rows"] = [{**row, "algo": "ippo", "params": {}}, row]
     # The ratio is to ippo trained on as many steps.
     longer = {"timesteps": 4 * 16 * 2}
     results["rows"] = [
@@ -127,7 +126,6 @@ def test_a_variant_is_trained_evaluated_and_reported(
     table = tuning.render_markdown(results)
     assert "| hazard_grid | ippo_lag | `timesteps` 128 |" in table and "| 0.25x |" in table
     assert "| 0.50x |" not in table
-    results["rows"] = [{**row, "algo": "ippo", "params": {}}, row]
     # A return that is a negative distance has no ratio to it.
     negative = {**row, "return": -abs(row["return"]) - 1.0}
     results["rows"] = [{**negative, "algo": "ippo", "params": {}}, negative]
