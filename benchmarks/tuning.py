@@ -11,7 +11,7 @@ seconds per run.
 Run: `python -m benchmarks.tuning [--group tuning|shield_options|shield_settings|
 shield_plan|shield_dec_settings|mamujoco_lag|mamujoco_lag_target|mamujoco_lag_anneal|
 mamujoco_lag_windup|mamujoco_lag_clamped|mamujoco_lag_scale|mamujoco_lag_quiet|
-mamujoco_lag_credit|mamujoco_lag_signal|spread_lag|critic_budget|spread_critic|
+mamujoco_lag_credit|mamujoco_lag_signal|mamujoco_lag_ended|spread_lag|critic_budget|spread_critic|
 spread_critic_steps] [--env ...] [--jobs N] [--runs N] [--write]`.
 Results go to `benchmarks/out/<group>.json` and, with `--write`, the group's section of
 BENCHMARKS.md (the rows of shield options since deleted stay there as measured).
@@ -263,6 +263,18 @@ GROUPS: dict[str, Variants] = {
             ("ippo_lag", {"cost_signal": "first"}),
         ],
     },
+    # The violation ending the reward's process (`violation_ends_reward`: a violating step is
+    # terminal for the reward GAE, so a violation forfeits the reward expected after it), with
+    # the cap of 4: at the cap lambda no longer steers, while this price is in the reward's own
+    # units and does not depend on lambda. 5 runs (`--runs 5`): differences of the size the
+    # earlier groups measured are not resolved by 3.
+    "mamujoco_lag_ended": {
+        "mamujoco": [
+            ("ippo", {}),
+            ("ippo_lag", {}),
+            ("ippo_lag", {"violation_ends_reward": True}),
+        ],
+    },
     # The decentralised shield's common plan (ShieldConfig.common_plan, as configured) against
     # each agent deciding alone, at the default experiment's scale (measured at the risk
     # horizon of 10 that config/config.yaml then gave shield_dec).
@@ -348,6 +360,7 @@ GROUP_CONFIGS: dict[str, Path] = {
     "mamujoco_lag_quiet": ROOT / "config" / "mamujoco.yaml",
     "mamujoco_lag_credit": ROOT / "config" / "mamujoco.yaml",
     "mamujoco_lag_signal": ROOT / "config" / "mamujoco.yaml",
+    "mamujoco_lag_ended": ROOT / "config" / "mamujoco.yaml",
     "spread_lag": ROOT / "config" / "paper.yaml",
     "spread_critic": ROOT / "config" / "paper.yaml",
     "spread_critic_steps": ROOT / "config" / "paper.yaml",
@@ -540,8 +553,12 @@ def benchmark(
     workflow config at `path`; `jobs` runs at once, each in its own process on one thread
     (run idx of every variant before run idx + 1 of any, so that a stopped benchmark leaves
     its variants measured on the same seeds); with `runs`, the first `runs` runs of each
-    variant (the same runs as in a measurement of all `num_runs`)."""
+    variant (the same runs as in a measurement of all `num_runs`), or, above `num_runs`, the
+    next runs too (the config's `num_runs` raised to `runs`: each run's seeds follow from its
+    index alone)."""
     clock, config = Clock(), experiment(path)
+    if runs is not None and runs > int(config["num_runs"]):
+        config = {**config, "num_runs": runs}
     chosen = [
         (env, number, algo, params)
         for env in envs
@@ -713,7 +730,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--jobs", type=int, default=1, help="runs measured at once, one process each (default 1)"
     )
     parser.add_argument(
-        "--runs", type=int, help="the first N runs of each variant (default: the config's num_runs)"
+        "--runs",
+        type=int,
+        help="the first N runs of each variant, more than the config's num_runs if N is larger "
+        "(default: the config's num_runs)",
     )
     parser.add_argument("--work", type=Path, help="run folders (default: benchmarks/out/GROUP)")
     args = parser.parse_args(argv)

@@ -163,6 +163,11 @@ class IPPO:
         """The reward `[E, A]` the policy learns from, given the filter's `[E, A]` flags."""
         return reward
 
+    def reward_ends(self) -> torch.Tensor | None:
+        """`[T, E, A]` bool: rollout steps at which the reward's process ends besides the
+        episodes' terminations (the reward GAE does not bootstrap past them); None: none."""
+        return None
+
     def prepare_batch(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         """Add `[T, E, A, ...]` tensors or change `advantages` before the update."""
         return batch
@@ -312,12 +317,16 @@ class IPPO:
         with torch.no_grad():
             values = self.net.value(buf.inputs)  # [T, E, A]
             next_values = self.net.value(buf.final_inputs)  # [T, E, A]
+        terminated, truncated = buf.terminated, buf.truncated
+        ends = self.reward_ends()
+        if ends is not None:
+            terminated, truncated = terminated.bool() | ends, truncated.bool() & ~ends
         advantages, returns = compute_gae(
             rewards=buf.rewards,
             values=values,
             next_values=next_values,
-            terminated=buf.terminated,
-            truncated=buf.truncated,
+            terminated=terminated,
+            truncated=truncated,
             gamma=self.cfg.gamma,
             gae_lambda=self.cfg.gae_lambda,
         )

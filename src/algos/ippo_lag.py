@@ -42,6 +42,14 @@ Each update:
 3. the policy follows `(A_r - lambda * A_c) / (1 + lambda)`, as in OmniSafe's PPO-Lag and
    CPPO-PID, and the cost critic is trained alongside the reward critic.
 
+With `violation_ends_reward`, a violating step also ends the reward's process: the reward GAE
+does not bootstrap past it, so the actions that led to a violation lose the reward the
+critic expected after it (the early-terminated MDP of Sun et al., 2021, "Safe Exploration by
+Solving Early Terminated MDP", with the episode going on in the env: the step after a
+violation starts a new reward process). That price is in the reward's own units and does not
+depend on lambda, so it still acts where lambda has reached its cap; the reward critic then
+learns the reward until the next violation, a function of the state.
+
 The multiplier is capped at `lambda_max`. Where the policy cannot meet the constraint, a
 multiplier that keeps rising silences the reward advantages: an untrained policy that
 violates in every episode whatever it does then gets no direction from the cost (which
@@ -247,6 +255,14 @@ class IPPOLag(IPPO):
         keep = max(self.lag.risk_window, len(episodes))
         while len(self._recent_violations) > keep:
             self._recent_violations.popleft()
+
+    def reward_ends(self) -> torch.Tensor | None:
+        """With `violation_ends_reward`, every step at which some agent's cost fired ends every
+        agent's reward process (the team shares the reward); None without it."""
+        if not self.lag.violation_ends_reward:
+            return None
+        violating = (self.buffer.costs > 0).any(dim=-1, keepdim=True)
+        return violating.expand_as(self.buffer.costs)
 
     def prepare_batch(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         """Cost GAE, multiplier update, and the Lagrangian combination of the advantages."""

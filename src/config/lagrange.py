@@ -42,12 +42,14 @@ class LagrangeConfig(Section):
     """The constraint P(violation in an episode) <= `max_risk` and how ippo_lag enforces it."""
 
     BASE_KEYS: ClassVar[tuple[str, ...]] = ("max_risk", "lag_version")
+    RECORDED_IF_SET: ClassVar[tuple[str, ...]] = ("violation_ends_reward",)
     RULES: ClassVar[Mapping[str, Callable[[str, Any], Any]]] = {
         "cost_signal": partial(check_choice, choices=COST_SIGNALS),
         "cost_gamma": _unit,
         "cost_gae_lambda": _unit,
         "team_cost": check_bool,
         "cost_advantage_scale": partial(check_choice, choices=COST_ADVANTAGE_SCALES),
+        "violation_ends_reward": check_bool,
         "risk_window": partial(check_int, low=1),
         "risk_target_ratio": partial(check_float, low=0.0, high=1.0, open_low=True),
         "lambda_init": _non_negative,
@@ -85,6 +87,12 @@ class LagrangeConfig(Section):
     the reward advantages, or so in a batch with a violating step and 0 in a batch without
     (`batch_if_cost`). Standardised, a batch without a violation turns the cost critic's noise
     into a signal of unit scale, which lambda weighs like a real one."""
+    violation_ends_reward: bool = False
+    """End the reward's process at every violating step, as the cost's first violation ends
+    the cost's: the reward GAE treats the step as terminal (no bootstrap), so a violation
+    forfeits the reward the critic expected after it (the early-terminated MDP of Sun et al.,
+    2021), whatever lambda is; the reward critic learns the reward until the next violation.
+    The multiplier and the cost advantages act as without it."""
     risk_window: int = 100
     """The multiplier sees the violation rate of the episodes of the last rollout, or of the
     last `risk_window` finished episodes when the rollout finished fewer."""

@@ -321,6 +321,38 @@ def test_risk_window_keeps_the_last_rollout_or_the_last_n_episodes_and_resumes(
     assert clone._last_rate == trainer._last_rate
 
 
+@pytest.mark.parametrize("ends", [False, True])
+def test_violation_ends_reward_cuts_the_reward_gae_at_every_violating_step(ends: bool) -> None:
+    trainer = _lag_trainer(cost_signal="every", violation_ends_reward=ends)
+    trainer._obs = trainer.env.reset(seed=[0, 1, 2, 3])
+    trainer.collect_rollout()
+    buf = trainer.buffer
+    trainer.prepare_batch = lambda batch: batch  # IPPO's batch: the reward advantages alone
+    batch = trainer.compute_advantages()
+    violating = (buf.costs > 0).any(-1, keepdim=True).expand_as(buf.costs)
+    assert violating.any() and (violating & ~(buf.terminated | buf.truncated)).any()
+    with torch.no_grad():
+        values = trainer.net.value(buf.inputs)
+        next_values = trainer.net.value(buf.final_inputs)
+    cut = violating if ends else torch.zeros_like(violating)
+    _, expected = compute_gae(
+        rewards=buf.rewards,
+        values=values,
+        next_values=next_values,
+        terminated=buf.terminated.bool() | cut,
+        truncated=buf.truncated.bool() & ~cut,
+        gamma=trainer.cfg.gamma,
+        gae_lambda=trainer.cfg.gae_lambda,
+    )
+    assert torch.allclose(batch["returns"], expected, atol=1e-6)
+    # With the cut, the return of a violating step is its reward alone: lambda-return over
+    # nothing after it. Without it the step bootstraps from what follows.
+    at_violation = batch["returns"][violating] - buf.rewards[violating]
+    assert torch.allclose(at_violation, torch.zeros_like(at_violation), atol=1e-6) == ends
+    recorded = trainer.algo_config()
+    assert ("violation_ends_reward" in recorded) == ends  # recorded only when set
+
+
 def test_new_fields_reach_the_lagrange_section_and_are_recorded() -> None:
     config = RunConfig.from_dict(
         toy_config(
@@ -349,6 +381,7 @@ def test_new_fields_reach_the_lagrange_section_and_are_recorded() -> None:
         ({"risk_window": 0}, "risk_window"),
         ({"risk_window": 2.5}, "risk_window"),
         ({"team_cost": 1}, "team_cost"),
+        ({"violation_ends_reward": "yes"}, "violation_ends_reward"),
         ({"cost_advantage_scale": "running"}, "cost_advantage_scale"),  # measured, deleted
         ({"lambda_max": -1.0}, "lambda_max"),
         ({"lambda_init": 5.0, "lambda_max": 1.0}, "lambda_init=5.0"),

@@ -242,6 +242,11 @@ def test_runs_measured_in_parallel_are_those_measured_in_turn(config: dict, tmp_
     # The first run of each variant alone: the same run, read back.
     first = rows(1, runs=1)
     assert [row["runs"] for row in first] == [row["runs"][:1] for row in alone]
+    # More runs than the config's num_runs: its runs read back, and a third on the next seeds.
+    more = rows(1, runs=3)
+    assert [row["runs"][:2] for row in more] == [row["runs"] for row in alone]
+    assert [len(row["runs"]) for row in more] == [3, 3]
+    assert more[0]["runs"][2] != more[0]["runs"][1]
 
 
 def test_a_variant_is_compared_with_its_algorithms_first_by_a_paired_test() -> None:
