@@ -30,7 +30,7 @@ paper: $(STAMP)
 	$(BIN)/snakemake --cores $(CORES) --configfile config/paper.yaml
 	$(BIN)/python -m src.analysis.results_doc config/paper.yaml docs --name paper
 
-# Safe Multi-Agent MuJoCo: config/mamujoco.yaml end to end (about 40 minutes on 2 cores), then
+# Safe Multi-Agent MuJoCo: config/mamujoco.yaml end to end (about 45 minutes on 2 cores), then
 # docs/mamujoco.md with its figures and tables in docs/mamujoco/.
 mamujoco: $(STAMP)
 	$(BIN)/snakemake --cores $(CORES) --configfile config/mamujoco.yaml
