@@ -145,8 +145,8 @@ def test_a_variant_is_trained_evaluated_and_reported(
 
 
 def test_an_option_of_the_base_config_is_set_there(config: dict) -> None:
-    """`shield_opponent_mode` and `timesteps` are base keys: the variant sets them in `base`,
-    not algo_params."""
+    """`shield_opponent_mode`, `timesteps` and `final_policy_eval_episodes` are base keys: the
+    variant sets them in `base`, not algo_params."""
     variant = tuning.variant_config(
         config, "intersection", "shield_dec", {"shield_opponent_mode": "uniform", "horizon": 5}
     )
@@ -156,6 +156,11 @@ def test_an_option_of_the_base_config_is_set_there(config: dict) -> None:
     assert config["base"]["shield_opponent_mode"] == "monotone_floor"  # the config unchanged
     budget = tuning.variant_config(config, "hazard_grid", "ippo", {"timesteps": 4096})
     assert budget["base"]["timesteps"] == 4096 and "timesteps" not in budget["algo_params"]["ippo"]
+    episodes = tuning.variant_config(
+        config, "hazard_grid", "ippo", {"final_policy_eval_episodes": 8}
+    )
+    assert episodes["base"]["final_policy_eval_episodes"] == 8
+    assert "final_policy_eval_episodes" not in episodes["algo_params"]["ippo"]
 
 
 def test_every_variant_is_a_config_the_workflow_runs() -> None:
