@@ -237,7 +237,7 @@ def main(argv: Sequence[str] | None = None, *, out: Path = OUT, path: Path = BEN
         check_run(run, episodes=args.episodes, first_seed=args.seed_offset + CHECK_STRIDE * k)
         for k, run in enumerate(runs)
     ]
-    root = args.results.resolve()
+    root = args.results.absolute()
     for record, run in zip(records, runs, strict=True):
         # Named as the command names the results folder, not by this machine's paths.
         record["run"] = str(args.results / run.relative_to(root))

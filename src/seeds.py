@@ -36,6 +36,7 @@ import numpy as np
 __all__ = [
     "CERTIFICATE_CHECK",
     "CHECK_STRIDE",
+    "LADDER_DEPTH",
     "RESERVED",
     "TRAINING_FLOOR",
     "TUNING",
@@ -108,6 +109,16 @@ CERTIFICATE_CHECK = SeedUse(
 """Fresh reset seeds of `benchmarks/certificate_check.py`, for up to 100 runs of at most
 `CHECK_STRIDE` episodes each."""
 
+LADDER_DEPTH = SeedUse(
+    "the ladder's depth (benchmarks/ladder_depth.py, spent)",
+    first=42_000_000,
+    stop=43_000_000,
+    spent=True,
+)
+"""Reset seeds of `benchmarks/ladder_depth.py`, for up to 100 runs of at most `CHECK_STRIDE`
+episodes each: what it measured chose `config/paper.yaml`'s `certify_multiples`, so they are
+spent the moment they are used."""
+
 TUNING = SeedUse(
     "the hyperparameter tuning (benchmarks/tuning.py, spent)",
     first=40_000_000,
@@ -129,6 +140,13 @@ RESERVED: tuple[SeedUse, ...] = (
         stop=23_000_000,
         spent=True,
     ),
+    SeedUse(
+        "the paper config's calibration before its ladder reached H / T (spent)",
+        first=23_000_000,
+        stop=23_005_000,
+        spent=True,
+    ),
+    LADDER_DEPTH,
     CERTIFICATE_CHECK,
 )
 """Ranges no config may use: the one the certificate's ladder (`certify_multiples`) and its
@@ -136,7 +154,8 @@ two-look design were chosen on (the calibration range of the runs that chose the
 the default experiment's hyperparameters were chosen on (`TUNING`), the fresh ranges of the
 certificate checks made so far (each check looks at a range once), the next check's, and the
 default experiment's calibration range before `joint_certificates` (its counts were seen when
-the family's level was chosen)."""
+the family's level was chosen), the paper config's first calibration range (its counts showed
+that the ladder must reach further) and the range that measured how far (`LADDER_DEPTH`)."""
 
 
 NO_CLAIM = frozenset(("training", "the videos"))
