@@ -56,6 +56,19 @@ def test_shipped_configs_are_valid(name: str):
     )
 
 
+def test_the_paper_ladder_reaches_the_share_of_the_episode_one_risk_window_covers():
+    """config/paper.yaml's first rung is H / T of the training allowance (docs/design.md, "The
+    ladder's depth"), for both shields and every env: the shield's horizon over the episode."""
+    config = check_workflow_config(_shipped("config/paper.yaml"))
+    shielded = [(env, algo) for env, algo, idx in iter_runs(config) if algo.startswith("shield")]
+    assert len(shielded) == 30
+    for env, algo in shielded:
+        run = resolve_run_config(config, env, algo, 0)
+        multiples = run.shield.certify_multiples
+        assert multiples[0] == pytest.approx(run.shield.horizon / run.constraint_horizon) == 0.05
+        assert list(multiples) == sorted(multiples) and multiples[-1] == 1.0
+
+
 def test_defaults_are_filled_in_nested_objects():
     config = validate_workflow_config(_minimal())
     assert config["results_dir"] == "results"

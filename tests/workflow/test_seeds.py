@@ -73,3 +73,15 @@ def test_spent_ranges_bar_claims_not_training() -> None:
 
 def test_the_certificate_check_range_holds_a_hundred_runs() -> None:
     assert CERTIFICATE_CHECK.stop - CERTIFICATE_CHECK.first == 100 * CHECK_STRIDE
+
+
+def test_the_paper_configs_first_calibration_range_is_refused() -> None:
+    """Its counts asked for the ladder's depth: the paper grid's 5 runs of 1000 episodes from
+    23,000,000 are spent; from 25,000,000 they are not."""
+    paper = {**DEFAULT, "num_runs": 5, "eval_offset": 12_000_000, "eval_episodes": 1000}
+    problem = check_seed_uses(**{**paper, "calibration": {"shield": (23_000_000, 1000)}})
+    assert problem is not None
+    assert "config key 'algo_params.shield.calibration_seed_offset' = 23000000" in problem
+    assert "the paper config's calibration before its ladder reached H / T (spent)" in problem
+    assert check_seed_uses(**{**paper, "calibration": {"shield": (23_005_000, 1000)}}) is None
+    assert check_seed_uses(**{**paper, "calibration": {"shield": (25_000_000, 1000)}}) is None
