@@ -2,12 +2,14 @@
 
 Run 0 of every (env, algo), resolved as the workflow resolves it, measured briefly in this
 process on one thread: training's CPU seconds per update, unarmed and armed (the measured run
-arms early so that both phases are measured), plus a fixed rest; `evaluate_run` on one batch,
+arms where the grid's runs arm, after their `shield_patience` updates: armed earlier, on a
+policy trained for a few updates and models fitted on their data, the filter works longer per
+update than the grid's runs ever do), plus a fixed rest; `evaluate_run` on one batch,
 scaled to the config's episodes; `render_run` with its encoder; a fresh job's start-up. The
 projection costs every run as run 0 and schedules every job of the grid on 8 cores (longest
 ready job first, evaluation and render after training).
 
-Run: `python -m benchmarks.paper_grid` (about 3 minutes); `--quick` a smoke run on
+Run: `python -m benchmarks.paper_grid` (about 20 minutes); `--quick` a smoke run on
 `hazard_grid`. Results go to `benchmarks/out/paper_grid.json` and the paper_grid section of
 BENCHMARKS.md.
 """
@@ -59,8 +61,9 @@ TARGET_CPU_HOURS = 10.0  # the budget for the whole paper grid, shield_dec inclu
 CORES = 8  # cores of the machine the grid is planned for
 BUDGET: dict[str, int | None] = {
     "updates": 16,  # updates of an algorithm without a shield
-    "measure_patience": 3,  # unarmed shield updates before the measured run arms
-    "armed_updates": 3,  # armed shield updates
+    # Unarmed shield updates before the measured run arms; None: the run's own shield_patience.
+    "measure_patience": None,
+    "armed_updates": 8,  # armed shield updates
     "eval_episodes": 20,  # evaluation episodes, one batch (the shield's cost is per copy-step)
     "render_episodes": None,  # None: the config's render.episodes
 }
@@ -155,14 +158,15 @@ def measure_pair(
     """Train, evaluate and render run 0 of (env, algo) on the measured `budget`; CPU seconds.
 
     A shield arms after `min(measure_patience, shield_patience)` updates of the measured run
-    and trains `armed_updates` armed updates; other algorithms train `updates` updates.
+    (`shield_patience` where `measure_patience` is None) and trains `armed_updates` armed
+    updates; other algorithms train `updates` updates.
     """
     target = resolve_run_config(workflow, env, algo, 0)
     patience = arm_at = None
     measured = budget["updates"]
     if target.shield is not None:
         patience = target.shield.shield_patience
-        arm_at = min(budget["measure_patience"], patience)
+        arm_at = min(budget["measure_patience"] or patience, patience)
         measured = arm_at + budget["armed_updates"]
     eval_episodes = min(budget["eval_episodes"], target.evaluation.episodes)
     config = measured_config(target, updates=measured, eval_episodes=eval_episodes, patience=arm_at)
@@ -416,6 +420,7 @@ def render_markdown(r: Mapping[str, Any]) -> str:
     command = "python -m benchmarks.paper_grid" + (" --quick" if r["quick"] else "")
     versions = ", ".join(f"`{key}` {value}" for key, value in x["versions"].items())
     updates = r["pairs"][0]["updates"]
+    arm = b["measure_patience"] or x["shield_patience"]
     split = [
         f"{p['env']} {_number(p['measured']['filter_wall_seconds_per_armed_update'])} s filter + "
         f"{_number(p['measured']['model_wall_seconds_per_armed_update'])} s model fits"
@@ -444,9 +449,9 @@ def render_markdown(r: Mapping[str, Any]) -> str:
         ),
         "",
         f"Measured budget per (env, algo), run 0: `ippo` and `ippo_lag` {b['updates']} "
-        f"updates; `shield` {b['measure_patience']} unarmed + "
+        f"updates; `shield` {arm} unarmed + "
         f"{b['armed_updates']} armed updates (the measured run arms after "
-        f"{b['measure_patience']} updates, the projected job after {x['shield_patience']}); "
+        f"{arm} updates, the projected job after {x['shield_patience']}); "
         f"evaluation of the short-trained policy on {b['eval_episodes']} episodes (one "
         f"batch), scaled to {x['eval_episodes']:,}; one render job of "
         f"{_count(b['render_episodes'], 'episode')}; job start-up "
@@ -494,10 +499,16 @@ def render_markdown(r: Mapping[str, Any]) -> str:
         ),
         "- Not measured: export, aggregate, figures, report and wandb upload (one small job "
         "per run or per experiment); how the cost of an update changes later in a run (the "
-        "armed phase is measured right after arming, with models fitted on "
-        f"{b['measure_patience']} updates of data instead of {x['shield_patience']}, and the "
-        "evaluation and render jobs on the short-trained policy); CPU time torch spends on "
-        "extra threads when a job gets more than one.",
+        f"armed phase is measured in its first {b['armed_updates']} updates after "
+        f"{arm} unarmed ones"
+        + (
+            f", the projected job's after {x['shield_patience']}"
+            if arm != x["shield_patience"]
+            else ""
+        )
+        + ", where the shield still overrides most often, and the evaluation and render jobs "
+        "on the short-trained policy); CPU time torch spends on extra threads when a job gets "
+        "more than one.",
     ]
     return "\n".join(lines)
 

@@ -14,6 +14,7 @@ from benchmarks.paper_grid import (
     grid_jobs,
     list_schedule,
     main,
+    measure_pair,
     measured_config,
     phase_costs,
     project_pair,
@@ -154,6 +155,19 @@ def test_the_measured_config_is_the_workflow_run_config_with_a_shorter_run():
     changed = {k for k, v in target.to_dict().items() if measured[k] != v}
     assert changed == {"timesteps", "final_policy_eval_episodes", "shield_patience"}
     assert measured["timesteps"] == 5 * 16 * 128
+
+
+def test_the_measured_shield_arms_where_the_grids_runs_arm(tmp_path):
+    """`measure_patience` None: the measured run arms after the run's own `shield_patience`
+    updates (here 3, a quick config's), then trains `armed_updates` armed ones."""
+    base = {**QUICK_OVERRIDES["base"], "shield_patience": 3}
+    workflow = workflow_config(overrides={**QUICK_OVERRIDES, "base": base})
+    budget = {**QUICK_BUDGET, "measure_patience": None, "armed_updates": 2}
+    pair = measure_pair(workflow, "hazard_grid", "shield", budget, tmp_path)
+    m = pair["measured"]
+    assert pair["patience"] == m["shield_patience"] == 3
+    assert (m["updates"], m["unarmed_updates"], m["armed_updates"]) == (5, 3, 2)
+    assert m["armed"] > 0 and m["unarmed"] > 0
 
 
 def test_quick_run_writes_consistent_json(tmp_path, capsys):
