@@ -13,6 +13,7 @@ to `benchmarks/out/certificate_check.json` and the certificate_check section of 
 
 from __future__ import annotations
 
+import argparse
 import math
 import tempfile
 import time
@@ -40,7 +41,7 @@ from src.algos.shield.calibration import Certificate, fixed_sequence_test, load_
 from src.containment import inside
 from src.envs.registry import make_vector_env
 from src.evaluation.evaluate import evaluate_run
-from src.seeds import CERTIFICATE_CHECK, CHECK_STRIDE
+from src.seeds import CERTIFICATE_CHECK, CHECK_STRIDE, SeedUse
 from src.stats import clopper_pearson_upper
 
 
@@ -156,6 +157,23 @@ def shield_runs(results: Path) -> list[Path]:
     ]
 
 
+def runs_to_play(
+    parser: argparse.ArgumentParser, results: Path, *, episodes: int, within: SeedUse | None
+) -> list[Path]:
+    """The shield runs of `results` (`shield_runs`) that a command plays `episodes` episodes
+    of each, run k from `within.first` + `CHECK_STRIDE` k; a parser error where there is
+    none, where `episodes` is not in [1, `CHECK_STRIDE`] or where the runs need seeds beyond
+    `within` (None: the command's own offset, not checked)."""
+    runs = shield_runs(results)
+    if not runs:
+        parser.error(f"{results} holds no shield run with a policy.pt")
+    if not 1 <= episodes <= CHECK_STRIDE:
+        parser.error(f"--episodes {episodes}: must be in [1, {CHECK_STRIDE}]")
+    if within is not None and within.first + CHECK_STRIDE * len(runs) > within.stop:
+        parser.error(f"{len(runs)} runs need seeds beyond {within.describe()}")
+    return runs
+
+
 def markdown(records: Sequence[dict[str, Any]], command: str, machine: dict[str, Any]) -> str:
     """The section of BENCHMARKS.md."""
     horizons = ", ".join(str(h) for h in sorted({r["horizon"] for r in records}))
@@ -225,14 +243,8 @@ def main(argv: Sequence[str] | None = None, *, out: Path = OUT, path: Path = BEN
     parser.add_argument("--seed-offset", type=int, default=CERTIFICATE_CHECK.first)
     args = parser.parse_args(argv)
     clock = Clock()
-    runs = shield_runs(args.results)
-    if not runs:
-        parser.error(f"{args.results} holds no shield run with a policy.pt")
-    if not 1 <= args.episodes <= CHECK_STRIDE:
-        parser.error(f"--episodes {args.episodes}: must be in [1, {CHECK_STRIDE}]")
-    top = args.seed_offset + CHECK_STRIDE * len(runs)
-    if args.seed_offset == CERTIFICATE_CHECK.first and top > CERTIFICATE_CHECK.stop:
-        parser.error(f"{len(runs)} runs need seeds beyond {CERTIFICATE_CHECK.describe()}")
+    fixed = CERTIFICATE_CHECK if args.seed_offset == CERTIFICATE_CHECK.first else None
+    runs = runs_to_play(parser, args.results, episodes=args.episodes, within=fixed)
     records = [
         check_run(run, episodes=args.episodes, first_seed=args.seed_offset + CHECK_STRIDE * k)
         for k, run in enumerate(runs)

@@ -23,13 +23,21 @@ from typing import Any
 
 import torch
 
-from benchmarks.certificate_check import shield_runs
-from benchmarks.common import BENCHMARKS_MD, OUT, Clock, arguments, play, save_results, table
+from benchmarks.certificate_check import runs_to_play
+from benchmarks.common import (
+    BENCHMARKS_MD,
+    OUT,
+    Clock,
+    arguments,
+    play,
+    save_results,
+    table,
+    violating,
+)
 from src.algos.policy import load_actor
 from src.algos.shield.budget import BudgetShield
 from src.algos.shield.calibration import load_certificate
 from src.containment import inside
-from src.evaluation.episodes import first_violation_steps
 from src.seeds import CHECK_STRIDE, LADDER_DEPTH
 from src.stats import clopper_pearson_upper
 
@@ -57,7 +65,7 @@ def measure_run(
     for multiple in multiples:
         actor.action_filter.allowance = anchor * multiple
         batch = play(actor, actor.config, seeds, max_steps=horizon, batch_size=batch_size)
-        k = int((first_violation_steps(batch.violation, batch.length) > 0).sum())
+        k = violating(batch)
         rungs.append(
             {
                 "multiple": multiple,
@@ -133,13 +141,7 @@ def main(argv: Sequence[str] | None = None, *, out: Path = OUT, path: Path = BEN
     )
     args = parser.parse_args(argv)
     clock = Clock()
-    runs = shield_runs(args.results)
-    if not runs:
-        parser.error(f"{args.results} holds no shield run with a policy.pt")
-    if not 1 <= args.episodes <= CHECK_STRIDE:
-        parser.error(f"--episodes {args.episodes}: must be in [1, {CHECK_STRIDE}]")
-    if LADDER_DEPTH.first + CHECK_STRIDE * len(runs) > LADDER_DEPTH.stop:
-        parser.error(f"{len(runs)} runs need seeds beyond {LADDER_DEPTH.describe()}")
+    runs = runs_to_play(parser, args.results, episodes=args.episodes, within=LADDER_DEPTH)
     root = args.results.absolute()
     records = []
     for k, run in enumerate(runs):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 from pathlib import Path
 
@@ -12,7 +13,7 @@ from benchmarks.common import markers, play, violating
 from src.algos.policy import load_actor
 from src.algos.shield.calibration import load_certificate
 from src.algos.train import train_run
-from src.seeds import CHECK_STRIDE, LADDER_DEPTH, RESERVED
+from src.seeds import CHECK_STRIDE, LADDER_DEPTH, RESERVED, SeedUse
 from tests.tiny_runs import tiny_run_config
 
 pytestmark = pytest.mark.slow
@@ -99,3 +100,28 @@ def test_the_certificate_check_takes_a_linked_results_folder(results: Path, tmp_
 def test_the_measurements_range_is_spent_and_holds_a_hundred_runs():
     assert LADDER_DEPTH in RESERVED and LADDER_DEPTH.spent
     assert LADDER_DEPTH.stop - LADDER_DEPTH.first >= 100 * CHECK_STRIDE
+
+
+def test_bad_commands_are_refused_naming_what_is_wrong(
+    results: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+):
+    for argv, message in [
+        (["--results", str(tmp_path)], f"{tmp_path} holds no shield run with a policy.pt"),
+        (["--results", str(results), "--episodes", "0"], "--episodes 0: must be in [1, 10000]"),
+    ]:
+        with pytest.raises(SystemExit):
+            ladder_depth.main(argv, out=tmp_path, path=tmp_path / "BENCHMARKS.md")
+        assert message in capsys.readouterr().err
+    assert not (tmp_path / "BENCHMARKS.md").exists()
+
+
+def test_runs_that_need_seeds_beyond_the_range_are_refused(
+    results: Path, capsys: pytest.CaptureFixture[str]
+):
+    parser = argparse.ArgumentParser()
+    small = SeedUse("a small range", first=0, stop=CHECK_STRIDE - 1)
+    with pytest.raises(SystemExit):
+        certificate_check.runs_to_play(parser, results, episodes=1, within=small)
+    assert "1 runs need seeds beyond 0..9998" in capsys.readouterr().err
+    fits = SeedUse("a range of one run", first=0, stop=CHECK_STRIDE)
+    assert len(certificate_check.runs_to_play(parser, results, episodes=1, within=fits)) == 1
