@@ -140,13 +140,18 @@ def main(argv: Sequence[str] | None = None, *, out: Path = OUT, path: Path = BEN
         "--multiples", type=float, nargs="+", default=list(MULTIPLES), help="allowance multiples"
     )
     args = parser.parse_args(argv)
+    if not all(m > 0 for m in args.multiples):
+        parser.error(f"--multiples {args.multiples}: every multiple must be > 0")
     clock = Clock()
     runs = runs_to_play(parser, args.results, episodes=args.episodes, within=LADDER_DEPTH)
     root = args.results.absolute()
     records = []
     for k, run in enumerate(runs):
-        ippo = run.parent.parent / "ippo" / run.name
-        baseline = inside(root, ippo.relative_to(root)) if (ippo / "policy.pt").is_file() else None
+        # Checked inside the results folder before anything there is looked at.
+        policy = inside(
+            root, (run.parent.parent / "ippo" / run.name / "policy.pt").relative_to(root)
+        )
+        baseline = policy.parent if policy.is_file() else None
         first = LADDER_DEPTH.first + CHECK_STRIDE * k
         record = measure_run(
             run, baseline, multiples=args.multiples, seeds=range(first, first + args.episodes)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -13,6 +14,7 @@ from benchmarks.common import markers, play, violating
 from src.algos.policy import load_actor
 from src.algos.shield.calibration import load_certificate
 from src.algos.train import train_run
+from src.containment import ContainmentError
 from src.seeds import CHECK_STRIDE, LADDER_DEPTH, RESERVED, SeedUse
 from tests.tiny_runs import tiny_run_config
 
@@ -108,6 +110,10 @@ def test_bad_commands_are_refused_naming_what_is_wrong(
     for argv, message in [
         (["--results", str(tmp_path)], f"{tmp_path} holds no shield run with a policy.pt"),
         (["--results", str(results), "--episodes", "0"], "--episodes 0: must be in [1, 10000]"),
+        (
+            ["--results", str(results), "--multiples", "0.1", "0"],
+            "--multiples [0.1, 0.0]: every multiple must be > 0",
+        ),
     ]:
         with pytest.raises(SystemExit):
             ladder_depth.main(argv, out=tmp_path, path=tmp_path / "BENCHMARKS.md")
@@ -125,3 +131,17 @@ def test_runs_that_need_seeds_beyond_the_range_are_refused(
     assert "1 runs need seeds beyond 0..9998" in capsys.readouterr().err
     fits = SeedUse("a range of one run", first=0, stop=CHECK_STRIDE)
     assert len(certificate_check.runs_to_play(parser, results, episodes=1, within=fits)) == 1
+
+
+def test_a_linked_ippo_run_is_refused_before_it_is_read(results: Path, tmp_path: Path):
+    """The baseline's folder in a results folder handed over: a link there to a run elsewhere
+    is refused, not followed."""
+    copy = tmp_path / "results"
+    shutil.copytree(
+        results / "runs" / "hazard_grid" / "shield", copy / "runs" / "hazard_grid" / "shield"
+    )
+    (copy / "runs" / "hazard_grid" / "ippo").symlink_to(results / "runs" / "hazard_grid" / "ippo")
+    argv = ["--results", str(copy), "--episodes", "1", "--multiples", "1"]
+    with pytest.raises(ContainmentError, match="ippo"):
+        ladder_depth.main(argv, out=tmp_path, path=tmp_path / "BENCHMARKS.md")
+    assert not (tmp_path / "BENCHMARKS.md").exists()
